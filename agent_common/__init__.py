@@ -1,0 +1,74 @@
+"""Framework-free FlashSAC pieces shared by ``agent_torch`` and ``agent_jax`` (numpy, gymnasium, omegaconf only).
+
+Modules
+    config      ``Config`` schema (``env.*``, ``agent.*`` with upstream key names), ``load_config(overrides,
+                framework)``, ``parse_args(argv, framework)`` (``--overrides key=value``, repeatable), ``ConfigError``,
+                ``target_entropy(agent_cfg, low, high)``.
+    envs        ``make_env``, ``make_vec_env`` (SameStep autoreset), ``step_env`` -> ``StepResult`` (true final obs
+                for finished episodes), ``evaluate(act, envs, num_episodes)``, ``get_env_states``/``set_env_states``.
+    noise       ``ZetaNoise`` (truncated-zeta noise repetition; ``sample() -> (E, A)``; state_dict/load_state_dict).
+    normalizer  ``RewardNormalizer`` (``update(r, term, trunc)``, ``normalize(r)``, ``scale()``, state_dict).
+    buffer      ``ReplayBuffer`` (n-step, numpy, seeded uniform sampling; ``add``, ``sample(B)``, state_dict).
+    schedule    ``warmup_cosine_decay(step, init, peak, end, warmup_steps, decay_steps)``.
+    logger      ``RunLogger`` (TensorBoard events via the tensorboard package, ``eval.csv`` in upstream's layout,
+                ``config.yaml``), ``AverageMeter``, ``read_eval_csv``.
+    checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``.
+    loop        ``train(cfg, make_agent) -> TrainResult`` and ``run_cli(argv, framework, factory_loader)``.
+    plot        ``python -m agent_common.plot <run_dir> [--reference published.csv]`` -> ``learning_curve.png``.
+
+Agent interface (what ``loop.train`` calls; both frameworks implement it identically)
+    ``make_agent(cfg: Config, observation_space: Box, action_space: Box) -> agent``
+        Seeds the framework RNG from ``cfg.seed`` and builds networks; target entropy from ``target_entropy``.
+    ``agent.act(observation: (E, O) float32, noise: (E, A) float32 | None) -> (E, A) float32``
+        ``noise=None``: deterministic ``tanh(mu)`` (evaluation). Otherwise ``tanh(mu + sigma * noise)`` with the
+        noise from ``ZetaNoise.sample()`` (BN on running stats, no autocast). Must not consume framework RNG.
+    ``agent.update(batch: dict[str, np.ndarray]) -> dict[str, float]``
+        One FlashSAC update (actor + temperature when ``update_step % actor_update_period == 0``, then critic,
+        then target EMA). ``batch`` has ``buffer.BATCH_KEYS``; ``batch["reward"]`` is already normalised.
+        Returns upstream metric names (``critic/loss``, ``actor/loss``, ``temperature/value``, ...). Raises
+        ``FloatingPointError`` on a non-finite loss.
+    ``agent.save(directory: str)`` / ``agent.load(directory: str, load_optimizer: bool = True)``
+        Networks, target, optimizers, schedulers, grad scaler, update counter and framework RNG state; files
+        written with ``checkpoint.atomic_write``. The loop saves everything else (counters, python/numpy RNG,
+        env states, noise, reward normaliser, optional replay buffer) in ``loop_state.pkl``.
+    ``agent.info() -> dict[str, float | str]``
+        Diagnostics: ``backend/fallback_count`` (float) and ``backend/selected`` (str, logged as text).
+
+Checkpoint layout: ``<save_path>/checkpoints/step<env_step>/{agent/, loop_state.pkl, replay_buffer.pkl?, COMPLETE}``
+plus ``<save_path>/checkpoints/latest``; ``agent_load_path`` accepts the step directory or the run directory.
+"""
+
+from agent_common.buffer import BATCH_KEYS, ReplayBuffer
+from agent_common.checkpoint import atomic_pickle, atomic_write, atomic_write_text, load_pickle, resolve_checkpoint
+from agent_common.config import (
+    AgentConfig,
+    Config,
+    ConfigError,
+    EnvConfig,
+    load_config,
+    parse_args,
+    target_entropy,
+)
+from agent_common.noise import ZetaNoise
+from agent_common.normalizer import RewardNormalizer
+from agent_common.schedule import warmup_cosine_decay
+
+__all__ = [
+    "BATCH_KEYS",
+    "AgentConfig",
+    "Config",
+    "ConfigError",
+    "EnvConfig",
+    "ReplayBuffer",
+    "RewardNormalizer",
+    "ZetaNoise",
+    "atomic_pickle",
+    "atomic_write",
+    "atomic_write_text",
+    "load_config",
+    "load_pickle",
+    "parse_args",
+    "resolve_checkpoint",
+    "target_entropy",
+    "warmup_cosine_decay",
+]

@@ -1,0 +1,258 @@
+"""gym-MuJoCo environments as upstream builds them: RescaleAction, TimeLimit, SameStep-autoreset vector envs."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+from gymnasium.wrappers import RescaleAction, TimeLimit
+
+from agent_common.config import SUPPORTED_ENVS
+
+__all__ = [
+    "EnvSnapshot",
+    "StepResult",
+    "evaluate",
+    "get_env_states",
+    "make_env",
+    "make_vec_env",
+    "set_env_states",
+    "step_env",
+]
+
+# gymnasium 1.x warns that -v4 ids are out of date; upstream's recipe uses -v4 on purpose (FLASHSAC.md §14).
+warnings.filterwarnings("ignore", message=r".*The environment .* is out of date", category=DeprecationWarning)
+
+
+class EnvSnapshot(gym.Wrapper):
+    """Outermost wrapper that can save and restore the complete env state, for exact resume.
+
+    The state is the MuJoCo integration state (``mj_getState`` with ``mjSTATE_INTEGRATION``: time, qpos, qvel,
+    act, warm-start, controls, ...), the env's ``np_random`` bit-generator state and every ``TimeLimit``'s
+    elapsed-step counter. Exposed as methods so ``VectorEnv.call`` reaches them for sync and async vector envs.
+    """
+
+    def __init__(self, env: gym.Env, index: int = 0) -> None:
+        super().__init__(env)
+        self.index = index  # position in the vector env, so one broadcast call can restore every worker
+
+    def get_snapshot(self) -> dict[str, Any]:
+        """Returns a picklable dict with the full env state."""
+        base = self.env.unwrapped
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        state = np.empty(mujoco.mj_stateSize(base.model, spec), dtype=np.float64)
+        mujoco.mj_getState(base.model, base.data, state, spec)
+        return {
+            "mj_state": state,
+            "np_random": base.np_random.bit_generator.state,
+            "elapsed_steps": [w._elapsed_steps for w in _time_limits(self.env)],
+        }
+
+    def set_snapshot(self, snapshot: dict[str, Any]) -> None:
+        """Restores a state produced by ``get_snapshot`` (the env must have been reset once)."""
+        base = self.env.unwrapped
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        mujoco.mj_setState(base.model, base.data, np.asarray(snapshot["mj_state"], dtype=np.float64), spec)
+        mujoco.mj_forward(base.model, base.data)
+        base.np_random.bit_generator.state = snapshot["np_random"]
+        limits = _time_limits(self.env)
+        if len(limits) != len(snapshot["elapsed_steps"]):
+            raise ValueError("env snapshot does not match the wrapper chain (different TimeLimit count)")
+        for wrapper, steps in zip(limits, snapshot["elapsed_steps"], strict=True):
+            wrapper._elapsed_steps = steps
+
+    def set_snapshots(self, snapshots: list[dict[str, Any]]) -> None:
+        """Restores this env's entry of a vector env's list of snapshots."""
+        self.set_snapshot(snapshots[self.index])
+
+
+def _time_limits(env: gym.Env) -> list[TimeLimit]:
+    out = []
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, TimeLimit):
+            out.append(env)
+        env = env.env
+    return out
+
+
+def make_env(env_name: str, seed: int, rescale_action: bool = True, max_episode_steps: int | None = None,
+             index: int = 0) -> gym.Env:
+    """One gym-MuJoCo env, wrapped as upstream ``make_mujoco_env`` does (FLASHSAC.md §14).
+
+    Args:
+        env_name: one of ``SUPPORTED_ENVS`` (e.g. ``"HalfCheetah-v4"``).
+        seed: seeds the observation and action spaces (the env itself is seeded by ``reset(seed=...)``).
+        rescale_action: wrap ``RescaleAction`` to [-1, 1] with float32 bounds.
+        max_episode_steps: a positive value overrides the task's TimeLimit; ``None`` or <= 0 keeps it (1000).
+        index: position of this env in its vector env.
+
+    Returns:
+        The wrapped env; its outermost wrapper is ``EnvSnapshot``.
+    """
+    if env_name not in SUPPORTED_ENVS:
+        raise ValueError(f"unsupported env {env_name!r}; supported: {', '.join(SUPPORTED_ENVS)}")
+    env = gym.make(env_name)
+    if rescale_action:
+        env = RescaleAction(env, np.float32(-1.0), np.float32(1.0))
+    limits = _time_limits(env)
+    predefined = limits[0]._max_episode_steps if limits else None
+    steps = max_episode_steps if (max_episode_steps is not None and max_episode_steps > 0) else predefined
+    if steps is not None:
+        env = TimeLimit(env, steps)
+    env.observation_space.seed(seed)
+    env.action_space.seed(seed)
+    return EnvSnapshot(env, index)
+
+
+def make_vec_env(env_name: str, num_envs: int, seed: int, rescale_action: bool = True,
+                 max_episode_steps: int | None = None) -> gym.vector.VectorEnv:
+    """A vector env with same-step autoreset (the done env is reset inside ``step``; ``infos["final_obs"]``).
+
+    Sub-env i uses seed + i. ``SyncVectorEnv`` for one env, ``AsyncVectorEnv`` (spawn) otherwise, as upstream.
+    Call ``reset(seed=seed)`` once before stepping.
+
+    Args:
+        env_name: task id.
+        num_envs: number of sub-envs.
+        seed: base seed.
+        rescale_action: see ``make_env``.
+        max_episode_steps: see ``make_env``.
+
+    Returns:
+        The vector env.
+    """
+    fns: list[Callable[[], gym.Env]] = [
+        (lambda i=i: make_env(env_name, seed + i, rescale_action, max_episode_steps, i)) for i in range(num_envs)
+    ]
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    if num_envs == 1:
+        return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+    return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, context="spawn")
+
+
+def get_env_states(envs: gym.vector.VectorEnv) -> list[dict[str, Any]]:
+    """Snapshots of every sub-env (see ``EnvSnapshot``)."""
+    return list(envs.call("get_snapshot"))
+
+
+def set_env_states(envs: gym.vector.VectorEnv, states: list[dict[str, Any]]) -> None:
+    """Restores snapshots from ``get_env_states`` into a vector env that has been reset once."""
+    if len(states) != envs.num_envs:
+        raise ValueError(f"got {len(states)} env states for {envs.num_envs} envs")
+    # VectorEnv.call passes the same args to every worker, so each sub-env picks its own entry by index.
+    envs.call("set_snapshots", states)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One vector-env step, split the way the buffer needs it.
+
+    Attributes:
+        next_observation: (E, O) float32; the TRUE successor of each env (``final_obs`` where the episode ended).
+        reset_observation: (E, O) float32; what the policy sees next (the reset obs where the episode ended).
+        reward: (E,) float32 raw env reward.
+        terminated: (E,) float32 in {0, 1}; masks the bootstrap.
+        truncated: (E,) float32 in {0, 1}; time limit, still bootstraps from ``next_observation``.
+        info: the vector env's info dict.
+    """
+
+    next_observation: np.ndarray
+    reset_observation: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    info: dict[str, Any]
+
+
+def step_env(envs: gym.vector.VectorEnv, action: np.ndarray) -> StepResult:
+    """Steps a SameStep-autoreset vector env and recovers the true final observation of finished episodes.
+
+    Paper-era rule (FLASHSAC.md §15, §22): the final observation replaces the reset observation for terminated
+    *or* truncated envs. Only ``terminated`` masks the bootstrap, so truncated transitions bootstrap from the
+    true final observation and terminated ones do not bootstrap at all.
+
+    Args:
+        envs: a vector env from ``make_vec_env``.
+        action: (E, A) actions in the env's (rescaled) action space.
+
+    Returns:
+        A ``StepResult``; raises ``FloatingPointError`` if the env returns a non-finite observation or reward.
+    """
+    obs, reward, terminated, truncated, info = envs.step(action)
+    reset_obs = np.asarray(obs, dtype=np.float32)  # (E, O)
+    next_obs = reset_obs.copy()  # (E, O)
+    done = np.logical_or(terminated, truncated)  # (E,)
+    if done.any():
+        final_obs = info["final_obs"]  # object array (E,)
+        for i in np.flatnonzero(done):
+            next_obs[i] = np.asarray(final_obs[i], dtype=np.float32)  # (O,)
+    reward = np.asarray(reward, dtype=np.float32)  # (E,)
+    if not (np.isfinite(next_obs).all() and np.isfinite(reset_obs).all()):
+        raise FloatingPointError("environment returned a non-finite observation")
+    if not np.isfinite(reward).all():
+        raise FloatingPointError(f"environment returned a non-finite reward: {reward}")
+    return StepResult(
+        next_observation=next_obs,
+        reset_observation=reset_obs,
+        reward=reward,
+        terminated=np.asarray(terminated, dtype=np.float32),  # (E,)
+        truncated=np.asarray(truncated, dtype=np.float32),  # (E,)
+        info=info,
+    )
+
+
+def evaluate(act: Callable[[np.ndarray], np.ndarray], envs: gym.vector.VectorEnv,
+             num_episodes: int) -> dict[str, float]:
+    """Deterministic evaluation as upstream ``evaluate`` (FLASHSAC.md §16).
+
+    ``num_episodes / num_envs`` rounds; each resets the vector env, acts until every sub-env has finished once, and
+    accumulates returns only until each sub-env's first done. The env is reset afterwards, as upstream does.
+
+    Args:
+        act: maps (E, O) float32 observations to (E, A) actions; should be deterministic (tanh of the mean).
+        envs: the evaluation vector env (reset once with its seed beforehand).
+        num_episodes: a multiple of ``envs.num_envs``.
+
+    Returns:
+        ``avg_return``, ``avg_length``, ``avg_success_once``, ``avg_success_end`` (raw env returns).
+    """
+    num_envs = envs.num_envs
+    returns: list[float] = []
+    lengths: list[float] = []
+    success_once: list[float] = []
+    success_end: list[float] = []
+    for _ in range(max(1, num_episodes // num_envs) if num_episodes > 0 else 0):
+        obs, _ = envs.reset()
+        ret = np.zeros(num_envs, dtype=np.float64)  # (E,)
+        length = np.zeros(num_envs, dtype=np.int64)  # (E,)
+        done_once = np.zeros(num_envs, dtype=bool)  # (E,)
+        succ_once = np.zeros(num_envs, dtype=bool)  # (E,)
+        succ_end = np.zeros(num_envs, dtype=bool)  # (E,)
+        while not done_once.all():
+            action = act(np.asarray(obs, dtype=np.float32))  # (E, A)
+            obs, reward, terminated, truncated, info = envs.step(action)
+            alive = ~done_once  # (E,)
+            ret += np.where(alive, reward, 0.0)
+            length += alive
+            success = np.asarray(info.get("success", np.zeros(num_envs)), dtype=bool)  # (E,)
+            succ_once |= alive & success
+            done = np.logical_or(terminated, truncated)  # (E,)
+            succ_end = np.where(alive & done, success, succ_end)
+            done_once |= done
+        returns.extend(ret.tolist())
+        lengths.extend(length.tolist())
+        success_once.extend(succ_once.astype(float).tolist())
+        success_end.extend(succ_end.astype(float).tolist())
+    if returns:
+        envs.reset()
+    return {
+        "avg_return": float(np.mean(returns)) if returns else float("nan"),
+        "avg_length": float(np.mean(lengths)) if lengths else float("nan"),
+        "avg_success_once": float(np.mean(success_once)) if success_once else float("nan"),
+        "avg_success_end": float(np.mean(success_end)) if success_end else float("nan"),
+    }

@@ -1,0 +1,150 @@
+"""Run logging: TensorBoard event files (tensorboard package only), the eval-return CSV and the saved config."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from collections import defaultdict
+from typing import Any
+
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.plugins.text.summary_v2 import text_pb
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from agent_common.checkpoint import atomic_write_text
+
+__all__ = ["CSV_HEADER", "AverageMeter", "RunLogger", "read_eval_csv"]
+
+CSV_HEADER: tuple[str, ...] = ("", "exp_name", "env_name", "seed", "metric", "env_step", "value")
+"""Upstream ``results/*.csv`` layout: an unnamed pandas index column, then the long-format columns."""
+
+EVAL_CSV_METRICS: tuple[str, ...] = ("avg_return", "avg_length")
+
+
+class AverageMeter:
+    """Averages scalars over a logging window (upstream ``AverageMeterDict``); picklable for exact resume."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def update(self, metrics: dict[str, float]) -> None:
+        """Adds one sample per key."""
+        for key, value in metrics.items():
+            self.sums[key] += float(value)
+            self.counts[key] += 1
+
+    def averages(self) -> dict[str, float]:
+        """Mean per key over the window."""
+        return {key: self.sums[key] / self.counts[key] for key in self.sums if self.counts[key] > 0}
+
+    def reset(self) -> None:
+        """Starts a new window."""
+        self.sums.clear()
+        self.counts.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Window sums and counts."""
+        return {"sums": dict(self.sums), "counts": dict(self.counts)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict()`` output."""
+        self.reset()
+        self.sums.update(state["sums"])
+        self.counts.update(state["counts"])
+
+
+class RunLogger:
+    """Writes ``<run>/tb/`` TensorBoard events, ``<run>/eval.csv`` and ``<run>/config.yaml``.
+
+    Scalars use upstream's key names (``actor/loss``, ``critic/loss``, ``avg_return``, ...) at x = env_step.
+    Resuming into the same run directory appends to the CSV and starts a new event file in ``tb/``.
+
+    Args:
+        run_dir: the run directory (``cfg.save_path``).
+        exp_name: CSV ``exp_name`` column.
+        env_name: CSV ``env_name`` column.
+        seed: CSV ``seed`` column.
+        config_yaml: resolved config text, saved as ``config.yaml`` and as TensorBoard text ``config``.
+        use_tensorboard: False for ``logger_type=none`` (the CSV and config are still written).
+    """
+
+    def __init__(self, run_dir: str, exp_name: str, env_name: str, seed: int, config_yaml: str,
+                 use_tensorboard: bool = True) -> None:
+        self.run_dir = run_dir
+        self.exp_name = exp_name
+        self.env_name = env_name
+        self.seed = seed
+        os.makedirs(run_dir, exist_ok=True)
+        atomic_write_text(os.path.join(run_dir, "config.yaml"), config_yaml)
+        self.csv_path = os.path.join(run_dir, "eval.csv")
+        new_csv = not os.path.exists(self.csv_path)
+        self._csv_rows = 0 if new_csv else max(0, sum(1 for _ in open(self.csv_path)) - 1)
+        self._csv_file = open(self.csv_path, "a", newline="")
+        self._csv = csv.writer(self._csv_file)
+        if new_csv:
+            self._csv.writerow(CSV_HEADER)
+            self._csv_file.flush()
+        self.tb_dir = os.path.join(run_dir, "tb")
+        self._texts: dict[str, str] = {}  # last text per tag, so unchanged texts are not re-logged
+        self._writer: EventFileWriter | None = None
+        if use_tensorboard:
+            os.makedirs(self.tb_dir, exist_ok=True)
+            self._writer = EventFileWriter(self.tb_dir, flush_secs=30)
+            self.log_text("config", "```\n" + config_yaml + "\n```", 0)
+
+    def log_scalars(self, metrics: dict[str, float], step: int) -> None:
+        """Writes scalars at ``step`` (non-numeric values are ignored)."""
+        if self._writer is None:
+            return
+        values = [Summary.Value(tag=key, simple_value=float(value)) for key, value in metrics.items()
+                  if isinstance(value, int | float)]
+        if values:
+            self._writer.add_event(Event(wall_time=time.time(), step=int(step), summary=Summary(value=values)))
+
+    def log_text(self, tag: str, text: str, step: int, only_if_changed: bool = False) -> None:
+        """Writes a TensorBoard text summary (e.g. the selected backend and fallback reasons)."""
+        if only_if_changed and self._texts.get(tag) == text:
+            return
+        self._texts[tag] = text
+        if self._writer is None:
+            return
+        summary = text_pb(tag, text)
+        self._writer.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def log_eval(self, metrics: dict[str, float], env_step: int) -> None:
+        """Writes eval metrics to TensorBoard (no prefix, as upstream) and the CSV rows for ``EVAL_CSV_METRICS``."""
+        self.log_scalars(metrics, env_step)
+        for metric in EVAL_CSV_METRICS:
+            if metric in metrics and not math.isnan(metrics[metric]):
+                self._csv.writerow([self._csv_rows, self.exp_name, self.env_name, self.seed, metric,
+                                    float(env_step), repr(float(metrics[metric]))])
+                self._csv_rows += 1
+        self._csv_file.flush()
+
+    def flush(self) -> None:
+        """Flushes the event file and the CSV."""
+        if self._writer is not None:
+            self._writer.flush()
+        self._csv_file.flush()
+
+    def close(self) -> None:
+        """Flushes and closes everything."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if not self._csv_file.closed:
+            self._csv_file.close()
+
+
+def read_eval_csv(path: str, metric: str = "avg_return") -> list[tuple[float, float]]:
+    """Reads ``(env_step, value)`` pairs for ``metric`` from an eval CSV (ours or upstream's layout)."""
+    out: list[tuple[float, float]] = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("metric") == metric:
+                out.append((float(row["env_step"]), float(row["value"])))
+    return out

@@ -1,0 +1,220 @@
+"""Thin PyTorch FlashSAC agent: builds the networks, moves batches, calls the update functions, saves/loads."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from agent_common.checkpoint import atomic_write
+from agent_common.config import Config, target_entropy
+from agent_torch.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature
+from agent_torch.state import Network, make_network, resolve_compile_mode
+from agent_torch.update import Batch, UpdateContext, update_actor, update_critic, update_target, update_temperature
+from shared_spec import CategoricalSupport
+from torch_impl import dispatch_stats, resolve_backend
+
+__all__ = ["FlashSACAgent", "make_agent", "resolve_device"]
+
+NETWORK_FILES = ("actor", "critic", "target_critic", "temperature")
+
+
+def resolve_device(device_type: str) -> torch.device:
+    """``auto`` -> cuda if available else cpu; ``cuda`` without a GPU raises."""
+    if device_type == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device_type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("agent.device_type=cuda but no CUDA device is available (use agent.device_type=auto)")
+    return torch.device(device_type)
+
+
+def _configure_torch(cfg: Config, device: torch.device) -> None:
+    if cfg.num_threads is not None:
+        torch.set_num_threads(cfg.num_threads)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if device.type == "cuda":
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    elif device.type == "cuda":
+        # upstream train.py: cudnn.benchmark, TF32 matmuls (fp32 recipe runs in TF32 on Ampere and later)
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")
+
+
+class FlashSACAgent:
+    """PyTorch FlashSAC (paper-era heads) implementing the ``agent_common`` agent interface.
+
+    Args:
+        cfg: resolved config.
+        observation_space: Box (O,).
+        action_space: Box (A,), [-1, 1] after RescaleAction.
+    """
+
+    def __init__(self, cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> None:
+        a = cfg.agent
+        self.cfg = cfg
+        self.device = resolve_device(a.device_type)
+        _configure_torch(cfg, self.device)
+        assert a.critic_min_v is not None and a.critic_max_v is not None
+        support = CategoricalSupport(a.critic_num_bins, float(a.critic_min_v), float(a.critic_max_v))
+        # Decide the TD-target backend once, outside the update (strict mode raises here, at construction).
+        self.backend_decision = resolve_backend(a.categorical_target_backend, a.categorical_target_strict,
+                                                device=self.device, dtype=torch.float32, num_bins=support.num_bins,
+                                                num_critics=2, needs_grad=False)
+        observation_dim = int(observation_space.shape[0])
+        action_dim = int(action_space.shape[0])
+        compile_mode = resolve_compile_mode(a, self.device)
+        self.compile_mode = compile_mode
+        torch.manual_seed(cfg.seed)  # init order as upstream: actor, critic, target critic, temperature
+        actor = FlashSACActor(observation_dim, action_dim, a.actor_num_blocks, a.actor_hidden_dim)
+        critic = FlashSACDoubleCritic(observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim,
+                                      support.atoms())
+        target = FlashSACDoubleCritic(observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim,
+                                      support.atoms())
+        temperature = FlashSACTemperature(a.temp_initial_value)
+        self.actor = make_network(actor, a, self.device, compile_mode=compile_mode)
+        self.critic = make_network(critic, a, self.device, compile_mode=compile_mode)
+        self.target_critic = make_network(target, a, self.device, trainable=False, compile_mode=compile_mode)
+        self.temperature = make_network(temperature, a, self.device, project=False)
+        self.actor.normalize()
+        self.critic.normalize()
+        self.target_critic.module.load_state_dict(self.critic.module.state_dict())
+        self.target_critic.normalize()
+        self.target_critic.module.requires_grad_(False)
+        amp_scaler = a.use_amp and self.device.type == "cuda"  # CPU autocast uses bf16, which needs no scaling
+        self.scaler = torch.amp.GradScaler("cuda", enabled=True) if amp_scaler else None
+        self.ctx = UpdateContext(
+            discount=float(a.gamma) ** int(a.n_step),  # type: ignore[operator]
+            min_v=support.min_v,
+            max_v=support.max_v,
+            target_entropy=target_entropy(a, action_space.low, action_space.high),
+            bc_alpha=a.actor_bc_alpha,
+            tau=a.critic_target_update_tau,
+            use_amp=a.use_amp,
+            device_type=self.device.type,
+            backend=a.categorical_target_backend,
+            strict=a.categorical_target_strict,
+        )
+        self.update_step = 0
+
+    # ------------------------------------------------------------------------------------------------ acting
+    @torch.no_grad()
+    def act(self, observation: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
+        """Actions tanh(μ + σ·noise), or tanh(μ) when ``noise`` is None (BN on running stats, fp32, no autocast).
+
+        Args:
+            observation: (E, O) float32.
+            noise: (E, A) float32 from ``ZetaNoise.sample()`` or None (deterministic evaluation).
+
+        Returns:
+            (E, A) float32 numpy actions in [-1, 1].
+        """
+        obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
+        mean, std = self.actor.module.get_mean_and_std(obs, training=False)  # (E, A), (E, A)
+        if noise is None:
+            action = torch.tanh(mean)  # (E, A)
+        else:
+            eps = torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)  # (E, A)
+            action = torch.tanh(mean + std * eps)  # (E, A)
+        return action.float().cpu().numpy()
+
+    # ------------------------------------------------------------------------------------------------ update
+    def _to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
+        def tensor(key: str) -> torch.Tensor:
+            t = torch.from_numpy(np.ascontiguousarray(batch[key], dtype=np.float32))
+            if self.device.type == "cuda":
+                t = t.pin_memory().to(self.device, non_blocking=True)
+            return t
+
+        return Batch(
+            observation=tensor("observation"),  # (B, O)
+            action=tensor("action"),  # (B, A)
+            reward=tensor("reward"),  # (B,)
+            terminated=tensor("terminated"),  # (B,)
+            next_observation=tensor("next_observation"),  # (B, O)
+        )
+
+    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        """One FlashSAC update in upstream order: [actor → temperature] (every actor_update_period) → critic → EMA.
+
+        Args:
+            batch: numpy batch with ``agent_common.buffer.BATCH_KEYS``; ``reward`` already normalised.
+
+        Returns:
+            Upstream metric names -> floats.
+
+        Raises:
+            FloatingPointError: a non-finite loss or metric (the update is not silently continued).
+        """
+        b = self._to_batch(batch)
+        info: dict[str, torch.Tensor] = {}
+        if self.update_step % self.cfg.agent.actor_update_period == 0:
+            info.update(update_actor(self.actor, self.critic, self.temperature, b, self.ctx, self.scaler))
+            info.update(update_temperature(self.temperature, info["actor/entropy"], self.ctx))
+        info.update(update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx,
+                                  self.scaler))
+        update_target(self.critic, self.target_critic, self.ctx.tau)
+        self.update_step += 1
+        keys = list(info)
+        values = torch.stack([info[k].float().reshape(()) for k in keys]).tolist()  # one host sync
+        metrics = dict(zip(keys, values, strict=True))
+        bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+        if bad:
+            raise FloatingPointError(f"non-finite {', '.join(bad)} at update step {self.update_step}: "
+                                     f"{ {k: metrics[k] for k in bad} } (check observations/rewards for NaN/Inf)")
+        return metrics
+
+    def info(self) -> dict[str, float | str]:
+        """``backend/fallback_count`` and ``backend/selected`` (backend that runs, what was requested and why)."""
+        d = self.backend_decision
+        return {
+            "backend/fallback_count": float(dispatch_stats()["fallback_count"]),
+            "backend/selected": f"{d.backend} (requested {d.requested}: {d.reason})",
+        }
+
+    # ------------------------------------------------------------------------------------------------ save/load
+    def _networks(self) -> dict[str, Network]:
+        return {"actor": self.actor, "critic": self.critic, "target_critic": self.target_critic,
+                "temperature": self.temperature}
+
+    def save(self, directory: str) -> None:
+        """Writes actor.pt, critic.pt, target_critic.pt, temperature.pt and agent_state.pt atomically."""
+        os.makedirs(directory, exist_ok=True)
+        for name, net in self._networks().items():
+            atomic_write(os.path.join(directory, f"{name}.pt"),
+                         lambda f, net=net: torch.save(net.state_dict(), f))
+        state: dict[str, Any] = {
+            "update_step": self.update_step,
+            "grad_scaler_state_dict": self.scaler.state_dict() if self.scaler is not None else None,
+            "torch_rng_state": torch.get_rng_state(),
+            "cuda_rng_state": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        }
+        atomic_write(os.path.join(directory, "agent_state.pt"), lambda f: torch.save(state, f))
+
+    def load(self, directory: str, load_optimizer: bool = True) -> None:
+        """Restores ``save`` output (optimizers, schedulers and scaler only if ``load_optimizer``)."""
+        for name, net in self._networks().items():
+            state = torch.load(os.path.join(directory, f"{name}.pt"), map_location=self.device, weights_only=False)
+            net.load_state_dict(state, load_optimizer=load_optimizer)
+        agent_state = torch.load(os.path.join(directory, "agent_state.pt"), map_location="cpu", weights_only=False)
+        self.update_step = int(agent_state["update_step"])
+        if load_optimizer and self.scaler is not None and agent_state["grad_scaler_state_dict"] is not None:
+            self.scaler.load_state_dict(agent_state["grad_scaler_state_dict"])
+        torch.set_rng_state(agent_state["torch_rng_state"])
+        if agent_state["cuda_rng_state"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(agent_state["cuda_rng_state"])
+
+
+def make_agent(cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> FlashSACAgent:
+    """Agent factory for ``agent_common.loop.train``."""
+    return FlashSACAgent(cfg, observation_space, action_space)

@@ -1,0 +1,110 @@
+"""Network bundle (module + compiled forward + optimizer + LR schedule), the torch twin of a JAX TrainState."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from agent_common.config import AgentConfig
+from agent_common.schedule import warmup_cosine_decay
+from agent_torch.networks import normalize_parameters
+
+__all__ = ["Network", "make_network", "resolve_compile_mode"]
+
+
+def resolve_compile_mode(cfg: AgentConfig, device: torch.device) -> str:
+    """The torch.compile mode to use, or ``"off"``.
+
+    ``use_compile=false`` or ``compile_mode=off`` -> off. ``auto`` -> off without CUDA (CPU runs are eager), else
+    upstream's rule: ``max-autotune`` for torch >= 2.9, ``reduce-overhead`` before.
+    """
+    if not cfg.use_compile or cfg.compile_mode == "off":
+        return "off"
+    if cfg.compile_mode != "auto":
+        return cfg.compile_mode
+    if device.type != "cuda":
+        return "off"
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return "max-autotune" if (major, minor) >= (2, 9) else "reduce-overhead"
+
+
+@dataclass
+class Network:
+    """One trainable network: the module, its (optionally compiled) forward, Adam and the per-network LR schedule.
+
+    Attributes:
+        module: the ``nn.Module`` (state dicts are always taken from it, so keys never get ``_orig_mod.``).
+        apply: callable used for forward passes (``torch.compile(module)`` or the module itself).
+        optimizer: Adam (betas 0.9/0.999, eps 1e-8, no weight decay), or None for the target critic.
+        scheduler: ``LambdaLR`` stepped once per optimizer step, or None.
+        project: whether ``normalize_parameters`` runs after each optimizer step (actor, critic: yes).
+    """
+
+    module: nn.Module
+    apply: Callable[..., Any]
+    optimizer: torch.optim.Optimizer | None
+    scheduler: torch.optim.lr_scheduler.LambdaLR | None
+    project: bool
+
+    def normalize(self) -> None:
+        """Unit-norm weight projection (no-op if ``project`` is False)."""
+        if self.project:
+            normalize_parameters(self.module)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Upstream per-network checkpoint layout."""
+        return {
+            "network_state_dict": self.module.state_dict(),
+            "optimizer_state_dict": self.optimizer.state_dict() if self.optimizer is not None else None,
+            "scheduler_state_dict": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "update_step": 0,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], load_optimizer: bool = True) -> None:
+        """Restores ``state_dict()`` output (optimizer and scheduler only if ``load_optimizer``)."""
+        self.module.load_state_dict(state["network_state_dict"])
+        if load_optimizer and self.optimizer is not None and state["optimizer_state_dict"] is not None:
+            self.optimizer.load_state_dict(state["optimizer_state_dict"])
+        if load_optimizer and self.scheduler is not None and state["scheduler_state_dict"] is not None:
+            self.scheduler.load_state_dict(state["scheduler_state_dict"])
+
+
+def _lr_lambda(step: int, cfg: AgentConfig) -> float:
+    return warmup_cosine_decay(step, cfg.learning_rate_init, cfg.learning_rate_peak, cfg.learning_rate_end,
+                               int(cfg.learning_rate_warmup_step or 0), int(cfg.learning_rate_decay_step or 1))
+
+
+def make_network(module: nn.Module, cfg: AgentConfig, device: torch.device, trainable: bool = True,
+                 project: bool = True, compile_mode: str = "off") -> Network:
+    """Builds a ``Network`` around ``module`` (moved to ``device``).
+
+    The optimizer's base LR is 1.0 and ``LambdaLR`` returns the absolute LR from ``warmup_cosine_decay``, so the
+    LR equals the schedule value exactly.
+
+    Args:
+        module: the network.
+        cfg: agent config (LR schedule keys).
+        device: target device.
+        trainable: create Adam + scheduler.
+        project: run ``normalize_parameters`` after each step.
+        compile_mode: ``"off"`` or a torch.compile mode.
+
+    Returns:
+        The bundle.
+    """
+    module = module.to(device)
+    apply: Callable[..., Any] = module
+    if compile_mode != "off":
+        apply = torch.compile(module, mode=compile_mode)
+    optimizer = None
+    scheduler = None
+    if trainable:
+        optimizer = torch.optim.Adam(module.parameters(), lr=1.0, betas=(0.9, 0.999), eps=1e-8,
+                                     fused=device.type == "cuda")
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(_lr_lambda, cfg=cfg))
+    return Network(module=module, apply=apply, optimizer=optimizer, scheduler=scheduler, project=project)

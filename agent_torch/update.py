@@ -1,0 +1,211 @@
+"""FlashSAC update steps as free functions returning info dicts with upstream's metric names (FLASHSAC.md §3-§5, §9)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agent_torch.state import Network
+from torch_impl import categorical_td_target
+
+__all__ = ["Batch", "UpdateContext", "update_actor", "update_critic", "update_target", "update_temperature"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A replay batch on the training device (all float32).
+
+    Attributes:
+        observation: (B, O).
+        action: (B, A).
+        reward: (B,) normalised n-step reward.
+        terminated: (B,) in {0, 1}; truncated transitions are not terminated and bootstrap.
+        next_observation: (B, O) true successor observation.
+    """
+
+    observation: torch.Tensor
+    action: torch.Tensor
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    next_observation: torch.Tensor
+
+
+@dataclass(frozen=True)
+class UpdateContext:
+    """Per-agent constants of the update.
+
+    Attributes:
+        discount: gamma ** n_step.
+        min_v: lowest atom.
+        max_v: highest atom.
+        target_entropy: temperature target H̄.
+        bc_alpha: actor BC weight (0 = off).
+        tau: target EMA rate.
+        use_amp: autocast (fp16 on CUDA, bf16 on CPU) around forwards and losses.
+        device_type: ``"cuda"`` or ``"cpu"`` (autocast device).
+        backend: ``agent.categorical_target_backend``.
+        strict: ``agent.categorical_target_strict``.
+    """
+
+    discount: float
+    min_v: float
+    max_v: float
+    target_entropy: float
+    bc_alpha: float
+    tau: float
+    use_amp: bool
+    device_type: str
+    backend: str
+    strict: bool
+
+    def autocast(self) -> torch.autocast:
+        dtype = torch.float16 if self.device_type == "cuda" else torch.bfloat16
+        return torch.autocast(self.device_type, dtype=dtype, enabled=self.use_amp)
+
+
+def _step(net: Network, loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> None:
+    """Backward, optimizer step (through the shared GradScaler if given), LR step, then weight projection."""
+    assert net.optimizer is not None and net.scheduler is not None
+    net.optimizer.zero_grad(set_to_none=True)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(net.optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        net.optimizer.step()
+    net.scheduler.step()
+    net.normalize()
+
+
+def update_actor(actor: Network, critic: Network, temperature: Network, batch: Batch, ctx: UpdateContext,
+                 scaler: torch.amp.GradScaler | None) -> dict[str, torch.Tensor]:
+    """Actor step: BN-training forward on [s; s'], Q from the online critic in BN-eval mode, loss α·log π − min Q.
+
+    Args:
+        actor: actor bundle.
+        critic: online critic bundle (parameters frozen during this step).
+        temperature: temperature bundle (α is detached).
+        batch: replay batch.
+        ctx: update constants.
+        scaler: shared GradScaler (AMP) or None.
+
+    Returns:
+        ``actor/loss``, ``actor/entropy`` (−mean log π), ``actor/mean_action`` as 0-d tensors.
+    """
+    batch_size = batch.observation.shape[0]
+    with ctx.autocast():
+        obs_all = torch.cat([batch.observation, batch.next_observation], dim=0)  # (2B, O)
+        actions_all, log_probs_all = actor.apply(obs_all, training=True)  # (2B, A), (2B,)
+        actions = actions_all[:batch_size]  # (B, A)
+        log_probs = log_probs_all[:batch_size]  # (B,)
+        critic.module.requires_grad_(False)
+        try:
+            qs, _ = critic.apply(batch.observation, actions, training=False)  # (2, B)
+        finally:
+            critic.module.requires_grad_(True)
+        q = qs.min(dim=0).values  # (B,)
+        alpha = temperature.module().detach()  # (1,)
+        loss = (alpha * log_probs - q).mean()  # ()
+        if ctx.bc_alpha > 0:
+            bc = ((actions - batch.action) ** 2).mean()  # ()
+            loss = loss + ctx.bc_alpha * q.abs().mean().detach() * bc  # ()
+    _step(actor, loss, scaler)
+    return {
+        "actor/loss": loss.detach(),
+        "actor/entropy": -log_probs.detach().float().mean(),
+        "actor/mean_action": actions.detach().float().mean(),
+    }
+
+
+def update_temperature(temperature: Network, entropy: torch.Tensor, ctx: UpdateContext) -> dict[str, torch.Tensor]:
+    """Temperature step outside autocast and never scaled: loss = α·(H − H̄), gradient w.r.t. log α.
+
+    Args:
+        temperature: temperature bundle.
+        entropy: () detached actor entropy from ``update_actor``.
+        ctx: update constants (target entropy).
+
+    Returns:
+        ``temperature/value`` (α before the step) and ``temperature/loss``.
+    """
+    alpha = temperature.module()  # (1,)
+    loss = (alpha * (entropy.detach().float() - ctx.target_entropy)).mean()  # ()
+    _step(temperature, loss, None)
+    return {"temperature/value": alpha.detach()[0], "temperature/loss": loss.detach()}
+
+
+def critic_target(actor: Network, target_critic: Network, temperature: Network, batch: Batch,
+                  ctx: UpdateContext) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The categorical TD target (no grad), through the project's dispatching op.
+
+    a' from the actor with running-stat BN; the target critic runs in BN-training mode on the joint 2B batch
+    [(s, a); (s', a')] and its second half feeds ``torch_impl.categorical_td_target``.
+
+    Returns:
+        target_probs (B, K) fp32, α·log π(a'|s') (B,) and a' (B, A) (the critic's joint batch reuses it).
+    """
+    batch_size = batch.observation.shape[0]
+    with torch.no_grad():
+        next_actions, next_log_probs_pi = actor.apply(batch.next_observation, training=False)  # (B, A), (B,)
+        next_actions = next_actions.clone()  # (B, A) CUDA-graph outputs get overwritten
+        next_log_probs_pi = next_log_probs_pi.clone()  # (B,)
+        alpha = temperature.module()  # (1,)
+        next_alpha_log_pi = (alpha * next_log_probs_pi).float()  # (B,)
+        obs_all = torch.cat([batch.observation, batch.next_observation], dim=0)  # (2B, O)
+        act_all = torch.cat([batch.action, next_actions.to(batch.action.dtype)], dim=0)  # (2B, A)
+        target_qs, target_log_probs = target_critic.apply(obs_all, act_all, training=True)  # (2, 2B), (2, 2B, K)
+        next_qs = target_qs[:, batch_size:].float()  # (2, B) strided view
+        next_log_probs = target_log_probs[:, batch_size:].float()  # (2, B, K) non-contiguous view
+        target_probs = categorical_td_target(
+            next_qs,
+            next_log_probs,
+            batch.reward,
+            batch.terminated,
+            next_alpha_log_pi,
+            gamma=ctx.discount,
+            min_v=ctx.min_v,
+            max_v=ctx.max_v,
+            backend=ctx.backend,
+            strict=ctx.strict,
+        )  # (B, K)
+    return target_probs, next_alpha_log_pi, next_actions
+
+
+def update_critic(actor: Network, critic: Network, target_critic: Network, temperature: Network, batch: Batch,
+                  ctx: UpdateContext, scaler: torch.amp.GradScaler | None) -> dict[str, torch.Tensor]:
+    """Critic step: cross-entropy of both members against the min-mean target distribution.
+
+    Args:
+        actor: actor bundle (already updated this step if it was an actor step).
+        critic: online critic bundle.
+        target_critic: EMA target critic bundle.
+        temperature: temperature bundle.
+        batch: replay batch.
+        ctx: update constants.
+        scaler: shared GradScaler (AMP) or None.
+
+    Returns:
+        ``critic/loss`` and ``critic/max_entropy_bonus`` (max α·log π(a'|s')).
+    """
+    batch_size = batch.observation.shape[0]
+    with ctx.autocast():
+        target_probs, next_alpha_log_pi, next_actions = critic_target(actor, target_critic, temperature, batch,
+                                                                      ctx)  # (B, K), (B,), (B, A)
+        obs_all = torch.cat([batch.observation, batch.next_observation], dim=0)  # (2B, O)
+        act_all = torch.cat([batch.action, next_actions.to(batch.action.dtype)], dim=0)  # (2B, A) same a' as target
+        _, log_probs_all = critic.apply(obs_all, act_all, training=True)  # (2, 2B, K)
+        log_probs = log_probs_all[:, :batch_size].float()  # (2, B, K)
+        ce = -(target_probs.unsqueeze(0) * log_probs).sum(dim=-1)  # (2, B)
+        loss = ce.mean()  # ()
+    _step(critic, loss, scaler)
+    return {"critic/loss": loss.detach(), "critic/max_entropy_bonus": next_alpha_log_pi.max()}
+
+
+@torch.no_grad()
+def update_target(critic: Network, target_critic: Network, tau: float) -> None:
+    """EMA of parameters only: θ̄ ← θ̄ + τ(θ − θ̄). BN running stats are not averaged; no projection."""
+    target_params = list(target_critic.module.parameters())
+    online_params = list(critic.module.parameters())
+    torch._foreach_lerp_(target_params, online_params, tau)

@@ -1,0 +1,25 @@
+"""JAX implementation of FlashSAC's categorical TD target: the jnp reference and the fused Pallas kernel."""
+
+from jax_impl.dispatch import (
+    BACKENDS,
+    BackendUnavailable,
+    Decision,
+    backend_info,
+    categorical_td_target,
+    dispatch_stats,
+    reset_dispatch,
+    resolve_backend,
+)
+from jax_impl.reference import categorical_td_target_reference
+
+__all__ = [
+    "BACKENDS",
+    "BackendUnavailable",
+    "Decision",
+    "backend_info",
+    "categorical_td_target",
+    "categorical_td_target_reference",
+    "dispatch_stats",
+    "reset_dispatch",
+    "resolve_backend",
+]

@@ -1,0 +1,28 @@
+"""Test configuration: interpreters on before any kernel module is imported; seeds; shared helpers."""
+
+import os
+
+# Must precede the first `import triton_kernels` / `@triton.jit` (the interpreter flag is read at decoration).
+os.environ.setdefault("TRITON_INTERPRET", "1")
+# Two host devices, so "wrong device" errors can be tested in JAX on a CPU-only machine.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("FLASHSAC_PALLAS_INTERPRET", "1")
+
+import random  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _seed_everything():
+    random.seed(0)
+    np.random.seed(0)
+    try:
+        import torch
+
+        torch.manual_seed(0)
+    except ImportError:
+        pass
+    yield

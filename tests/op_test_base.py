@@ -1,0 +1,91 @@
+"""One shared test class for every implementation of the op; each backend is a small subclass (STYLE 15)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shared_spec import CASES, GOLDEN, Case, make_inputs
+from shared_spec import reference as R
+from shared_spec.tolerances import ATOL_BETWEEN, ATOL_GOLDEN, ATOL_MASS, max_abs_error, max_mass_error
+
+
+def atol_for(N: int) -> float:
+    """fp32 vs float64 tolerance: 2e-5 for N <= 101, scaled with ulp(N - 1) for larger supports (SPEC.md 7)."""
+    return 2e-5 * max(1.0, (N - 1) / 100)
+
+
+def selected_log_probs(x: dict) -> np.ndarray:
+    _, lp = R.select_min_q(x["next_qs"].astype(np.float64), x["next_log_probs"].astype(np.float64))
+    return lp
+
+
+class OpTests:
+    """Subclasses set `name` and implement `run(inputs, gamma, min_v, max_v, dtype) -> np.ndarray (B, N)`."""
+
+    name = "?"
+    dtypes = ("float32",)
+
+    def run(self, x: dict, gamma: float, min_v: float = -5.0, max_v: float = 5.0, dtype: str = "float32"):
+        raise NotImplementedError
+
+    @pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g.name)
+    def test_golden(self, golden):
+        got = self.run(golden.inputs, golden.gamma, golden.min_v, golden.max_v)
+        assert np.array_equal(np.isnan(got), np.isnan(golden.expected)), "NaN rows differ from the golden case"
+        assert max_abs_error(got, golden.expected) <= ATOL_GOLDEN
+
+    @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+    def test_matches_float64_spec(self, case: Case):
+        x = case.inputs()
+        got = self.run(x, case.gamma)
+        want = R.categorical_td_target(**x, gamma=case.gamma)
+        assert got.dtype == np.float32 and got.shape == want.shape
+        err = max_abs_error(got, want)
+        assert err <= atol_for(case.N), f"{self.name} {case.id}: max abs error {err:.3g} vs float64"
+        assert (got[~np.isnan(got)] >= 0).all(), "negative probability"
+        assert max_mass_error(got, selected_log_probs(x)) <= ATOL_MASS
+
+    def test_nonfinite_rows_follow_the_policy_and_stay_local(self):
+        x = make_inputs(200, kind="nonfinite", seed=3)
+        got = self.run(x, 0.99)
+        want = R.categorical_td_target(**x, gamma=0.99)
+        bad = np.isnan(want).any(axis=1)
+        assert 0 < bad.sum() < 200
+        assert np.isnan(got[bad]).all(), "an invalid row is not all NaN"
+        assert not np.isnan(got[~bad]).any(), "NaN leaked into a valid row"
+        clean = {k: np.array(v) for k, v in x.items()}
+        for k in ("reward", "terminated", "next_alpha_log_pi"):
+            clean[k][bad] = 0.0
+        clean["next_qs"][:, bad] = 0.0
+        clean["next_log_probs"][:, bad] = -np.log(101.0)
+        assert np.array_equal(self.run(clean, 0.99)[~bad], got[~bad]), "valid rows depend on other rows' values"
+
+    def test_large_support(self):
+        x = make_inputs(48, N=1024, kind="mixed", seed=5)
+        err = max_abs_error(self.run(x, 0.99), R.categorical_td_target(**x, gamma=0.99))
+        assert err <= atol_for(1024)
+
+    @pytest.mark.parametrize("gamma", [0.01, 0.07])
+    def test_small_discount(self, gamma):
+        # g < 1/16 leaves the banded path (SPEC.md 8); still exact.
+        x = make_inputs(40, kind="mixed", seed=6)
+        assert max_abs_error(self.run(x, gamma), R.categorical_td_target(**x, gamma=gamma)) <= atol_for(101)
+
+    def test_low_precision_log_probs(self):
+        for dtype in self.dtypes:
+            if dtype == "float32":
+                continue
+            x = make_inputs(64, kind="mixed", seed=7)
+            got = self.run(x, 0.99, dtype=dtype)
+            fp32 = self.run(x, 0.99)
+            ref_low = self.reference_low_precision(x, dtype)
+            ref_err = max_abs_error(ref_low, fp32)
+            assert max_abs_error(got, fp32) <= 2 * ref_err + ATOL_BETWEEN, dtype
+
+    def reference_low_precision(self, x: dict, dtype: str) -> np.ndarray:
+        """The same-dtype framework reference (the 2x rule); default: float64 spec on rounded inputs."""
+        import ml_dtypes
+
+        lp = x["next_log_probs"].astype(getattr(ml_dtypes, dtype) if dtype == "bfloat16" else dtype)
+        return R.categorical_td_target(**dict(x, next_log_probs=lp.astype(np.float32)), gamma=0.99)

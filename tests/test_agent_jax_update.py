@@ -1,0 +1,278 @@
+"""Unit tests of the JAX FlashSAC networks, state and jitted update step (CPU, tiny sizes)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agent_common.config import load_config
+from agent_common.schedule import warmup_cosine_decay
+from agent_jax.networks import FlashSACActor, UnitBatchNorm, safe_tanh_log_det_jacobian
+from agent_jax.state import build_networks, create_agent_state, learning_rate_schedule
+from agent_jax.update import (
+    UpdateScalars,
+    compute_critic_target,
+    update_networks,
+    update_target,
+    update_temperature,
+)
+from shared_spec import CategoricalSupport
+from shared_spec.reference import categorical_td_target as reference_td_target
+
+OBS_DIM, ACT_DIM, BATCH = 17, 6, 16
+TINY = ["agent.actor_hidden_dim=16", "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1",
+        "agent.critic_num_blocks=1", f"agent.sample_batch_size={BATCH}", "num_env_steps=1000"]
+EXPECTED_INFO_ACTOR = {"actor/loss", "actor/entropy", "actor/mean_action", "temperature/value", "temperature/loss"}
+EXPECTED_INFO_CRITIC = {"critic/loss", "critic/max_entropy_bonus"}
+
+
+def _cfg(*extra: str):
+    return load_config([*TINY, *extra], framework="jax")
+
+
+@pytest.fixture(scope="module")
+def real_batch() -> dict[str, np.ndarray]:
+    """A batch of real HalfCheetah-v4 transitions (random actions), reward scaled into the support."""
+    from agent_common.envs import make_vec_env, step_env
+
+    envs = make_vec_env("HalfCheetah-v4", 1, seed=0)
+    obs, _ = envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    rows: dict[str, list[np.ndarray]] = {k: [] for k in ("observation", "action", "reward", "terminated",
+                                                         "next_observation")}
+    for _ in range(BATCH):
+        action = rng.uniform(-1, 1, (1, ACT_DIM)).astype(np.float32)  # (1, A)
+        res = step_env(envs, action)
+        rows["observation"].append(np.asarray(obs, np.float32)[0])
+        rows["action"].append(action[0])
+        rows["reward"].append(res.reward[0] / 2.0)
+        rows["terminated"].append(res.terminated[0])
+        rows["next_observation"].append(res.next_observation[0])
+        obs = res.reset_observation
+    envs.close()
+    batch = {k: np.stack(v).astype(np.float32) for k, v in rows.items()}
+    batch["terminated"][::5] = 1.0  # a few terminal rows, so the done branch of the target is exercised
+    return batch
+
+
+def _leaves_with_path(tree):
+    return [("/".join(str(getattr(k, "key", k)) for k in path), leaf)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)]
+
+
+def _assert_projected(params) -> None:
+    """Every unit linear row has norm 1, every BN (weight, bias) pair and RMSNorm weight has norm sqrt(d)."""
+    def walk(tree, name=""):
+        if not isinstance(tree, dict):
+            return
+        keys = set(tree)
+        if keys == {"weight"} and tree["weight"].ndim >= 2 and not name.endswith("post_norm"):  # unit linear
+            np.testing.assert_allclose(np.linalg.norm(tree["weight"], axis=-1), 1.0, atol=1e-5, err_msg=name)
+        elif keys == {"weight", "bias"}:  # batch norm
+            sq = np.sum(np.square(tree["weight"]) + np.square(tree["bias"]), axis=-1)
+            np.testing.assert_allclose(sq, tree["weight"].shape[-1], rtol=1e-5, err_msg=name)
+        elif keys == {"weight"}:  # rms norm
+            sq = np.sum(np.square(tree["weight"]), axis=-1)
+            np.testing.assert_allclose(sq, tree["weight"].shape[-1], rtol=1e-5, err_msg=name)
+        for key, sub in tree.items():
+            walk(sub, f"{name}/{key}")
+
+    walk(jax.device_get(params))
+
+
+def test_parameter_counts_match_upstream():
+    """Default widths on HalfCheetah: 268,590 actor and 2,171,686 critic parameters (FLASHSAC.md 8.7)."""
+    cfg = load_config(framework="jax")
+    state = create_agent_state(cfg.agent, OBS_DIM, ACT_DIM, seed=0)
+    count = lambda tree: sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(tree))
+    assert count(state.actor.params) == 268_590
+    assert count(state.critic.params) == 2_171_686
+    assert count(state.temperature.params) == 1
+    shapes = {name: tuple(x.shape) for name, x in _leaves_with_path(state.critic.params)}
+    assert shapes["embedder/w/weight"] == (2, 256, 23)  # (E, out, in): PyTorch layout
+    assert shapes["encoder_1/w1/weight"] == (2, 1024, 256)
+    assert shapes["predictor/w/weight"] == (2, 101, 256)
+    assert shapes["predictor/bias"] == (2, 101)
+    actor_shapes = {name: tuple(x.shape) for name, x in _leaves_with_path(state.actor.params)}
+    assert actor_shapes["predictor/mean_w/weight"] == (6, 128)
+    assert actor_shapes["predictor/std_bias"] == (6,)
+    np.testing.assert_allclose(np.exp(state.temperature.params["log_temp"]), [0.01], rtol=1e-6)
+    _assert_projected(state.actor.params)
+    _assert_projected(state.critic.params)
+    for a, b in zip(jax.tree_util.tree_leaves(state.critic.params), jax.tree_util.tree_leaves(
+            state.critic.target_params), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_batchnorm_matches_torch_semantics():
+    """Training mode: biased-variance normalisation, unbiased running var, momentum 0.01; eval uses running stats."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((9, 5)).astype(np.float32) * 3 + 1  # (B, d)
+    bn = UnitBatchNorm(5)
+    variables = bn.init(jax.random.PRNGKey(0), jnp.asarray(x), False)
+    params = {"weight": jnp.linspace(0.5, 1.5, 5), "bias": jnp.linspace(-1, 1, 5)}
+    y, upd = bn.apply({"params": params, "batch_stats": variables["batch_stats"]}, jnp.asarray(x), True,
+                      mutable=["batch_stats"])
+    rm, rv = torch.zeros(5), torch.ones(5)
+    y_t = torch.nn.functional.batch_norm(torch.tensor(x), rm, rv, torch.tensor(np.asarray(params["weight"])),
+                                         torch.tensor(np.asarray(params["bias"])), training=True, momentum=0.01,
+                                         eps=1e-5)
+    np.testing.assert_allclose(np.asarray(y), y_t.numpy(), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(upd["batch_stats"]["running_mean"]), rm.numpy(), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(upd["batch_stats"]["running_var"]), rv.numpy(), atol=1e-6)
+    y_eval = bn.apply({"params": params, "batch_stats": upd["batch_stats"]}, jnp.asarray(x), False)
+    y_eval_t = torch.nn.functional.batch_norm(torch.tensor(x), rm, rv, torch.tensor(np.asarray(params["weight"])),
+                                              torch.tensor(np.asarray(params["bias"])), training=False, eps=1e-5)
+    np.testing.assert_allclose(np.asarray(y_eval), y_eval_t.numpy(), atol=1e-5)
+
+
+def test_actor_log_prob_is_tanh_gaussian_density():
+    """log pi = sum_i [log N(u_i; mu_i, sigma_i) - log(1 - tanh(u_i)^2)], log sigma in [-10, 2] (paper-era head)."""
+    actor = FlashSACActor(num_blocks=1, input_dim=OBS_DIM, hidden_dim=16, action_dim=ACT_DIM)
+    key = jax.random.PRNGKey(3)
+    obs = jax.random.normal(key, (32, OBS_DIM))  # (B, O)
+    variables = actor.init(key, obs, False, key)
+    action, info = actor.apply(variables, obs, False, key)
+    mean, std = actor.apply(variables, obs, False, method="get_mean_and_std")
+    mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
+    eps = np.asarray(jax.random.normal(key, mean.shape), np.float64)  # (B, A) the head's reparametrisation noise
+    u = mean + std * eps  # (B, A)
+    np.testing.assert_allclose(np.asarray(action), np.tanh(u), atol=1e-6)
+    assert np.all(np.log(std) >= -10 - 1e-4) and np.all(np.log(std) <= 2 + 1e-4)
+    normal = -0.5 * ((u - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)
+    expected = np.sum(normal - np.log(1 - np.tanh(u) ** 2), axis=-1)  # (B,)
+    np.testing.assert_allclose(np.asarray(info["log_prob"]), expected, rtol=2e-3, atol=2e-3)
+    big = jnp.array([-40.0, -3.0, 0.0, 3.0, 40.0])
+    np.testing.assert_allclose(np.asarray(safe_tanh_log_det_jacobian(big))[1:4],
+                               np.log(1 - np.tanh(np.asarray(big[1:4], np.float64)) ** 2), rtol=1e-5)
+    assert np.all(np.isfinite(np.asarray(safe_tanh_log_det_jacobian(big))))
+
+
+def test_learning_rate_schedule_matches_agent_common():
+    """The optax schedule equals agent_common's framework-free schedule (also with a non-zero warm-up)."""
+    for warmup, decay in ((0, 100), (10, 100), (1, 990_000)):
+        schedule = learning_rate_schedule(3e-4 if warmup == 0 else 1e-4, 3e-4, 1.5e-4, warmup, decay)
+        for t in (0, 1, 5, warmup, warmup + 1, decay // 2, decay - 1, decay, decay + 10):
+            want = warmup_cosine_decay(t, 3e-4 if warmup == 0 else 1e-4, 3e-4, 1.5e-4, warmup, decay)
+            assert math.isclose(float(schedule(t)), want, rel_tol=1e-5), (warmup, decay, t)
+
+
+def test_critic_target_equals_spec_reference(real_batch):
+    """compute_critic_target on a real batch == shared_spec's float64 reference on the same critic outputs."""
+    cfg = _cfg()
+    state = create_agent_state(cfg.agent, OBS_DIM, ACT_DIM, seed=1)
+    actor_def, critic_def, temperature_def = build_networks(cfg.agent, OBS_DIM, ACT_DIM)
+    batch = {k: jnp.asarray(v) for k, v in real_batch.items()}
+    key = jax.random.PRNGKey(7)
+    gamma_n = 0.99
+    target, next_actions, next_alpha_log_pi, _ = compute_critic_target(
+        state.actor, state.critic, state.temperature, batch, key, jnp.float32(gamma_n), -5.0, 5.0, "jax")
+
+    # Recompute the op's inputs independently, from the module definitions.
+    actor_vars = {"params": state.actor.params, "batch_stats": state.actor.batch_stats}
+    a_next, info = actor_def.apply(actor_vars, batch["next_observation"], False, key)
+    alpha = np.exp(np.asarray(state.temperature.params["log_temp"]))[0]
+    np.testing.assert_array_equal(np.asarray(next_actions), np.asarray(a_next))
+    target_vars = {"params": state.critic.target_params, "batch_stats": state.critic.target_batch_stats}
+    obs_all = jnp.concatenate([batch["observation"], batch["next_observation"]])
+    act_all = jnp.concatenate([batch["action"], a_next])
+    (qs, q_info), _ = critic_def.apply(target_vars, obs_all, act_all, True, mutable=["batch_stats"])
+    want = reference_td_target(np.asarray(qs)[:, BATCH:], np.asarray(q_info["log_prob"])[:, BATCH:],
+                               real_batch["reward"], real_batch["terminated"],
+                               np.asarray(alpha * np.asarray(info["log_prob"])), gamma=gamma_n, min_v=-5.0, max_v=5.0)
+    got = np.asarray(target)
+    assert got.shape == (BATCH, cfg.agent.critic_num_bins)
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(next_alpha_log_pi), alpha * np.asarray(info["log_prob"]), rtol=1e-6)
+    atoms = CategoricalSupport(cfg.agent.critic_num_bins, -5.0, 5.0).atoms()
+    q_online, _ = critic_def.apply({"params": state.critic.params, "batch_stats": state.critic.batch_stats},
+                                   batch["observation"], batch["action"], False)
+    _, lp = critic_def.apply({"params": state.critic.params, "batch_stats": state.critic.batch_stats},
+                             batch["observation"], batch["action"], False)
+    np.testing.assert_allclose(np.asarray(q_online), np.exp(np.asarray(lp["log_prob"])) @ atoms, rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_update_step_keys_projection_and_no_recompile(real_batch):
+    """Info keys match the torch agent; weights stay projected; new gamma / tau / alpha values do not recompile."""
+    cfg = _cfg()
+    state = create_agent_state(cfg.agent, OBS_DIM, ACT_DIM, seed=0)
+    batch = {k: jnp.asarray(v) for k, v in real_batch.items()}
+    scalars = UpdateScalars.create(0.99, 0.01, 0.0, -2.87)
+    kw = {"min_v": -5.0, "max_v": 5.0, "backend": "jax"}
+    state, info = update_networks(state, batch, scalars, do_actor_update=True, **kw)
+    assert set(info) == EXPECTED_INFO_ACTOR | EXPECTED_INFO_CRITIC
+    assert all(np.isfinite(float(v)) for v in info.values())
+    state, info = update_networks(state, batch, scalars, do_actor_update=False, **kw)
+    assert set(info) == EXPECTED_INFO_CRITIC
+    _assert_projected(state.actor.params)
+    _assert_projected(state.critic.params)
+    assert int(state.actor.step) == 1 and int(state.critic.step) == 2 and int(state.temperature.step) == 1
+    compiles: list[str] = []
+    listener = lambda event, duration, **kw: compiles.append(event) if event.endswith("backend_compile_duration") \
+        else None
+    jax.monitoring.register_event_duration_secs_listener(listener)
+
+    # New gamma, tau, bc_alpha, target entropy and a new alpha (temperature parameter value): same executables.
+    new_log_temp = {"log_temp": jnp.asarray([math.log(0.2)], jnp.float32)}
+    state = state.replace(temperature=state.temperature.replace(params=new_log_temp))
+    for gamma in (0.9, 0.5):
+        scalars = UpdateScalars.create(gamma, 0.05, 0.1, -1.0)
+        state, info = update_networks(state, batch, scalars, do_actor_update=True, **kw)
+        state, info = update_networks(state, batch, scalars, do_actor_update=False, **kw)
+    jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == [], "changing run-time scalars recompiled the update step"
+    assert np.isfinite(float(info["critic/loss"]))
+
+
+def test_temperature_and_target_ema():
+    """dL/dlog(alpha) = alpha (H - H-bar): alpha falls when H > H-bar; EMA is target + tau (online - target)."""
+    cfg = _cfg()
+    state = create_agent_state(cfg.agent, OBS_DIM, ACT_DIM, seed=0)
+    temp, info = update_temperature(state.temperature, jnp.float32(1.0), jnp.float32(-2.0))
+    assert float(temp.params["log_temp"][0]) < float(state.temperature.params["log_temp"][0])
+    np.testing.assert_allclose(float(info["temperature/value"]), 0.01, rtol=1e-6)
+    np.testing.assert_allclose(float(info["temperature/loss"]), 0.01 * 3.0, rtol=1e-5)
+    # Adam's first step moves log alpha by the learning rate (3e-4) in the direction of -sign(grad).
+    np.testing.assert_allclose(float(temp.params["log_temp"][0]), math.log(0.01) - 3e-4, rtol=1e-6)
+    temp, _ = update_temperature(state.temperature, jnp.float32(-5.0), jnp.float32(-2.0))
+    assert float(temp.params["log_temp"][0]) > float(state.temperature.params["log_temp"][0])
+
+    critic = state.critic.replace(params=jax.tree_util.tree_map(lambda p: p + 1.0, state.critic.params))
+    new = update_target(critic, jnp.float32(0.01))
+    for t_new, t_old, p in zip(jax.tree_util.tree_leaves(new.target_params),
+                               jax.tree_util.tree_leaves(state.critic.target_params),
+                               jax.tree_util.tree_leaves(critic.params), strict=True):
+        np.testing.assert_allclose(np.asarray(t_new), np.asarray(t_old) + 0.01 * (np.asarray(p) - np.asarray(t_old)),
+                                   rtol=1e-6, atol=1e-7)
+
+
+def test_backend_selection_and_fallback(caplog):
+    """pallas on CPU without interpret falls back to jax with a logged reason and a counted fallback; strict raises."""
+    import jax_impl
+    from agent_jax.agent import FlashSACAgent
+
+    jax_impl.reset_dispatch()
+    low, high = -np.ones(ACT_DIM), np.ones(ACT_DIM)
+    with caplog.at_level(logging.INFO):
+        agent = FlashSACAgent(_cfg("agent.categorical_target_backend=pallas"), OBS_DIM, ACT_DIM, low, high)
+    assert agent.backend == "jax"
+    assert "fallback" in agent.backend_decision["reason"]
+    assert any("pallas" in r.getMessage() and "fallback" in r.getMessage() for r in caplog.records)
+    assert agent.get_metrics()["backend/fallback_count"] >= 1.0
+    assert "jax" in agent.backend_text()
+    with pytest.raises(jax_impl.BackendUnavailable):
+        FlashSACAgent(_cfg("agent.categorical_target_backend=pallas", "agent.categorical_target_strict=true"),
+                      OBS_DIM, ACT_DIM, low, high)
+    jax_impl.reset_dispatch()
+    agent = FlashSACAgent(_cfg("agent.categorical_target_backend=jax", "agent.categorical_target_strict=true"),
+                          OBS_DIM, ACT_DIM, low, high)
+    assert agent.backend == "jax"
+    assert agent.get_metrics()["backend/fallback_count"] == 0.0

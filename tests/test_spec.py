@@ -1,0 +1,110 @@
+"""The float64 spec itself: golden values, scatter == hat, invariants, input validation."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared_spec import CASES, GOLDEN, CategoricalSupport, make_inputs
+from shared_spec import reference as R
+
+
+@pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g.name)
+@pytest.mark.parametrize("form", [R.categorical_td_target, R.categorical_td_target_hat])
+def test_golden_cases(golden, form):
+    got = form(**golden.inputs, gamma=golden.gamma, min_v=golden.min_v, max_v=golden.max_v)
+    assert np.array_equal(np.isnan(got), np.isnan(golden.expected))
+    np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(golden.expected), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("case", CASES + [c for c in CASES[:3]], ids=lambda c: c.id)
+def test_scatter_equals_hat(case):
+    x = case.inputs()
+    a = R.categorical_td_target(**x, gamma=case.gamma)
+    b = R.categorical_td_target_hat(**x, gamma=case.gamma)
+    assert np.array_equal(np.isnan(a), np.isnan(b))
+    np.testing.assert_allclose(np.nan_to_num(a), np.nan_to_num(b), atol=1e-12, rtol=0)
+
+
+def test_scatter_equals_hat_with_nonfinite_inputs():
+    x = make_inputs(300, kind="nonfinite", seed=11)
+    a = R.categorical_td_target(**x, gamma=0.99)
+    b = R.categorical_td_target_hat(**x, gamma=0.99)
+    assert np.array_equal(np.isnan(a), np.isnan(b)) and np.isnan(a).any()
+    np.testing.assert_allclose(np.nan_to_num(a), np.nan_to_num(b), atol=1e-12, rtol=0)
+
+
+def test_support_atoms():
+    sup = CategoricalSupport()
+    z = sup.atoms(np.float64)
+    assert z[0] == -5.0 and z[-1] == 5.0 and z.shape == (101,)
+    assert sup.inv_bin_width == 10.0
+    np.testing.assert_allclose(np.diff(z), 0.1, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(B=st.integers(1, 40), N=st.integers(2, 130), E=st.integers(1, 3), seed=st.integers(0, 2**31 - 1),
+       gamma=st.sampled_from([0.0, 0.3, 0.9, 0.99, 1.0]), kind=st.sampled_from(["random", "mixed", "peaked"]))
+def test_invariants_mass_nonnegativity(B, N, E, seed, gamma, kind):
+    x = make_inputs(B, N, E, seed=seed, kind=kind)
+    m = R.categorical_td_target(**x, gamma=gamma)
+    _, lp = R.select_min_q(x["next_qs"].astype(np.float64), x["next_log_probs"].astype(np.float64))
+    assert (m >= 0).all()
+    np.testing.assert_allclose(m.sum(axis=1), np.exp(lp).sum(axis=1), atol=1e-12, rtol=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(B=st.integers(1, 30), seed=st.integers(0, 2**31 - 1), gamma=st.floats(0.0, 1.0))
+def test_mean_preserved_without_clipping(B, seed, gamma):
+    rng = np.random.default_rng(seed)
+    x = make_inputs(B, seed=seed)
+    # Keep every Bellman atom strictly inside [-5, 5]: |r| + gamma (5 + |s|) < 5.
+    x["reward"] = rng.uniform(-1, 1, B).astype(np.float32)
+    x["next_alpha_log_pi"] = rng.uniform(-0.5, 0.5, B).astype(np.float32)
+    g = 0.7 * gamma
+    m = R.categorical_td_target(**x, gamma=g)
+    mean = m @ CategoricalSupport().atoms(np.float64)
+    np.testing.assert_allclose(mean, R.expected_mean(**x, gamma=g), atol=1e-10, rtol=0)
+
+
+def test_ties_pick_the_first_critic():
+    x = make_inputs(16, E=3, kind="ties")
+    idx, _ = R.select_min_q(x["next_qs"], x["next_log_probs"])
+    assert (idx == 0).all()
+
+
+def test_terminated_row_is_two_hot_of_clipped_reward():
+    x = make_inputs(8, kind="terminated")
+    x["reward"][:] = np.array([0.3, -7, 9, 0.05, 1.0, -5, 5, 2.25], np.float32)
+    m = R.categorical_td_target(**x, gamma=0.99)
+    b = (np.clip(x["reward"].astype(np.float64), -5, 5) + 5) * 10
+    for row, bi in zip(m, b, strict=True):
+        assert np.count_nonzero(row) <= 2
+        assert abs(row @ np.arange(101) / row.sum() - bi) < 1e-9
+
+
+def _inputs(B=4, N=11, E=2):
+    return make_inputs(B, N, E)
+
+
+@pytest.mark.parametrize("mutate, exc, needle", [
+    (lambda x: x.update(reward=x["reward"][:3]), ValueError, "reward"),
+    (lambda x: x.update(next_qs=x["next_qs"][0]), ValueError, "next_qs"),
+    (lambda x: x.update(next_log_probs=x["next_log_probs"][0]), ValueError, "next_log_probs"),
+    (lambda x: x.update(next_log_probs=x["next_log_probs"][:0], next_qs=x["next_qs"][:0]), ValueError, "E >= 1"),
+    (lambda x: x.update(next_log_probs=x["next_log_probs"][..., :1]), ValueError, "N >= 2"),
+    (lambda x: x.update(next_log_probs=x["next_log_probs"].astype(np.int32)), TypeError, "next_log_probs"),
+    (lambda x: x.update(terminated=x["terminated"][:, None][:2]), ValueError, "terminated"),
+])
+def test_bad_input_names_the_argument(mutate, exc, needle):
+    x = _inputs()
+    mutate(x)
+    with pytest.raises(exc, match=needle):
+        R.categorical_td_target(**x, gamma=0.99)
+
+
+@pytest.mark.parametrize("kwargs, needle", [(dict(min_v=1.0, max_v=1.0), "min_v"), (dict(gamma=1.5), "gamma"),
+                                            (dict(gamma=float("nan")), "gamma"), (dict(max_v=float("inf")), "max_v")])
+def test_bad_scalars(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        R.categorical_td_target(**_inputs(), **dict(dict(gamma=0.99), **kwargs))

@@ -1,0 +1,84 @@
+"""The "triton" backend: the fused kernel registered as torch.ops.flashsac.categorical_td_target (triton_op)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from torch_impl.reference import support_constants
+
+__all__ = ["TESTED_TRITON", "categorical_td_target_triton", "triton_gate"]
+
+# The pip triton versions this kernel was validated with (CPU interpreter: 3.6.0; H200: 3.6.0 under torch 2.11).
+TESTED_TRITON = ("3.6",)
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+import triton  # noqa: E402  (ImportError here means: no triton backend; torch_impl/dispatch.py records why)
+
+from triton_kernels import categorical_td_target_kernel, kernel_config  # noqa: E402
+
+_CAPABILITY: dict[int, tuple[int, int]] = {}  # cached per device index: no runtime query inside the op
+
+
+def _capability(index: int | None) -> tuple[int, int]:
+    index = torch.cuda.current_device() if index is None else index
+    if index not in _CAPABILITY:
+        _CAPABILITY[index] = torch.cuda.get_device_capability(index)
+    return _CAPABILITY[index]
+
+
+def triton_gate(key: tuple) -> str | None:
+    """Why the kernel cannot run a configuration (device type, device index, dtype, E, N, needs_grad), or None."""
+    device_type, index, dtype, E, N, needs_grad = key
+    if not triton.__version__.startswith(TESTED_TRITON):
+        return f"triton {triton.__version__} is outside the tested range {TESTED_TRITON}"
+    if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"log-prob dtype {dtype} is not supported (float32, bfloat16, float16)"
+    if not 2 <= N <= 4096:
+        return f"N = {N} atoms is outside the supported range [2, 4096]"
+    if not 1 <= E <= 16:
+        return f"E = {E} critics is outside the supported range [1, 16]"
+    if needs_grad:
+        return "an input requires grad under grad mode (the kernel is forward-only; the target is stop-gradient)"
+    if INTERPRET:
+        return None if device_type == "cpu" else f"TRITON_INTERPRET=1 runs CPU tensors only, got {device_type}"
+    if device_type != "cuda":
+        return f"inputs are on {device_type}, the kernel needs CUDA (set TRITON_INTERPRET=1 to interpret on CPU)"
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    major, minor = _capability(index)
+    if major < 8:
+        return f"compute capability {major}.{minor} < 8.0"
+    return None
+
+
+@torch.library.triton_op("flashsac::categorical_td_target", mutates_args={})
+def _categorical_td_target_op(next_qs: torch.Tensor, next_log_probs: torch.Tensor, reward: torch.Tensor,
+                              terminated: torch.Tensor, next_alpha_log_pi: torch.Tensor, gamma: float, min_v: float,
+                              inv_delta: float) -> torch.Tensor:
+    E, B, N = next_log_probs.shape
+    out = torch.empty((B, N), dtype=torch.float32, device=next_log_probs.device)
+    cfg = kernel_config(B, N, INTERPRET)
+    grid = (triton.cdiv(B, cfg["BR"]),)
+    torch.library.wrap_triton(categorical_td_target_kernel)[grid](
+        next_qs, next_qs.stride(0), next_qs.stride(1),
+        next_log_probs, next_log_probs.stride(0), next_log_probs.stride(1), next_log_probs.stride(2),
+        reward, reward.stride(0),
+        terminated, terminated.stride(0),
+        next_alpha_log_pi, next_alpha_log_pi.stride(0),
+        out, out.stride(0),
+        B, gamma, min_v, inv_delta,
+        E=E, N=N, BLOCK_N=cfg["BLOCK_N"], BR=cfg["BR"], num_warps=cfg["num_warps"],
+    )
+    return out
+
+
+def categorical_td_target_triton(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma: float,
+                                 min_v: float, max_v: float) -> torch.Tensor:
+    """Launch the fused kernel (inputs validated and gated by torch_impl/dispatch.py). Returns (B, N) fp32."""
+    B = next_log_probs.shape[1]
+    mv, inv_delta = support_constants(next_log_probs.shape[2], min_v, max_v)
+    return torch.ops.flashsac.categorical_td_target(next_qs, next_log_probs, reward.reshape(B),
+                                                    terminated.reshape(B), next_alpha_log_pi.reshape(B),
+                                                    float(gamma), mv, inv_delta)

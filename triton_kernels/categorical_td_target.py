@@ -1,0 +1,136 @@
+"""Fused, deterministic Triton kernel for FlashSAC's categorical TD target (SPEC.md sections 3 and 8)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["categorical_td_target_kernel", "kernel_config"]
+
+# Rows with 0 < g < G_BAND_MIN use the full source range (W = N) instead of the band estimate (SPEC.md 8).
+G_BAND_MIN = 0.0625
+
+
+@triton.jit
+def _round(x):
+    # Identity on non-NaN values; stops FMA contraction of the product x into a following add (SPEC.md 3).
+    return tl.where(x != x, 0.0, x)
+
+
+@triton.jit
+def _positions(c, g, j, NM1: tl.constexpr):
+    # b_j = min(max(c + R(g * j), 0), N - 1) in fp32, the one formula every implementation uses.
+    b = c + _round(g * j.to(tl.float32))
+    return tl.minimum(tl.maximum(b, 0.0), NM1 * 1.0)
+
+
+@triton.jit
+def categorical_td_target_kernel(
+    q_ptr, q_stride_e, q_stride_b,  # next_qs (E, B): critic means
+    lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n,  # next_log_probs (E, B, N): any float dtype, any strides
+    r_ptr, r_stride,  # reward (B,)
+    d_ptr, d_stride,  # terminated (B,)
+    s_ptr, s_stride,  # next_alpha_log_pi (B,)
+    out_ptr, out_stride_b,  # output (B, N) fp32, unit stride along N
+    B,  # number of rows
+    gamma,  # fp32 gamma ** n_step (a runtime value: changing it never recompiles)
+    min_v,  # fp32 min_v
+    inv_delta,  # fp32 (N - 1) / (max_v - min_v)
+    E: tl.constexpr,  # number of critics
+    N: tl.constexpr,  # number of atoms
+    BLOCK_N: tl.constexpr,  # next power of 2 >= N (lanes)
+    BR: tl.constexpr,  # rows per program (power of 2)
+):
+    pid = tl.program_id(0)
+    rows = pid * BR + tl.arange(0, BR)  # (BR,)
+    row_ok = rows < B
+    rows64 = rows.to(tl.int64)
+    k = tl.arange(0, BLOCK_N)  # (BLOCK_N,) destination atom (also the source index of the full-row pass)
+    lane_ok = k < N
+
+    # 1. Min-mean critic (strict < scan: ties -> the first critic) and the row scalars.
+    best = tl.load(q_ptr + rows64 * q_stride_b, mask=row_ok, other=0.0).to(tl.float32)  # (BR,)
+    sel = tl.zeros([BR], dtype=tl.int64)
+    bad = best != best
+    for e in tl.static_range(1, E):
+        qe = tl.load(q_ptr + e * q_stride_e + rows64 * q_stride_b, mask=row_ok, other=0.0).to(tl.float32)
+        bad = bad | (qe != qe)
+        take = qe < best
+        best = tl.where(take, qe, best)
+        sel = tl.where(take, e, sel)
+    r = tl.load(r_ptr + rows64 * r_stride, mask=row_ok, other=0.0).to(tl.float32)
+    d = tl.load(d_ptr + rows64 * d_stride, mask=row_ok, other=0.0).to(tl.float32)
+    s = tl.load(s_ptr + rows64 * s_stride, mask=row_ok, other=0.0).to(tl.float32)
+    g = gamma * (1.0 - d)
+    h_raw = g * (min_v - s)
+    c_raw = ((r - min_v) + h_raw) * inv_delta
+    c = _round(((r - min_v) + _round(h_raw)) * inv_delta)  # (BR,)
+    bad = bad | (r != r) | (s != s) | (c_raw != c_raw) | ~((d >= 0.0) & (d <= 1.0))
+    bad = bad | ~((g >= 0.0) & (g < float("inf")))
+    row_base = lp_ptr + sel * lp_stride_e + rows64 * lp_stride_b  # (BR,) pointer to the selected row
+
+    # 2. Full-row pass: j = k lanes. Pile sums at both clamped ends, total mass, NaN/+inf log-probs.
+    m2 = row_ok[:, None] & lane_ok[None, :]  # (BR, BLOCK_N)
+    lp = tl.load(row_base[:, None] + k[None, :] * lp_stride_n, mask=m2, other=float("-inf")).to(tl.float32)
+    bad = bad | (tl.max(((lp != lp) | (lp == float("inf"))).to(tl.int32), axis=1) > 0)
+    p = tl.exp(lp)  # (BR, BLOCK_N), 0 on masked lanes
+    b = _positions(c[:, None], g[:, None], k[None, :], N - 1)
+    done = g == 0.0  # (BR,) every b_j equals clamp(c): a two-hot of the total mass
+    p_lo = tl.sum(tl.where(b == 0.0, p, 0.0), axis=1)
+    p_hi = tl.sum(tl.where(b == N - 1.0, p, 0.0), axis=1)
+    p_all = tl.sum(p, axis=1)
+    p_lo = tl.where(done, 0.0, p_lo)
+    p_hi = tl.where(done, 0.0, p_hi)
+
+    # 3. Band of sources that can feed atom k (a superset; out-of-run sources get an exact 0 weight).
+    g_ok = ~bad & (g > 0.0)
+    band = g_ok & (g >= 0.0625)
+    inv_g = 1.0 / tl.where(band, g, 1.0)  # only used for the band estimate
+    x = (k[None, :].to(tl.float32) - 1.0 - tl.where(band, c, 0.0)[:, None]) * inv_g[:, None]
+    x = tl.minimum(tl.maximum(tl.floor(x), 0.0), N * 1.0)
+    j_lo = tl.where(band[:, None], x, 0.0).to(tl.int32)  # (BR, BLOCK_N)
+    w_row = tl.where(band, tl.floor(2.0 * inv_g).to(tl.int32) + 3, tl.where(g_ok, N, 0))  # (BR,)
+    n_w = tl.max(w_row, axis=0)
+    acc = tl.zeros([BR, BLOCK_N], dtype=tl.float32)
+    w = 0
+    while w < n_w:  # a while loop: the interpreter cannot use a reduced tensor as a range() bound
+        j = j_lo + w  # (BR, BLOCK_N) source index
+        ok = m2 & g_ok[:, None] & (j < N)
+        lpj = tl.load(row_base[:, None] + j.to(tl.int64) * lp_stride_n, mask=ok, other=float("-inf"))
+        pj = tl.exp(lpj.to(tl.float32))
+        bj = _positions(c[:, None], g[:, None], j, N - 1)
+        lj = tl.floor(bj)
+        fj = bj - lj
+        kf = k[None, :].to(tl.float32)
+        wt = tl.where(kf == lj, 1.0 - fj, tl.where(kf == lj + 1.0, fj, 0.0))
+        inner = ok & (bj > 0.0) & (bj < N - 1.0)
+        acc = acc + tl.where(inner, _round(pj * wt), 0.0)
+        w += 1
+
+    # 4. Piles, the two-hot of terminated rows, NaN rows; store.
+    b_star = tl.minimum(tl.maximum(c, 0.0), N - 1.0)
+    l_star = tl.floor(b_star)
+    f_star = b_star - l_star
+    kf = k[None, :].to(tl.float32)
+    w_star = tl.where(kf == l_star[:, None], 1.0 - f_star[:, None], tl.where(kf == l_star[:, None] + 1.0,
+                                                                                f_star[:, None], 0.0))
+    acc = acc + tl.where(k[None, :] == 0, p_lo[:, None], 0.0)
+    acc = acc + tl.where(k[None, :] == N - 1, p_hi[:, None], 0.0)
+    acc = acc + tl.where((done & ~bad)[:, None], _round(p_all[:, None] * w_star), 0.0)
+    acc = tl.where(bad[:, None], float("nan"), acc)
+    tl.store(out_ptr + rows64[:, None] * out_stride_b + k[None, :], acc, mask=m2)
+
+
+def kernel_config(B: int, N: int, interpret: bool) -> dict:
+    """Pinned launch configuration (no autotuning: the reduction order must not depend on timing).
+
+    Returns:
+        {"BLOCK_N", "BR", "num_warps"}: BR rows per program; interpret mode uses few, large programs.
+    """
+    block_n = max(triton.next_power_of_2(N), 2)
+    if interpret:
+        br = 64
+    else:
+        br = max(1, min(8, 1024 // block_n))
+    num_warps = 4 if block_n * br <= 1024 else 8
+    return {"BLOCK_N": block_n, "BR": br, "num_warps": num_warps}
