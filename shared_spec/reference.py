@@ -121,8 +121,9 @@ def invalid_rows(next_qs, r, d, s, lp, g, c) -> np.ndarray:
     """SPEC.md section 6: rows whose output is all NaN.
 
     A row is invalid iff any of: reward, next_alpha_log_pi or any critic mean is NaN; terminated is NaN or
-    outside [0, 1]; g = gamma (1 - d) is not a finite number >= 0; the shift c (index space) is NaN, which happens exactly when the Bellman atoms are NaN
-    (inf - inf, or 0 * inf on a terminated row with infinite alpha*log pi); a selected log-prob is NaN or +inf.
+    outside [0, 1]; g = gamma (1 - d) is not a finite number >= 0; the shift c (index space) is NaN, which happens
+    exactly when the Bellman atoms are NaN (inf - inf, or 0 * inf on a terminated row with infinite alpha*log pi);
+    a selected log-prob is NaN or +inf.
     """
     bad = np.isnan(r) | np.isnan(s) | np.isnan(next_qs).any(axis=0)  # (B,)
     bad |= ~((d >= 0.0) & (d <= 1.0))

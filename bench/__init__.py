@@ -1,0 +1,1 @@
+"""Benchmarks, GPU validation scripts and the cascaded kernel evaluation harness."""

@@ -1,0 +1,318 @@
+"""H200 validation and benchmark of the fused Triton kernel (issue 3): one call, JSON + markdown + PNG under --out.
+
+    python -m bench.gpu_triton --out $OUT/triton
+
+Sections (each guarded, so one failure still reports the rest): environment, correctness matrix vs the float64 spec
+and the torch fp32 path, bitwise determinism (100 repeats), torch.compile(fullgraph=True) graph breaks, CUDA-graph
+replay vs eager, torch.library.opcheck, AMP, and timing of upstream's path (eager and compiled) vs ours, direct and
+under CUDA-graph replay, with the measured copy bandwidth and the bytes-moved floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+
+import numpy as np
+import torch
+
+import torch_impl
+from bench import upstream
+from shared_spec import make_inputs
+from shared_spec import reference as R
+from shared_spec.tolerances import max_abs_error, max_mass_error
+
+GAMMA = 0.99
+KINDS = ("random", "strided", "clamp_high", "clamp_low", "terminated", "peaked", "nonfinite", "mixed")
+
+
+def env_info() -> dict:
+    import triton
+
+    info = {"date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
+            "gpu": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0)),
+            "command": " ".join([sys.executable] + sys.argv)}
+    try:
+        info["git_sha"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
+    try:
+        info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                        capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
+    return info
+
+
+def gpu_inputs(B: int, kind: str, seed: int = 0) -> tuple[dict, dict]:
+    """(numpy float32 inputs, torch CUDA inputs); kind 'strided' builds upstream's chunk views of (E, 2B[, N])."""
+    if kind == "strided":
+        big = make_inputs(2 * B, kind="mixed", seed=seed)
+        t = {k: torch.from_numpy(v).cuda() for k, v in big.items()}
+        t["next_qs"] = t["next_qs"].chunk(2, dim=1)[1]
+        t["next_log_probs"] = t["next_log_probs"].chunk(2, dim=1)[1]
+        for k in ("reward", "terminated", "next_alpha_log_pi"):
+            t[k] = t[k][B:]
+        x = {k: v.cpu().numpy() for k, v in t.items()}
+        return x, t
+    x = make_inputs(B, kind=kind, seed=seed)
+    return x, {k: torch.from_numpy(v).cuda() for k, v in x.items()}
+
+
+def ours(t: dict, backend: str = "triton") -> torch.Tensor:
+    return torch_impl.categorical_td_target(**t, gamma=GAMMA, backend=backend, strict=True)
+
+
+def correctness(sizes) -> list[dict]:
+    rows = []
+    for B in sizes:
+        for kind in KINDS:
+            x, t = gpu_inputs(B, kind, seed=B)
+            got = ours(t).cpu().numpy()
+            ref32 = ours(t, "torch").cpu().numpy()
+            n = min(B, 16384)  # float64 oracle on a prefix for the largest sizes (numpy add.at is slow)
+            xs = {k: (v[:, :n] if k in ("next_qs", "next_log_probs") else v[:n]) for k, v in x.items()}
+            want = R.categorical_td_target(**xs, gamma=GAMMA)
+            _, lp = R.select_min_q(xs["next_qs"].astype(np.float64), xs["next_log_probs"].astype(np.float64))
+            rows.append({"B": B, "kind": kind, "rows_checked_vs_float64": n,
+                         "max_abs_vs_float64": max_abs_error(got[:n], want),
+                         "max_abs_vs_torch_fp32": max_abs_error(got, ref32),
+                         "bitwise_equal_torch_fp32": bool(np.array_equal(got, ref32, equal_nan=True)),
+                         "max_mass_error": max_mass_error(got[:n], lp),
+                         "min_value": float(np.nanmin(got)) if not np.isnan(got).all() else None,
+                         "nan_rows": int(np.isnan(got).any(axis=1).sum())})
+            print(f"  correctness B={B:>8} {kind:<11} vs f64 {rows[-1]['max_abs_vs_float64']:.2e} "
+                  f"vs torch {rows[-1]['max_abs_vs_torch_fp32']:.2e} mass {rows[-1]['max_mass_error']:.2e}",
+                  flush=True)
+    return rows
+
+
+def determinism() -> dict:
+    out = {}
+    for B, kind in ((65536, "mixed"), (2048, "nonfinite"), (1048576, "random")):
+        _, t = gpu_inputs(B, kind, seed=1)
+        first = ours(t)
+        same = all(torch.equal(torch.nan_to_num(first, nan=-1.0), torch.nan_to_num(ours(t), nan=-1.0))
+                   for _ in range(100))
+        perm = torch.randperm(B, device="cuda")
+        tp = dict(t, next_qs=t["next_qs"][:, perm], next_log_probs=t["next_log_probs"][:, perm],
+                  reward=t["reward"][perm], terminated=t["terminated"][perm],
+                  next_alpha_log_pi=t["next_alpha_log_pi"][perm])
+        perm_equal = torch.equal(torch.nan_to_num(ours(tp), nan=-1.0), torch.nan_to_num(first[perm], nan=-1.0))
+        out[f"{kind}_B{B}"] = {"bitwise_100_repeats": bool(same), "row_permutation_equivariant": bool(perm_equal)}
+    return out
+
+
+def compile_checks() -> dict:
+    import torch._dynamo
+
+    res = {}
+    _, t = gpu_inputs(2048, "strided", seed=2)
+    eager_out = ours(t)
+
+    def fn(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi):
+        return torch_impl.categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi,
+                                                gamma=GAMMA, backend="triton", strict=True)
+
+    torch._dynamo.reset()
+    explain = torch._dynamo.explain(fn)(**t)
+    res["graph_break_count"] = explain.graph_break_count
+    res["graph_count"] = explain.graph_count
+    for mode in ("default", "reduce-overhead", "max-autotune-no-cudagraphs"):
+        torch._dynamo.reset()
+        try:
+            cf = torch.compile(fn, fullgraph=True, mode=mode)
+            for _ in range(3):
+                torch.compiler.cudagraph_mark_step_begin()
+                out = cf(**t).clone()
+            res[f"fullgraph_{mode}_bitwise_eq_eager"] = bool(torch.equal(torch.nan_to_num(out, nan=-1.0),
+                                                                          torch.nan_to_num(eager_out, nan=-1.0)))
+        except Exception as exc:  # noqa: BLE001  record and go on
+            res[f"fullgraph_{mode}"] = f"FAILED: {type(exc).__name__}: {exc}"[:500]
+    # CUDA graph: capture with static inputs, then copy NEW data in and replay.
+    static = {k: v.clone() for k, v in gpu_inputs(4096, "mixed", seed=3)[1].items()}
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            ours(static)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = ours(static)
+    ok = True
+    for seed in (4, 5, 6):
+        fresh = gpu_inputs(4096, "mixed", seed=seed)[1]
+        for k in static:
+            static[k].copy_(fresh[k])
+        g.replay()
+        torch.cuda.synchronize()
+        ok &= torch.equal(torch.nan_to_num(static_out, nan=-1.0), torch.nan_to_num(ours(fresh), nan=-1.0))
+    res["cuda_graph_replay_bitwise_eq_eager"] = bool(ok)
+    # opcheck on contiguous, strided (chunk view) and permuted layouts.
+    op = torch.ops.flashsac.categorical_td_target.default
+    for name, (_, tt) in (("contiguous", gpu_inputs(64, "mixed")), ("strided", gpu_inputs(64, "strided"))):
+        args = (tt["next_qs"], tt["next_log_probs"], tt["reward"], tt["terminated"], tt["next_alpha_log_pi"],
+                GAMMA, -5.0, 10.0)
+        try:
+            torch.library.opcheck(op, args)
+            res[f"opcheck_{name}"] = "passed"
+        except Exception as exc:  # noqa: BLE001
+            res[f"opcheck_{name}"] = f"FAILED: {type(exc).__name__}: {exc}"[:500]
+    # AMP: inside autocast(float16) the target path stays fp32 and equals the fp32 path.
+    with torch.autocast("cuda", dtype=torch.float16):
+        amp_out = ours(t)
+    res["amp_output_dtype"] = str(amp_out.dtype)
+    res["amp_bitwise_eq_fp32"] = bool(torch.equal(torch.nan_to_num(amp_out, nan=-1.0),
+                                                  torch.nan_to_num(eager_out, nan=-1.0)))
+    # fp16/bf16 log-probs: the 2x rule vs the same-dtype torch reference.
+    for dt in (torch.bfloat16, torch.float16):
+        tl_ = dict(t, next_log_probs=t["next_log_probs"].to(dt))
+        k_err = (ours(tl_) - eager_out).abs().nan_to_num().max().item()
+        r_err = (ours(tl_, "torch") - ours(t, "torch")).abs().nan_to_num().max().item()
+        res[f"{dt}_kernel_err_vs_fp32"] = k_err
+        res[f"{dt}_torch_ref_err_vs_fp32"] = r_err
+        res[f"{dt}_within_2x_rule"] = bool(k_err <= 2 * r_err + 3e-5)
+    return res
+
+
+def copy_bandwidth() -> float:
+    x = torch.empty(2 * 1024**3 // 4, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    from triton.testing import do_bench
+
+    ms = do_bench(lambda: y.copy_(x), warmup=5, rep=50)
+    return 2 * x.numel() * 4 / (ms * 1e-3)  # bytes read + written per second
+
+
+def timing(sizes, bandwidth: float) -> list[dict]:
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    up_eager = upstream.eager()
+    up_comp = upstream.compiled()
+    rows = []
+    for B in sizes:
+        _, t = gpu_inputs(B, "strided", seed=7)  # upstream's chunk views
+        args = (t["next_qs"], t["next_log_probs"], t["reward"], t["terminated"], t["next_alpha_log_pi"])
+        variants = {
+            "upstream_eager": lambda a=args: upstream.upstream_target(*up_eager, *a, GAMMA),
+            "upstream_compiled": lambda a=args: upstream.upstream_target(*up_comp, *a, GAMMA),
+            "ours_triton": lambda t=t: ours(t),
+            "ours_torch_reference": lambda t=t: ours(t, "torch"),
+        }
+        row = {"B": B, "bytes_floor_us": 4 * (2 + 101 + 3 + 101) * B / bandwidth * 1e6}
+        for name, fn in variants.items():
+            for _ in range(3):
+                fn()  # warm-up and compile, outside the timing
+            torch.cuda.synchronize()
+            row[f"{name}_direct_us"] = do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
+            try:
+                row[f"{name}_graph_us"] = do_bench_cudagraph(fn, rep=200, return_mode="median") * 1e3
+            except Exception as exc:  # noqa: BLE001  e.g. upstream_eager's linspace under capture
+                row[f"{name}_graph_us"] = None
+                row[f"{name}_graph_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        base = row["upstream_compiled_direct_us"]
+        row["speedup_direct_vs_upstream_compiled"] = base / row["ours_triton_direct_us"]
+        if row.get("upstream_compiled_graph_us") and row.get("ours_triton_graph_us"):
+            row["speedup_graph_vs_upstream_compiled_graph"] = row["upstream_compiled_graph_us"] / row[
+                "ours_triton_graph_us"]
+        row["ours_graph_over_floor"] = (row.get("ours_triton_graph_us") or row["ours_triton_direct_us"]) / row[
+            "bytes_floor_us"]
+        rows.append(row)
+        print(f"  timing B={B:>8} upstream compiled {base:8.1f} us, ours {row['ours_triton_direct_us']:8.1f} us "
+              f"({row['speedup_direct_vs_upstream_compiled']:.1f}x); graph {row.get('ours_triton_graph_us')}",
+              flush=True)
+    return rows
+
+
+def write_report(out: str, res: dict) -> None:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    lines = [f"# Triton kernel on {res['env'].get('gpu')} ({res['env'].get('date_utc')})", "",
+             f"torch {res['env'].get('torch')}, triton {res['env'].get('triton')}, python {res['env'].get('python')}; "
+             f"command `{res['env'].get('command')}`", ""]
+    if "timing" in res and isinstance(res["timing"], list):
+        lines += [f"Copy bandwidth {res.get('copy_bandwidth_TBps', 0):.2f} TB/s (read + write).", "",
+                  "| B | upstream eager | upstream compiled | ours (triton) | speedup | upstream compiled, graph | "
+                  "ours, graph | speedup (graph) | bytes floor | ours / floor |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in res["timing"]:
+            lines.append(
+                f"| {r['B']} | {r['upstream_eager_direct_us']:.1f} | {r['upstream_compiled_direct_us']:.1f} | "
+                f"{r['ours_triton_direct_us']:.1f} | {r['speedup_direct_vs_upstream_compiled']:.2f}x | "
+                f"{r.get('upstream_compiled_graph_us') or float('nan'):.1f} | "
+                f"{r.get('ours_triton_graph_us') or 0:.1f} | "
+                f"{r.get('speedup_graph_vs_upstream_compiled_graph', float('nan')):.2f}x | {r['bytes_floor_us']:.1f} | "
+                f"{r['ours_graph_over_floor']:.2f} |")
+        lines.append("")
+    if "correctness" in res and isinstance(res["correctness"], list):
+        lines += ["| B | kind | max abs vs float64 | max abs vs torch fp32 | mass error | NaN rows |",
+                  "|---|---|---|---|---|---|"]
+        for r in res["correctness"]:
+            lines.append(f"| {r['B']} | {r['kind']} | {r['max_abs_vs_float64']:.2e} | "
+                         f"{r['max_abs_vs_torch_fp32']:.2e} | {r['max_mass_error']:.2e} | {r['nan_rows']} |")
+        lines.append("")
+    for key in ("determinism", "compile"):
+        if key in res:
+            lines += [f"## {key}", "", "```", json.dumps(res[key], indent=1, default=str), "```", ""]
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(lines))
+    if isinstance(res.get("timing"), list):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        Bs = [r["B"] for r in res["timing"]]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(Bs, [r["speedup_direct_vs_upstream_compiled"] for r in res["timing"]], "o-", label="direct call")
+        ax.plot(Bs, [r.get("speedup_graph_vs_upstream_compiled_graph", np.nan) for r in res["timing"]], "s-",
+                label="CUDA-graph replay")
+        ax.set_xscale("log")
+        ax.set_xlabel("batch B")
+        ax.set_ylabel("speedup vs upstream (torch.compile)")
+        ax.set_title(f"fused Triton target, {res['env'].get('gpu')}")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "speedup.png"), dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true", help="small sizes only (smoke)")
+    a = ap.parse_args()
+    res: dict = {"env": env_info()}
+    t0 = time.time()
+    sizes = (1, 127, 512, 2048) if a.quick else (1, 127, 512, 2048, 65536, 1048576)
+    bench_sizes = (512, 2048) if a.quick else (512, 2048, 8192, 65536, 1048576)
+    sections = [("correctness", lambda: correctness(sizes)), ("determinism", determinism),
+                ("compile", compile_checks), ("copy_bandwidth_TBps", lambda: copy_bandwidth() / 1e12),
+                ("timing", lambda: timing(bench_sizes, res.get("copy_bandwidth_TBps", 4.3) * 1e12))]
+    for name, fn in sections:
+        t = time.time()
+        print(f"[{name}]", flush=True)
+        try:
+            res[name] = fn()
+        except Exception:  # noqa: BLE001  keep going: report what ran
+            res[name] = "FAILED:\n" + traceback.format_exc()[-3000:]
+            print(res[name], flush=True)
+        res.setdefault("section_seconds", {})[name] = round(time.time() - t, 1)
+        write_report(a.out, res)
+    res["total_seconds"] = round(time.time() - t0, 1)
+    write_report(a.out, res)
+    print(open(os.path.join(a.out, "results.md")).read())
+
+
+if __name__ == "__main__":
+    main()
