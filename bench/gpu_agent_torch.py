@@ -80,8 +80,15 @@ def paired_update_timing(run_dir: str, overrides: list[str], repeats: int = 7, i
     agent = make_agent(cfg, env.observation_space, env.action_space)
     agent.load(os.path.join(ckpt, "agent"))
     buf_state = load_pickle(os.path.join(ckpt, BUFFER_FILE))
-    buffer = ReplayBuffer(env.observation_space.shape[0], env.action_space.shape[0], cfg.agent.buffer_max_length,
-                          1, cfg.n_step, cfg.gamma, seed=123)
+    buffer = ReplayBuffer(
+        env.observation_space.shape[0],
+        env.action_space.shape[0],
+        cfg.agent.buffer_max_length,
+        1,
+        cfg.n_step,
+        cfg.gamma,
+        seed=123,
+    )
     buffer.load_state_dict(buf_state)
     norm = RewardNormalizer(cfg.gamma, cfg.agent.normalized_G_max)
     norm.load_state_dict(load_pickle(os.path.join(ckpt, LOOP_STATE_FILE))["reward_normalizer"])
@@ -118,8 +125,10 @@ def paired_update_timing(run_dir: str, overrides: list[str], repeats: int = 7, i
     agent.ctx = base_ctx
     out = {b: {k: statistics.median(v) for k, v in r.items()} | {"raw": r} for b, r in results.items()}
     out["batch_size"] = cfg.agent.sample_batch_size
-    out["note"] = ("update_ms: one full agent.update (actor every 2nd step, so averaged over both kinds); "
-                   "target_ms: actor(s') + target critic on 2B rows + categorical_td_target")
+    out["note"] = (
+        "update_ms: one full agent.update (actor every 2nd step, so averaged over both kinds); "
+        "target_ms: actor(s') + target critic on 2B rows + categorical_td_target"
+    )
     return out
 
 
@@ -158,9 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         progress["completed"] = result.status == "completed"
         os.makedirs(run_dir, exist_ok=True)
         atomic_write_text(os.path.join(run_dir, "progress.json"), json.dumps(progress, indent=2))
-        print(f"call {len(progress['calls'])}: {result.status} at env_step {result.env_step}; "
-              f"env steps/s {result.env_steps_per_second:.1f}, updates/s {result.updates_per_second:.1f}, "
-              f"update {call['update_ms']:.2f} ms", flush=True)
+        print(
+            f"call {len(progress['calls'])}: {result.status} at env_step {result.env_step}; "
+            f"env steps/s {result.env_steps_per_second:.1f}, updates/s {result.updates_per_second:.1f}, "
+            f"update {call['update_ms']:.2f} ms",
+            flush=True,
+        )
         for step, metrics in result.evaluations:
             print(f"  eval env_step={step}: avg_return={metrics['avg_return']:.1f}", flush=True)
         if result.status != "completed":
@@ -189,8 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in summary.items() if k != "paired_update_timing"}, indent=2, default=str))
     if "paired_update_timing" in summary:
         t = summary["paired_update_timing"]
-        print(f"update step: torch {t['torch']['update_ms']:.3f} ms, triton {t['triton']['update_ms']:.3f} ms; "
-              f"target: torch {t['torch']['target_ms']:.3f} ms, triton {t['triton']['target_ms']:.3f} ms")
+        print(
+            f"update step: torch {t['torch']['update_ms']:.3f} ms, triton {t['triton']['update_ms']:.3f} ms; "
+            f"target: torch {t['torch']['target_ms']:.3f} ms, triton {t['triton']['target_ms']:.3f} ms"
+        )
     print("DONE", flush=True)
     return 0
 

@@ -28,6 +28,8 @@ from bench import upstream
 from shared_spec import make_inputs
 from shared_spec import reference as R
 from shared_spec.tolerances import max_abs_error, max_mass_error
+from torch_impl.ops import launch
+from triton_kernels import categorical_td_target_kernel
 
 GAMMA = 0.99
 KINDS = ("random", "strided", "clamp_high", "clamp_low", "terminated", "peaked", "nonfinite", "mixed")
@@ -52,10 +54,20 @@ def env_info() -> dict:
     return info
 
 
+def tiled_inputs(B: int, kind: str, seed: int) -> dict:
+    """make_inputs for B rows; above 32768 rows a 32768-row block is tiled (generation in numpy is slow)."""
+    n = min(B, 32768)
+    x = make_inputs(n, kind=kind, seed=seed)
+    reps = -(-B // n)
+    tile = {1: lambda v: np.tile(v, reps)[:B], 2: lambda v: np.tile(v, (1, reps))[:, :B],
+            3: lambda v: np.tile(v, (1, reps, 1))[:, :B]}
+    return {k: tile[v.ndim](v) for k, v in x.items()}
+
+
 def gpu_inputs(B: int, kind: str, seed: int = 0) -> tuple[dict, dict]:
     """(numpy float32 inputs, torch CUDA inputs); kind 'strided' builds upstream's chunk views of (E, 2B[, N])."""
     if kind == "strided":
-        big = make_inputs(2 * B, kind="mixed", seed=seed)
+        big = tiled_inputs(2 * B, "mixed", seed)
         t = {k: torch.from_numpy(v).cuda() for k, v in big.items()}
         t["next_qs"] = t["next_qs"].chunk(2, dim=1)[1]
         t["next_log_probs"] = t["next_log_probs"].chunk(2, dim=1)[1]
@@ -63,8 +75,8 @@ def gpu_inputs(B: int, kind: str, seed: int = 0) -> tuple[dict, dict]:
             t[k] = t[k][B:]
         x = {k: v.cpu().numpy() for k, v in t.items()}
         return x, t
-    x = make_inputs(B, kind=kind, seed=seed)
-    return x, {k: torch.from_numpy(v).cuda() for k, v in x.items()}
+    x = tiled_inputs(B, kind, seed)
+    return x, {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in x.items()}
 
 
 def ours(t: dict, backend: str = "triton") -> torch.Tensor:
@@ -78,7 +90,7 @@ def correctness(sizes) -> list[dict]:
             x, t = gpu_inputs(B, kind, seed=B)
             got = ours(t).cpu().numpy()
             ref32 = ours(t, "torch").cpu().numpy()
-            n = min(B, 16384)  # float64 oracle on a prefix for the largest sizes (numpy add.at is slow)
+            n = min(B, 4096)  # float64 oracle on a prefix for the largest sizes (numpy add.at is slow)
             xs = {k: (v[:, :n] if k in ("next_qs", "next_log_probs") else v[:n]) for k, v in x.items()}
             want = R.categorical_td_target(**xs, gamma=GAMMA)
             _, lp = R.select_min_q(xs["next_qs"].astype(np.float64), xs["next_log_probs"].astype(np.float64))
@@ -206,6 +218,8 @@ def timing(sizes, bandwidth: float) -> list[dict]:
             "upstream_eager": lambda a=args: upstream.upstream_target(*up_eager, *a, GAMMA),
             "upstream_compiled": lambda a=args: upstream.upstream_target(*up_comp, *a, GAMMA),
             "ours_triton": lambda t=t: ours(t),
+            "ours_registered_op": lambda a=args: torch.ops.flashsac.categorical_td_target(*a, GAMMA, -5.0, 10.0),
+            "ours_kernel_launch_only": lambda a=args: launch(categorical_td_target_kernel, *a, GAMMA, -5.0, 10.0),
             "ours_torch_reference": lambda t=t: ours(t, "torch"),
         }
         row = {"B": B, "bytes_floor_us": 4 * (2 + 101 + 3 + 101) * B / bandwidth * 1e6}
@@ -230,6 +244,28 @@ def timing(sizes, bandwidth: float) -> list[dict]:
         print(f"  timing B={B:>8} upstream compiled {base:8.1f} us, ours {row['ours_triton_direct_us']:8.1f} us "
               f"({row['speedup_direct_vs_upstream_compiled']:.1f}x); graph {row.get('ours_triton_graph_us')}",
               flush=True)
+    return rows
+
+
+def config_sweep(sizes) -> list[dict]:
+    """Each (BR, num_warps) alone: correct vs the torch path, then timed under CUDA-graph replay (K11)."""
+    from triton.testing import do_bench_cudagraph
+
+    rows = []
+    for B in sizes:
+        _, t = gpu_inputs(B, "strided", seed=8)
+        args = (t["next_qs"], t["next_log_probs"], t["reward"], t["terminated"], t["next_alpha_log_pi"])
+        ref = ours(t, "torch")
+        for br, nw in ((2, 4), (4, 4), (8, 4), (8, 8), (16, 4), (16, 8), (32, 8)):
+            cfg = {"BR": br, "num_warps": nw}
+            out = launch(categorical_td_target_kernel, *args, GAMMA, -5.0, 10.0, config=cfg)
+            err = (out - ref).abs().nan_to_num(nan=0.0).max().item()
+            nan_ok = torch.equal(out.isnan(), ref.isnan())
+            us = do_bench_cudagraph(lambda a=args, c=cfg: launch(categorical_td_target_kernel, *a, GAMMA, -5.0, 10.0,
+                                                                 config=c), rep=100) * 1e3
+            rows.append({"B": B, "BR": br, "num_warps": nw, "max_abs_vs_torch": err, "nan_rows_match": nan_ok,
+                         "graph_us": us})
+            print(f"  sweep B={B} BR={br} warps={nw}: {us:.1f} us, err {err:.1e}", flush=True)
     return rows
 
 
@@ -261,6 +297,11 @@ def write_report(out: str, res: dict) -> None:
             lines.append(f"| {r['B']} | {r['kind']} | {r['max_abs_vs_float64']:.2e} | "
                          f"{r['max_abs_vs_torch_fp32']:.2e} | {r['max_mass_error']:.2e} | {r['nan_rows']} |")
         lines.append("")
+    if isinstance(res.get("config_sweep"), list):
+        lines += ["| B | BR | num_warps | graph us | max abs vs torch |", "|---|---|---|---|---|"]
+        lines += [f"| {r['B']} | {r['BR']} | {r['num_warps']} | {r['graph_us']:.1f} | {r['max_abs_vs_torch']:.1e} |"
+                  for r in res["config_sweep"]]
+        lines.append("")
     for key in ("determinism", "compile"):
         if key in res:
             lines += [f"## {key}", "", "```", json.dumps(res[key], indent=1, default=str), "```", ""]
@@ -291,6 +332,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="small sizes only (smoke)")
+    ap.add_argument("--sections", default="all", help="comma-separated subset of the sections to run")
     a = ap.parse_args()
     res: dict = {"env": env_info()}
     t0 = time.time()
@@ -298,8 +340,11 @@ def main() -> None:
     bench_sizes = (512, 2048) if a.quick else (512, 2048, 8192, 65536, 1048576)
     sections = [("correctness", lambda: correctness(sizes)), ("determinism", determinism),
                 ("compile", compile_checks), ("copy_bandwidth_TBps", lambda: copy_bandwidth() / 1e12),
-                ("timing", lambda: timing(bench_sizes, res.get("copy_bandwidth_TBps", 4.3) * 1e12))]
+                ("timing", lambda: timing(bench_sizes, res.get("copy_bandwidth_TBps", 4.3) * 1e12)),
+                ("config_sweep", lambda: config_sweep((65536, 1048576) if not a.quick else (2048,)))]
     for name, fn in sections:
+        if a.sections != "all" and name not in a.sections.split(",") and name != "copy_bandwidth_TBps":
+            continue
         t = time.time()
         print(f"[{name}]", flush=True)
         try:

@@ -8,7 +8,7 @@ import torch
 
 from torch_impl.reference import support_constants
 
-__all__ = ["TESTED_TRITON", "categorical_td_target_triton", "triton_gate"]
+__all__ = ["TESTED_TRITON", "categorical_td_target_triton", "launch", "triton_gate"]
 
 # The pip triton versions this kernel was validated with (CPU interpreter: 3.6.0; H200: 3.6.0 under torch 2.11).
 TESTED_TRITON = ("3.6",)
@@ -53,15 +53,17 @@ def triton_gate(key: tuple) -> str | None:
     return None
 
 
-@torch.library.triton_op("flashsac::categorical_td_target", mutates_args={})
-def _categorical_td_target_op(next_qs: torch.Tensor, next_log_probs: torch.Tensor, reward: torch.Tensor,
-                              terminated: torch.Tensor, next_alpha_log_pi: torch.Tensor, gamma: float, min_v: float,
-                              inv_delta: float) -> torch.Tensor:
+def launch(launcher, next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma: float, min_v: float,
+           inv_delta: float, config: dict | None = None) -> torch.Tensor:
+    """Allocate the (B, N) fp32 output and launch the kernel through `launcher` (the JIT function or wrap_triton).
+
+    `config` overrides the pinned {"BR", "num_warps"} (benchmark sweeps only; BLOCK_N is derived from N).
+    """
     E, B, N = next_log_probs.shape
     out = torch.empty((B, N), dtype=torch.float32, device=next_log_probs.device)
-    cfg = kernel_config(B, N, INTERPRET)
+    cfg = dict(kernel_config(B, N, INTERPRET), **(config or {}))
     grid = (triton.cdiv(B, cfg["BR"]),)
-    torch.library.wrap_triton(categorical_td_target_kernel)[grid](
+    launcher[grid](
         next_qs, next_qs.stride(0), next_qs.stride(1),
         next_log_probs, next_log_probs.stride(0), next_log_probs.stride(1), next_log_probs.stride(2),
         reward, reward.stride(0),
@@ -74,11 +76,25 @@ def _categorical_td_target_op(next_qs: torch.Tensor, next_log_probs: torch.Tenso
     return out
 
 
+@torch.library.triton_op("flashsac::categorical_td_target", mutates_args={})
+def _categorical_td_target_op(next_qs: torch.Tensor, next_log_probs: torch.Tensor, reward: torch.Tensor,
+                              terminated: torch.Tensor, next_alpha_log_pi: torch.Tensor, gamma: float, min_v: float,
+                              inv_delta: float) -> torch.Tensor:
+    return launch(torch.library.wrap_triton(categorical_td_target_kernel), next_qs, next_log_probs, reward,
+                  terminated, next_alpha_log_pi, gamma, min_v, inv_delta)
+
+
 def categorical_td_target_triton(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma: float,
                                  min_v: float, max_v: float) -> torch.Tensor:
-    """Launch the fused kernel (inputs validated and gated by torch_impl/dispatch.py). Returns (B, N) fp32."""
+    """Run the fused kernel (inputs validated and gated by torch_impl/dispatch.py). Returns (B, N) fp32.
+
+    Under torch.compile / export the registered op is called, so Inductor sees the kernel (no graph break). In eager
+    mode the same kernel is launched directly: the custom-op dispatch would add host time to a launch-bound op.
+    """
     B = next_log_probs.shape[1]
     mv, inv_delta = support_constants(next_log_probs.shape[2], min_v, max_v)
-    return torch.ops.flashsac.categorical_td_target(next_qs, next_log_probs, reward.reshape(B),
-                                                    terminated.reshape(B), next_alpha_log_pi.reshape(B),
-                                                    float(gamma), mv, inv_delta)
+    args = (next_qs, next_log_probs, reward.reshape(B), terminated.reshape(B), next_alpha_log_pi.reshape(B),
+            float(gamma), mv, inv_delta)
+    if torch.compiler.is_compiling():
+        return torch.ops.flashsac.categorical_td_target(*args)
+    return launch(categorical_td_target_kernel, *args)

@@ -41,6 +41,9 @@ def categorical_td_target_kernel(
     BLOCK_N: tl.constexpr,  # next power of 2 >= N (lanes)
     BR: tl.constexpr,  # rows per program (power of 2)
 ):
+    gamma = tl.cast(gamma, tl.float32)  # scalars arrive as fp32 from eager launches, fp64 from Inductor
+    min_v = tl.cast(min_v, tl.float32)
+    inv_delta = tl.cast(inv_delta, tl.float32)
     pid = tl.program_id(0)
     rows = pid * BR + tl.arange(0, BR)  # (BR,)
     row_ok = rows < B
@@ -72,36 +75,51 @@ def categorical_td_target_kernel(
     # 2. Full-row pass: j = k lanes. Pile sums at both clamped ends, total mass, NaN/+inf log-probs.
     m2 = row_ok[:, None] & lane_ok[None, :]  # (BR, BLOCK_N)
     lp = tl.load(row_base[:, None] + k[None, :] * lp_stride_n, mask=m2, other=float("-inf")).to(tl.float32)
-    bad = bad | (tl.max(((lp != lp) | (lp == float("inf"))).to(tl.int32), axis=1) > 0)
     p = tl.exp(lp)  # (BR, BLOCK_N), 0 on masked lanes
     b = _positions(c[:, None], g[:, None], k[None, :], N - 1)
     done = g == 0.0  # (BR,) every b_j equals clamp(c): a two-hot of the total mass
     p_lo = tl.sum(tl.where(b == 0.0, p, 0.0), axis=1)
     p_hi = tl.sum(tl.where(b == N - 1.0, p, 0.0), axis=1)
     p_all = tl.sum(p, axis=1)
+    bad = bad | ~(p_all < float("inf"))  # a NaN or +inf log-prob makes the total NaN or +inf
     p_lo = tl.where(done, 0.0, p_lo)
     p_hi = tl.where(done, 0.0, p_hi)
 
-    # 3. Band of sources that can feed atom k (a superset; out-of-run sources get an exact 0 weight).
+    # 3. The run of interior sources feeding atom k: t_lo < b_j < t_hi with t_lo = max(k - 1, 0) and
+    #    t_hi = min(k + 1, N - 1) (pile sources are in the pile sums). b is monotone in j, so the run is
+    #    [lo, hi) with lo = #{j: b_j <= t_lo}, hi = #{j: b_j < t_hi}. Both counts are estimated from the line
+    #    c + g j and then corrected by one step each way with the exact fp32 b (SPEC.md 8).
     g_ok = ~bad & (g > 0.0)
     band = g_ok & (g >= 0.0625)
-    inv_g = 1.0 / tl.where(band, g, 1.0)  # only used for the band estimate
-    x = (k[None, :].to(tl.float32) - 1.0 - tl.where(band, c, 0.0)[:, None]) * inv_g[:, None]
-    x = tl.minimum(tl.maximum(tl.floor(x), 0.0), N * 1.0)
-    j_lo = tl.where(band[:, None], x, 0.0).to(tl.int32)  # (BR, BLOCK_N)
-    w_row = tl.where(band, tl.floor(2.0 * inv_g).to(tl.int32) + 3, tl.where(g_ok, N, 0))  # (BR,)
-    n_w = tl.max(w_row, axis=0)
+    inv_g = 1.0 / tl.where(band, g, 1.0)  # only used for the estimates
+    cb = tl.where(band, c, 0.0)[:, None]
+    kf = k[None, :].to(tl.float32)
+    t_lo = tl.maximum(kf - 1.0, 0.0)  # (1, BLOCK_N)
+    t_hi = tl.minimum(kf + 1.0, N - 1.0)
+    lo = tl.minimum(tl.maximum(tl.floor((t_lo - cb) * inv_g[:, None]) + 1.0, 0.0), N * 1.0)  # (BR, BLOCK_N)
+    hi = tl.minimum(tl.maximum(tl.ceil((t_hi - cb) * inv_g[:, None]), 0.0), N * 1.0)
+    lo = lo.to(tl.int32)
+    hi = hi.to(tl.int32)
+    cc = c[:, None]
+    gg = g[:, None]
+    lo = tl.where((lo > 0) & (_positions(cc, gg, lo - 1, N - 1) > t_lo), lo - 1, lo)
+    lo = tl.where((lo < N) & (_positions(cc, gg, lo, N - 1) <= t_lo), lo + 1, lo)
+    hi = tl.where((hi > 0) & (_positions(cc, gg, hi - 1, N - 1) >= t_hi), hi - 1, hi)
+    hi = tl.where((hi < N) & (_positions(cc, gg, hi, N - 1) < t_hi), hi + 1, hi)
+    dense = (g_ok & ~band)[:, None]  # 0 < g < 1/16: every source, filtered by the interior test below
+    lo = tl.where(band[:, None], lo, 0)
+    hi = tl.where(band[:, None], hi, tl.where(dense, N, 0))
+    n_w = tl.max(tl.max(hi - lo, axis=1), axis=0)
     acc = tl.zeros([BR, BLOCK_N], dtype=tl.float32)
     w = 0
     while w < n_w:  # a while loop: the interpreter cannot use a reduced tensor as a range() bound
-        j = j_lo + w  # (BR, BLOCK_N) source index
-        ok = m2 & g_ok[:, None] & (j < N)
+        j = lo + w  # (BR, BLOCK_N) source index
+        ok = m2 & (j < hi)
         lpj = tl.load(row_base[:, None] + j.to(tl.int64) * lp_stride_n, mask=ok, other=float("-inf"))
         pj = tl.exp(lpj.to(tl.float32))
         bj = _positions(c[:, None], g[:, None], j, N - 1)
         lj = tl.floor(bj)
         fj = bj - lj
-        kf = k[None, :].to(tl.float32)
         wt = tl.where(kf == lj, 1.0 - fj, tl.where(kf == lj + 1.0, fj, 0.0))
         inner = ok & (bj > 0.0) & (bj < N - 1.0)
         acc = acc + tl.where(inner, _round(pj * wt), 0.0)
@@ -111,7 +129,6 @@ def categorical_td_target_kernel(
     b_star = tl.minimum(tl.maximum(c, 0.0), N - 1.0)
     l_star = tl.floor(b_star)
     f_star = b_star - l_star
-    kf = k[None, :].to(tl.float32)
     w_star = tl.where(kf == l_star[:, None], 1.0 - f_star[:, None], tl.where(kf == l_star[:, None] + 1.0,
                                                                                 f_star[:, None], 0.0))
     acc = acc + tl.where(k[None, :] == 0, p_lo[:, None], 0.0)
