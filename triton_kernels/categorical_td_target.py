@@ -24,7 +24,10 @@ def _positions(c, g, j, NM1: tl.constexpr):
     return tl.minimum(tl.maximum(b, 0.0), NM1 * 1.0)
 
 
-@triton.jit
+# Row strides are not specialised on the value 1: a provably contiguous (BR, 1) load would make Triton's coalescing
+# pass pick a column-major layout for the row scalars, and every mix with the row-major (BR, BLOCK_N) tiles would then
+# be a layout conversion through shared memory (with barriers inside the band loop).
+@triton.jit(do_not_specialize=["q_stride_b", "r_stride", "d_stride", "s_stride", "out_stride_b", "lp_stride_b"])
 def categorical_td_target_kernel(
     q_ptr, q_stride_e, q_stride_b,  # next_qs (E, B): critic means
     lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n,  # next_log_probs (E, B, N): any float dtype, any strides
@@ -45,15 +48,18 @@ def categorical_td_target_kernel(
     min_v = tl.cast(min_v, tl.float32)
     inv_delta = tl.cast(inv_delta, tl.float32)
     pid = tl.program_id(0)
-    rows = pid * BR + tl.arange(0, BR)  # (BR,)
+    # Every per-row quantity is a (BR, 1) tensor in the same 2-D layout as the (BR, BLOCK_N) tiles, so broadcasts
+    # and row reductions need no layout conversion through shared memory.
+    rows = pid * BR + tl.arange(0, BR)[:, None]  # (BR, 1)
     row_ok = rows < B
     rows64 = rows.to(tl.int64)
-    k = tl.arange(0, BLOCK_N)  # (BLOCK_N,) destination atom (also the source index of the full-row pass)
+    k = tl.arange(0, BLOCK_N)[None, :]  # (1, BLOCK_N) destination atom (also the source index of the full-row pass)
     lane_ok = k < N
+    kf = k.to(tl.float32)
 
     # 1. Min-mean critic (strict < scan: ties -> the first critic) and the row scalars.
-    best = tl.load(q_ptr + rows64 * q_stride_b, mask=row_ok, other=0.0).to(tl.float32)  # (BR,)
-    sel = tl.zeros([BR], dtype=tl.int64)
+    best = tl.load(q_ptr + rows64 * q_stride_b, mask=row_ok, other=0.0).to(tl.float32)  # (BR, 1)
+    sel = tl.zeros([BR, 1], dtype=tl.int64)
     bad = best != best
     for e in tl.static_range(1, E):
         qe = tl.load(q_ptr + e * q_stride_e + rows64 * q_stride_b, mask=row_ok, other=0.0).to(tl.float32)
@@ -67,20 +73,22 @@ def categorical_td_target_kernel(
     g = gamma * (1.0 - d)
     h_raw = g * (min_v - s)
     c_raw = ((r - min_v) + h_raw) * inv_delta
-    c = _round(((r - min_v) + _round(h_raw)) * inv_delta)  # (BR,)
+    c = _round(((r - min_v) + _round(h_raw)) * inv_delta)  # (BR, 1)
     bad = bad | (r != r) | (s != s) | (c_raw != c_raw) | ~((d >= 0.0) & (d <= 1.0))
     bad = bad | ~((g >= 0.0) & (g < float("inf")))
-    row_base = lp_ptr + sel * lp_stride_e + rows64 * lp_stride_b  # (BR,) pointer to the selected row
+    row_base = lp_ptr + sel * lp_stride_e + rows64 * lp_stride_b  # (BR, 1) pointer to the selected row
 
     # 2. Full-row pass: j = k lanes. Pile sums at both clamped ends, total mass, NaN/+inf log-probs.
-    m2 = row_ok[:, None] & lane_ok[None, :]  # (BR, BLOCK_N)
-    lp = tl.load(row_base[:, None] + k[None, :] * lp_stride_n, mask=m2, other=float("-inf")).to(tl.float32)
+    m2 = row_ok & lane_ok  # (BR, BLOCK_N)
+    lp = tl.load(row_base + k * lp_stride_n, mask=m2, other=float("-inf")).to(tl.float32)
     p = tl.exp(lp)  # (BR, BLOCK_N), 0 on masked lanes
-    b = _positions(c[:, None], g[:, None], k[None, :], N - 1)
-    done = g == 0.0  # (BR,) every b_j equals clamp(c): a two-hot of the total mass
-    p_lo = tl.sum(tl.where(b == 0.0, p, 0.0), axis=1)
-    p_hi = tl.sum(tl.where(b == N - 1.0, p, 0.0), axis=1)
-    p_all = tl.sum(p, axis=1)
+    b = _positions(c, g, k, N - 1)
+    done = g == 0.0  # (BR, 1) every b_j equals clamp(c): a two-hot of the total mass
+    at_lo = (b == 0.0) & lane_ok  # (BR, BLOCK_N) the low pile
+    at_hi = (b == N - 1.0) & lane_ok  # the high pile
+    p_lo = tl.sum(tl.where(at_lo, p, 0.0), axis=1, keep_dims=True)
+    p_hi = tl.sum(tl.where(at_hi, p, 0.0), axis=1, keep_dims=True)
+    p_all = tl.sum(p, axis=1, keep_dims=True)
     bad = bad | ~(p_all < float("inf"))  # a NaN or +inf log-prob makes the total NaN or +inf
     p_lo = tl.where(done, 0.0, p_lo)
     p_hi = tl.where(done, 0.0, p_hi)
@@ -89,53 +97,50 @@ def categorical_td_target_kernel(
     #    t_hi = min(k + 1, N - 1) (pile sources are in the pile sums). b is monotone in j, so the run is
     #    [lo, hi) with lo = #{j: b_j <= t_lo}, hi = #{j: b_j < t_hi}. Both counts are estimated from the line
     #    c + g j and then corrected by one step each way with the exact fp32 b (SPEC.md 8).
-    g_ok = ~bad & (g > 0.0)
+    g_ok = ~bad & row_ok & (g > 0.0)
     band = g_ok & (g >= 0.0625)
     inv_g = 1.0 / tl.where(band, g, 1.0)  # only used for the estimates
-    cb = tl.where(band, c, 0.0)[:, None]
-    kf = k[None, :].to(tl.float32)
+    cb = tl.where(band, c, 0.0)
     t_lo = tl.maximum(kf - 1.0, 0.0)  # (1, BLOCK_N)
     t_hi = tl.minimum(kf + 1.0, N - 1.0)
-    lo = tl.minimum(tl.maximum(tl.floor((t_lo - cb) * inv_g[:, None]) + 1.0, 0.0), N * 1.0)  # (BR, BLOCK_N)
-    hi = tl.minimum(tl.maximum(tl.ceil((t_hi - cb) * inv_g[:, None]), 0.0), N * 1.0)
-    lo = lo.to(tl.int32)
-    hi = hi.to(tl.int32)
-    cc = c[:, None]
-    gg = g[:, None]
-    lo = tl.where((lo > 0) & (_positions(cc, gg, lo - 1, N - 1) > t_lo), lo - 1, lo)
-    lo = tl.where((lo < N) & (_positions(cc, gg, lo, N - 1) <= t_lo), lo + 1, lo)
-    hi = tl.where((hi > 0) & (_positions(cc, gg, hi - 1, N - 1) >= t_hi), hi - 1, hi)
-    hi = tl.where((hi < N) & (_positions(cc, gg, hi, N - 1) < t_hi), hi + 1, hi)
-    dense = (g_ok & ~band)[:, None]  # 0 < g < 1/16: every source, filtered by the interior test below
-    lo = tl.where(band[:, None], lo, 0)
-    hi = tl.where(band[:, None], hi, tl.where(dense, N, 0))
+    lo = tl.minimum(tl.maximum(tl.floor((t_lo - cb) * inv_g) + 1.0, 0.0), N * 1.0).to(tl.int32)  # (BR, BLOCK_N)
+    hi = tl.minimum(tl.maximum(tl.ceil((t_hi - cb) * inv_g), 0.0), N * 1.0).to(tl.int32)
+    lo = tl.where((lo > 0) & (_positions(c, g, lo - 1, N - 1) > t_lo), lo - 1, lo)
+    lo = tl.where((lo < N) & (_positions(c, g, lo, N - 1) <= t_lo), lo + 1, lo)
+    hi = tl.where((hi > 0) & (_positions(c, g, hi - 1, N - 1) >= t_hi), hi - 1, hi)
+    hi = tl.where((hi < N) & (_positions(c, g, hi, N - 1) < t_hi), hi + 1, hi)
+    # 0 < g < 1/16: the run is every source between the two piles (b is monotone, so the piles are its ends).
+    dense = g_ok & ~band
+    n_lo = tl.sum(at_lo.to(tl.int32), axis=1, keep_dims=True)
+    n_hi = tl.sum(at_hi.to(tl.int32), axis=1, keep_dims=True)
+    lo = tl.where(band, lo, tl.where(dense, n_lo, 0))
+    hi = tl.where(band, hi, tl.where(dense, N - n_hi, 0))
     n_w = tl.max(tl.max(hi - lo, axis=1), axis=0)
     acc = tl.zeros([BR, BLOCK_N], dtype=tl.float32)
     w = 0
     while w < n_w:  # a while loop: the interpreter cannot use a reduced tensor as a range() bound
         j = lo + w  # (BR, BLOCK_N) source index
-        ok = m2 & (j < hi)
-        lpj = tl.load(row_base[:, None] + j.to(tl.int64) * lp_stride_n, mask=ok, other=float("-inf"))
+        ok = j < hi  # empty runs (lo == hi) for invalid rows, rows past B and lanes past N
+        lpj = tl.load(row_base + j.to(tl.int64) * lp_stride_n, mask=ok, other=float("-inf"))
         pj = tl.exp(lpj.to(tl.float32))
-        bj = _positions(c[:, None], g[:, None], j, N - 1)
+        bj = _positions(c, g, j, N - 1)
         lj = tl.floor(bj)
         fj = bj - lj
         wt = tl.where(kf == lj, 1.0 - fj, tl.where(kf == lj + 1.0, fj, 0.0))
-        inner = ok & (bj > 0.0) & (bj < N - 1.0)
-        acc = acc + tl.where(inner, _round(pj * wt), 0.0)
+        # The select between the product and 0 already keeps the product rounded (no FMA into acc).
+        acc = acc + tl.where(ok, pj * wt, 0.0)
         w += 1
 
     # 4. Piles, the two-hot of terminated rows, NaN rows; store.
-    b_star = tl.minimum(tl.maximum(c, 0.0), N - 1.0)
+    b_star = tl.minimum(tl.maximum(c, 0.0), N - 1.0)  # (BR, 1)
     l_star = tl.floor(b_star)
     f_star = b_star - l_star
-    w_star = tl.where(kf == l_star[:, None], 1.0 - f_star[:, None], tl.where(kf == l_star[:, None] + 1.0,
-                                                                                f_star[:, None], 0.0))
-    acc = acc + tl.where(k[None, :] == 0, p_lo[:, None], 0.0)
-    acc = acc + tl.where(k[None, :] == N - 1, p_hi[:, None], 0.0)
-    acc = acc + tl.where((done & ~bad)[:, None], _round(p_all[:, None] * w_star), 0.0)
-    acc = tl.where(bad[:, None], float("nan"), acc)
-    tl.store(out_ptr + rows64[:, None] * out_stride_b + k[None, :], acc, mask=m2)
+    w_star = tl.where(kf == l_star, 1.0 - f_star, tl.where(kf == l_star + 1.0, f_star, 0.0))
+    acc = acc + tl.where(k == 0, p_lo, 0.0)
+    acc = acc + tl.where(k == N - 1, p_hi, 0.0)
+    acc = acc + tl.where(done & ~bad, p_all * w_star, 0.0)
+    acc = tl.where(bad, float("nan"), acc)
+    tl.store(out_ptr + rows64 * out_stride_b + k, acc, mask=m2)
 
 
 def kernel_config(B: int, N: int, interpret: bool) -> dict:
@@ -146,8 +151,7 @@ def kernel_config(B: int, N: int, interpret: bool) -> dict:
     """
     block_n = max(triton.next_power_of_2(N), 2)
     if interpret:
-        br = 64
-    else:
-        br = max(1, min(8, 1024 // block_n))
-    num_warps = 4 if block_n * br <= 1024 else 8
-    return {"BLOCK_N": block_n, "BR": br, "num_warps": num_warps}
+        return {"BLOCK_N": block_n, "BR": 64, "num_warps": 4}
+    # One row per program and one warp per 128 lanes: row reductions stay inside a warp (shuffles, no shared memory
+    # or barriers) and every tensor shares one layout (H200 sweep in bench/results/).
+    return {"BLOCK_N": block_n, "BR": 1, "num_warps": max(1, min(16, block_n // 128))}
