@@ -1,0 +1,77 @@
+"""Ahead-of-time compilation of the kernel for a CUDA target on a machine without a GPU (KERNEL_NOTES 3.1).
+
+    python -m triton_kernels.aot --arch 90 --N 101 --E 2
+
+prints the registers, spills and barriers that the bundled ptxas reports for each pinned configuration, so CI
+proves the kernel compiles for the H200 (sm_90) and tracks its register pressure. Must run without
+TRITON_INTERPRET=1 (the interpreter replaces the JIT function at decoration time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from triton_kernels.categorical_td_target import categorical_td_target_kernel, kernel_config
+
+__all__ = ["compile_for_target"]
+
+_INT_ARGS = ("q_stride_e", "q_stride_b", "lp_stride_e", "lp_stride_b", "r_stride", "d_stride", "s_stride",
+             "out_stride_b", "B")
+
+
+def compile_for_target(N: int = 101, E: int = 2, arch: int = 90, BR: int | None = None,
+                       num_warps: int | None = None, lp_dtype: str = "fp32") -> dict:
+    """Compile to PTX + cubin for `sm_<arch>` and read ptxas's resource usage.
+
+    Returns:
+        {"arch", "N", "E", "BR", "num_warps", "registers", "spill_bytes", "barriers", "ptx_lines"}.
+    """
+    cfg = kernel_config(1 << 20, N, interpret=False)
+    BR = cfg["BR"] if BR is None else BR
+    num_warps = cfg["num_warps"] if num_warps is None else num_warps
+    sig = {"q_ptr": "*fp32", "lp_ptr": f"*{lp_dtype}", "r_ptr": "*fp32", "d_ptr": "*fp32", "s_ptr": "*fp32",
+           "out_ptr": "*fp32", "gamma": "fp32", "min_v": "fp32", "inv_delta": "fp32", "lp_stride_n": "constexpr",
+           "E": "constexpr", "N": "constexpr", "BLOCK_N": "constexpr", "BR": "constexpr"}
+    sig.update({name: "i32" for name in _INT_ARGS})
+    order = categorical_td_target_kernel.arg_names
+    src = ASTSource(fn=categorical_td_target_kernel, signature={k: sig[k] for k in order},
+                    constexprs={"lp_stride_n": 1, "E": E, "N": N, "BLOCK_N": cfg["BLOCK_N"], "BR": BR})
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "k.ptx")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        info = subprocess.run([ptxas, f"-arch=sm_{arch}a", "-v", ptx, "-o", os.path.join(tmp, "k.cubin")],
+                              capture_output=True, text=True, check=True).stderr
+    regs = re.search(r"Used (\d+) registers", info)
+    spill = re.search(r"(\d+) bytes spill stores", info)
+    bars = re.search(r"used (\d+) barriers", info)
+    return {"arch": arch, "N": N, "E": E, "BR": BR, "num_warps": num_warps, "lp_dtype": lp_dtype,
+            "registers": int(regs.group(1)) if regs else None, "spill_bytes": int(spill.group(1)) if spill else 0,
+            "barriers": int(bars.group(1)) if bars else 0, "ptx_lines": compiled.asm["ptx"].count("\n"),
+            "cubin_bytes": len(compiled.asm["cubin"])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", type=int, default=90)
+    ap.add_argument("--N", type=int, nargs="+", default=[101])
+    ap.add_argument("--E", type=int, default=2)
+    ap.add_argument("--dtype", default="fp32")
+    a = ap.parse_args()
+    for n in a.N:
+        print(json.dumps(compile_for_target(n, a.E, a.arch, lp_dtype=a.dtype)))
+
+
+if __name__ == "__main__":
+    main()
