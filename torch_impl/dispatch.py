@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,20 +112,25 @@ _register_triton()
 
 
 def _validate(args: tuple, gamma: object, min_v: object, max_v: object) -> None:
+    # Metadata only (no sync): this runs before every call, so it is kept lean.
+    dev = args[1].device if isinstance(args[1], torch.Tensor) else None
     for name, x in zip(_ARG_NAMES, args, strict=True):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if not x.is_floating_point():
+        if not x.dtype.is_floating_point:
             raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    dev = args[1].device
-    for name, x in zip(_ARG_NAMES, args, strict=True):
         if x.device != dev:
             raise ValueError(f"{name} must be on the same device as next_log_probs ({dev}), got {x.device}")
-    if args[1].dtype not in KERNEL_DTYPES + (torch.float64,):
+    if args[1].dtype not in _LOG_PROB_DTYPES:
         raise TypeError(f"next_log_probs must be float32, bfloat16, float16 or float64, got {args[1].dtype}")
-    check_shapes(*(tuple(x.shape) for x in args))
-    validate_support(args[1].shape[2], min_v, max_v)
-    check_gamma(gamma)
+    check_shapes(args[0].shape, args[1].shape, args[2].shape, args[3].shape, args[4].shape)
+    _check_support(args[1].shape[2], min_v, max_v)
+    if type(gamma) is not float or not 0.0 <= gamma <= 1.0:
+        check_gamma(gamma)
+
+
+_LOG_PROB_DTYPES = KERNEL_DTYPES + (torch.float64,)
+_check_support = functools.lru_cache(maxsize=64)(validate_support)
 
 
 def categorical_td_target(

@@ -91,10 +91,9 @@ def categorical_td_target_triton(next_qs, next_log_probs, reward, terminated, ne
     Under torch.compile / export the registered op is called, so Inductor sees the kernel (no graph break). In eager
     mode the same kernel is launched directly: the custom-op dispatch would add host time to a launch-bound op.
     """
-    B = next_log_probs.shape[1]
     mv, inv_delta = support_constants(next_log_probs.shape[2], min_v, max_v)
-    args = (next_qs, next_log_probs, reward.reshape(B), terminated.reshape(B), next_alpha_log_pi.reshape(B),
-            float(gamma), mv, inv_delta)
+    # (B,) and (B, 1) per-row inputs both index rows with stride(0): no reshape needed.
+    args = (next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, float(gamma), mv, inv_delta)
     if torch.compiler.is_compiling():
         return torch.ops.flashsac.categorical_td_target(*args)
     return launch(categorical_td_target_kernel, *args)

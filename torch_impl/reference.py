@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from shared_spec.support import CategoricalSupport
@@ -9,6 +11,7 @@ from shared_spec.support import CategoricalSupport
 __all__ = ["categorical_td_target_reference", "support_constants"]
 
 
+@functools.lru_cache(maxsize=64)
 def support_constants(num_bins: int, min_v: float, max_v: float) -> tuple[float, float]:
     """(min_v, 1 / Delta) as the Python floats every torch/Triton path rounds to fp32 (SPEC.md section 3)."""
     sup = CategoricalSupport(num_bins, float(min_v), float(max_v))
