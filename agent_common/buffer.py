@@ -34,8 +34,16 @@ class ReplayBuffer:
         seed: sampler seed (or seed sequence entropy).
     """
 
-    def __init__(self, observation_dim: int, action_dim: int, max_length: int, min_length: int, n_step: int,
-                 gamma: float, seed: int | Sequence[int]) -> None:
+    def __init__(
+        self,
+        observation_dim: int,
+        action_dim: int,
+        max_length: int,
+        min_length: int,
+        n_step: int,
+        gamma: float,
+        seed: int | Sequence[int],
+    ) -> None:
         self.max_length = max_length
         self.min_length = min_length
         self.n_step = n_step
@@ -58,8 +66,15 @@ class ReplayBuffer:
         """True once at least ``min_length`` rows are stored."""
         return self.size >= self.min_length
 
-    def add(self, observation: np.ndarray, action: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
-            truncated: np.ndarray, next_observation: np.ndarray) -> None:
+    def add(
+        self,
+        observation: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        next_observation: np.ndarray,
+    ) -> None:
         """Adds one vector-env step (E envs).
 
         Args:

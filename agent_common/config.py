@@ -126,7 +126,7 @@ class AgentConfig(_Freezable):
     sample_batch_size: int = 512  # B (CPU-sim recipe; yaml default 2048)
     buffer_max_length: int = 1_000_000
     buffer_min_length: int = 10_000  # uniform random actions and no updates until this many transitions
-    buffer_device_type: str = "cpu"  # cpu | cuda (where sampled batches are staged; storage is numpy)
+    buffer_device_type: str = "cpu"  # cpu | cuda (accepted; storage is host numpy, batches go to the device)
     # precision and compilation
     use_amp: bool = False  # fp16 autocast + GradScaler (torch) / bf16 matmuls (jax)
     use_compile: bool = True  # torch.compile the networks (torch); ignored by jax (always jit)
@@ -170,7 +170,9 @@ class Config(_Freezable):
     save_checkpoint_per_interaction_step: int | None = None  # null -> N (one checkpoint at the end)
     save_buffer_per_interaction_step: int | None = None  # null -> buffer saved only if save_buffer
     # project keys
-    save_buffer: bool = False  # also write the replay buffer with every checkpoint (large)
+    save_buffer: bool = (
+        False  # write the replay buffer with every checkpoint (always done on Ctrl-C / max_wall_seconds)
+    )
     max_wall_seconds: float | None = None  # checkpoint and exit cleanly once this much wall time has passed
     deterministic: bool = False  # deterministic algorithms (bitwise reproducible on CPU)
     progress_bar: bool = True  # tqdm bar with env steps/s, updates/s and the latest eval return
@@ -225,6 +227,15 @@ def _check_key(key: str) -> None:
     raise ConfigError(f"unknown config key '{key}'.{hint}{listing}")
 
 
+def _quote_if_string_field(key: str, value: str) -> str:
+    """Keeps string fields literal: YAML 1.1 would read ``compile_mode=off`` as the boolean False."""
+    field_type = str(_flat_fields(Config)[key].type)
+    stripped = value.strip()
+    if "str" not in field_type or stripped in ("null", "~", "") or stripped[:1] in ("'", '"'):
+        return value
+    return "'" + stripped.replace("'", "''") + "'"
+
+
 def _get(cfg: Config, key: str) -> Any:
     obj: Any = cfg
     for part in key.split("."):
@@ -273,17 +284,33 @@ def _validate(cfg: Config, framework: str) -> None:
         f"must be a multiple of num_eval_envs={cfg.num_eval_envs}",
     )
     _require(0.0 < cfg.gamma <= 1.0, "gamma", cfg.gamma, "must be in (0, 1]")
-    _require(cfg.updates_per_interaction_step > 0, "updates_per_interaction_step", cfg.updates_per_interaction_step,
-             "must be > 0")
-    _require(cfg.max_wall_seconds is None or cfg.max_wall_seconds > 0, "max_wall_seconds", cfg.max_wall_seconds,
-             "must be null or > 0")
+    _require(
+        cfg.updates_per_interaction_step > 0,
+        "updates_per_interaction_step",
+        cfg.updates_per_interaction_step,
+        "must be > 0",
+    )
+    _require(
+        cfg.max_wall_seconds is None or cfg.max_wall_seconds > 0,
+        "max_wall_seconds",
+        cfg.max_wall_seconds,
+        "must be null or > 0",
+    )
     a = cfg.agent
     _require(a.critic_num_bins >= 2, "agent.critic_num_bins", a.critic_num_bins, "must be an integer >= 2")
     _require(a.buffer_min_length >= 1, "agent.buffer_min_length", a.buffer_min_length, "must be >= 1")
-    _require(a.buffer_min_length <= a.buffer_max_length, "agent.buffer_min_length", a.buffer_min_length,
-             f"must be <= agent.buffer_max_length={a.buffer_max_length}")
-    _require(0.0 < a.critic_target_update_tau <= 1.0, "agent.critic_target_update_tau", a.critic_target_update_tau,
-             "must be in (0, 1]")
+    _require(
+        a.buffer_min_length <= a.buffer_max_length,
+        "agent.buffer_min_length",
+        a.buffer_min_length,
+        f"must be <= agent.buffer_max_length={a.buffer_max_length}",
+    )
+    _require(
+        0.0 < a.critic_target_update_tau <= 1.0,
+        "agent.critic_target_update_tau",
+        a.critic_target_update_tau,
+        "must be in (0, 1]",
+    )
     _require(a.normalized_G_max > 0, "agent.normalized_G_max", a.normalized_G_max, "must be > 0")
     _require(a.actor_noise_zeta_mu > 0, "agent.actor_noise_zeta_mu", a.actor_noise_zeta_mu, "must be > 0")
     _require(a.temp_initial_value > 0, "agent.temp_initial_value", a.temp_initial_value, "must be > 0")
@@ -293,14 +320,27 @@ def _validate(cfg: Config, framework: str) -> None:
         value = getattr(a, key)
         _require(value >= 0, f"agent.{key}", value, "must be >= 0")
     if a.critic_min_v is not None and a.critic_max_v is not None:
-        _require(a.critic_min_v < a.critic_max_v, "agent.critic_min_v", a.critic_min_v,
-                 f"must be < agent.critic_max_v={a.critic_max_v}")
+        _require(
+            a.critic_min_v < a.critic_max_v,
+            "agent.critic_min_v",
+            a.critic_min_v,
+            f"must be < agent.critic_max_v={a.critic_max_v}",
+        )
     # mirrored keys (upstream interpolations) may be set in both places only if they agree
-    for top, sub in (("num_train_envs", "env.num_train_envs"), ("num_eval_envs", "env.num_eval_envs"),
-                     ("seed", "agent.seed"), ("gamma", "agent.gamma"), ("n_step", "agent.n_step")):
+    for top, sub in (
+        ("num_train_envs", "env.num_train_envs"),
+        ("num_eval_envs", "env.num_eval_envs"),
+        ("seed", "agent.seed"),
+        ("gamma", "agent.gamma"),
+        ("n_step", "agent.n_step"),
+    ):
         sub_value = _get(cfg, sub)
-        _require(sub_value is None or sub_value == _get(cfg, top), sub, sub_value,
-                 f"mirrors '{top}' (= {_get(cfg, top)!r}); set '{top}' instead or make them equal")
+        _require(
+            sub_value is None or sub_value == _get(cfg, top),
+            sub,
+            sub_value,
+            f"mirrors '{top}' (= {_get(cfg, top)!r}); set '{top}' instead or make them equal",
+        )
 
 
 def _resolve(cfg: Config, framework: str) -> Config:
@@ -386,7 +426,7 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
                 )
             continue
         _check_key(key)
-        dotlist.append(f"{key}={value}")
+        dotlist.append(f"{key}={_quote_if_string_field(key, value)}")
     try:
         schema = OmegaConf.structured(Config)
         merged = OmegaConf.merge(schema, OmegaConf.from_dotlist(dotlist))
@@ -404,8 +444,9 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
     return resolved
 
 
-def parse_args(argv: list[str] | None = None, framework: Literal["torch", "jax"] = "torch",
-               prog: str | None = None) -> Config:
+def parse_args(
+    argv: list[str] | None = None, framework: Literal["torch", "jax"] = "torch", prog: str | None = None
+) -> Config:
     """Parse upstream's CLI (``--overrides key=value``, repeatable) and return the resolved config.
 
     On a config error this prints the message to stderr and exits with status 2, before any env or GPU work.
@@ -419,8 +460,13 @@ def parse_args(argv: list[str] | None = None, framework: Literal["torch", "jax"]
         The frozen resolved ``Config``.
     """
     parser = argparse.ArgumentParser(prog=prog, description="Train FlashSAC on gym-MuJoCo.")
-    parser.add_argument("--overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override, repeatable (e.g. --overrides env.env_name=Hopper-v4)")
+    parser.add_argument(
+        "--overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override, repeatable (e.g. --overrides env.env_name=Hopper-v4)",
+    )
     args = parser.parse_args(argv)
     try:
         return load_config(args.overrides, framework)

@@ -80,8 +80,9 @@ def _time_limits(env: gym.Env) -> list[TimeLimit]:
     return out
 
 
-def make_env(env_name: str, seed: int, rescale_action: bool = True, max_episode_steps: int | None = None,
-             index: int = 0) -> gym.Env:
+def make_env(
+    env_name: str, seed: int, rescale_action: bool = True, max_episode_steps: int | None = None, index: int = 0
+) -> gym.Env:
     """One gym-MuJoCo env, wrapped as upstream ``make_mujoco_env`` does (FLASHSAC.md §14).
 
     Args:
@@ -109,8 +110,9 @@ def make_env(env_name: str, seed: int, rescale_action: bool = True, max_episode_
     return EnvSnapshot(env, index)
 
 
-def make_vec_env(env_name: str, num_envs: int, seed: int, rescale_action: bool = True,
-                 max_episode_steps: int | None = None) -> gym.vector.VectorEnv:
+def make_vec_env(
+    env_name: str, num_envs: int, seed: int, rescale_action: bool = True, max_episode_steps: int | None = None
+) -> gym.vector.VectorEnv:
     """A vector env with same-step autoreset (the done env is reset inside ``step``; ``infos["final_obs"]``).
 
     Sub-env i uses seed + i. ``SyncVectorEnv`` for one env, ``AsyncVectorEnv`` (spawn) otherwise, as upstream.
@@ -206,8 +208,9 @@ def step_env(envs: gym.vector.VectorEnv, action: np.ndarray) -> StepResult:
     )
 
 
-def evaluate(act: Callable[[np.ndarray], np.ndarray], envs: gym.vector.VectorEnv,
-             num_episodes: int) -> dict[str, float]:
+def evaluate(
+    act: Callable[[np.ndarray], np.ndarray], envs: gym.vector.VectorEnv, num_episodes: int
+) -> dict[str, float]:
     """Deterministic evaluation as upstream ``evaluate`` (FLASHSAC.md §16).
 
     ``num_episodes / num_envs`` rounds; each resets the vector env, acts until every sub-env has finished once, and

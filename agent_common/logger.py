@@ -72,8 +72,9 @@ class RunLogger:
         use_tensorboard: False for ``logger_type=none`` (the CSV and config are still written).
     """
 
-    def __init__(self, run_dir: str, exp_name: str, env_name: str, seed: int, config_yaml: str,
-                 use_tensorboard: bool = True) -> None:
+    def __init__(
+        self, run_dir: str, exp_name: str, env_name: str, seed: int, config_yaml: str, use_tensorboard: bool = True
+    ) -> None:
         self.run_dir = run_dir
         self.exp_name = exp_name
         self.env_name = env_name
@@ -100,8 +101,11 @@ class RunLogger:
         """Writes scalars at ``step`` (non-numeric values are ignored)."""
         if self._writer is None:
             return
-        values = [Summary.Value(tag=key, simple_value=float(value)) for key, value in metrics.items()
-                  if isinstance(value, int | float)]
+        values = [
+            Summary.Value(tag=key, simple_value=float(value))
+            for key, value in metrics.items()
+            if isinstance(value, int | float)
+        ]
         if values:
             self._writer.add_event(Event(wall_time=time.time(), step=int(step), summary=Summary(value=values)))
 
@@ -120,8 +124,17 @@ class RunLogger:
         self.log_scalars(metrics, env_step)
         for metric in EVAL_CSV_METRICS:
             if metric in metrics and not math.isnan(metrics[metric]):
-                self._csv.writerow([self._csv_rows, self.exp_name, self.env_name, self.seed, metric,
-                                    float(env_step), repr(float(metrics[metric]))])
+                self._csv.writerow(
+                    [
+                        self._csv_rows,
+                        self.exp_name,
+                        self.env_name,
+                        self.seed,
+                        metric,
+                        float(env_step),
+                        repr(float(metrics[metric])),
+                    ]
+                )
                 self._csv_rows += 1
         self._csv_file.flush()
 

@@ -116,8 +116,11 @@ class _StopFlag:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("\nCtrl-C: finishing the current step, then saving a checkpoint (press again to abort without saving)",
-              file=sys.stderr, flush=True)
+        print(
+            "\nCtrl-C: finishing the current step, then saving a checkpoint (press again to abort without saving)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _seed_globals(seed: int) -> None:
@@ -133,10 +136,12 @@ class _Loop:
         _seed_globals(cfg.seed)
         env_cfg = cfg.env
         self.num_envs = int(cfg.num_train_envs)
-        self.train_envs = make_vec_env(env_cfg.env_name, self.num_envs, cfg.seed, env_cfg.rescale_action,
-                                       env_cfg.max_episode_steps)
-        self.eval_envs = make_vec_env(env_cfg.env_name, cfg.num_eval_envs, cfg.seed, env_cfg.rescale_action,
-                                      env_cfg.max_episode_steps)
+        self.train_envs = make_vec_env(
+            env_cfg.env_name, self.num_envs, cfg.seed, env_cfg.rescale_action, env_cfg.max_episode_steps
+        )
+        self.eval_envs = make_vec_env(
+            env_cfg.env_name, cfg.num_eval_envs, cfg.seed, env_cfg.rescale_action, env_cfg.max_episode_steps
+        )
         obs, _ = self.train_envs.reset(seed=cfg.seed)
         self.eval_envs.reset(seed=cfg.seed)
         self.observation = np.asarray(obs, dtype=np.float32)  # (E, O)
@@ -148,11 +153,19 @@ class _Loop:
         action_dim = int(act_space.shape[0])
         self.agent = make_agent(cfg, obs_space, act_space)
         a = cfg.agent
-        self.buffer = ReplayBuffer(int(obs_space.shape[0]), action_dim, a.buffer_max_length, a.buffer_min_length,
-                                   cfg.n_step, cfg.gamma, seed=[cfg.seed, _BUFFER_STREAM])
+        self.buffer = ReplayBuffer(
+            int(obs_space.shape[0]),
+            action_dim,
+            a.buffer_max_length,
+            a.buffer_min_length,
+            cfg.n_step,
+            cfg.gamma,
+            seed=[cfg.seed, _BUFFER_STREAM],
+        )
         self.normalizer = RewardNormalizer(cfg.gamma, a.normalized_G_max, enabled=a.normalize_reward)
-        self.noise = ZetaNoise(self.num_envs, action_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max,
-                               seed=[cfg.seed, _NOISE_STREAM])
+        self.noise = ZetaNoise(
+            self.num_envs, action_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max, seed=[cfg.seed, _NOISE_STREAM]
+        )
         self.warmup_rng = np.random.Generator(np.random.PCG64([cfg.seed, _WARMUP_STREAM]))
         self.meter = AverageMeter()
         self.interaction_step = 0
@@ -164,17 +177,26 @@ class _Loop:
         self.num_interaction_steps = max(1, cfg.num_env_steps // self.num_envs)
 
     # ----------------------------------------------------------------------------------------- checkpoints
-    def save(self) -> str:
-        """Writes ``<run>/checkpoints/step<env_step>/`` atomically and returns its path."""
+    def save(self, with_buffer: bool = False) -> str:
+        """Writes ``<run>/checkpoints/step<env_step>/`` atomically and returns its path.
+
+        Args:
+            with_buffer: also write the replay buffer (always done when the run stops early, so that the resume is
+                exact; otherwise only with ``save_buffer`` or on ``save_buffer_per_interaction_step``).
+        """
         env_step = self.interaction_step * self.num_envs
         final = checkpoint_dir(self.cfg.save_path or ".", env_step)
         tmp = final + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         self.agent.save(os.path.join(tmp, AGENT_DIR))
-        save_data = self.cfg.save_buffer or (
-            self.cfg.save_buffer_per_interaction_step is not None
-            and self.interaction_step % self.cfg.save_buffer_per_interaction_step == 0
+        save_data = (
+            with_buffer
+            or self.cfg.save_buffer
+            or (
+                self.cfg.save_buffer_per_interaction_step is not None
+                and self.interaction_step % self.cfg.save_buffer_per_interaction_step == 0
+            )
         )
         state = {
             "interaction_step": self.interaction_step,
@@ -226,9 +248,11 @@ class _Loop:
             self.buffer.load_state_dict(load_pickle(buffer_path))
         else:
             self.buffer.load_state_dict(state["buffer"])
-            print(f"note: no replay buffer in {ckpt}; collecting {self.cfg.agent.buffer_min_length} random steps "
-                  "again before updates (resume is not exact; set save_buffer=true for exact resume)",
-                  file=sys.stderr)
+            print(
+                f"note: no replay buffer in {ckpt}; collecting {self.cfg.agent.buffer_min_length} random steps "
+                "again before updates (resume is not exact; set save_buffer=true for exact resume)",
+                file=sys.stderr,
+            )
         set_env_states(self.train_envs, state["train_envs"])
         set_env_states(self.eval_envs, state["eval_envs"])
         self.meter.load_state_dict(state["meter"])
@@ -239,8 +263,9 @@ class _Loop:
         """Training action: the policy with zeta-repeated noise once the buffer can sample, else uniform random."""
         if self.buffer.can_sample():
             return self.agent.act(self.observation, self.noise.sample())  # (E, A)
-        return self.warmup_rng.uniform(self.action_low, self.action_high,
-                                       size=(self.num_envs, self.action_low.shape[0])).astype(np.float32)  # (E, A)
+        return self.warmup_rng.uniform(
+            self.action_low, self.action_high, size=(self.num_envs, self.action_low.shape[0])
+        ).astype(np.float32)  # (E, A)
 
     def evaluate(self) -> dict[str, float]:
         """Deterministic evaluation on the eval env."""
@@ -273,8 +298,14 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
     if cfg.agent_load_path is not None:
         ckpt = loop.load(cfg.agent_load_path)
         print(f"resumed from {ckpt} at env step {loop.interaction_step * loop.num_envs}", file=sys.stderr)
-    logger = RunLogger(run_dir, cfg.exp_name, cfg.env.env_name, cfg.seed, config_to_yaml(cfg),
-                       use_tensorboard=cfg.logger_type == "tensorboard")
+    logger = RunLogger(
+        run_dir,
+        cfg.exp_name,
+        cfg.env.env_name,
+        cfg.seed,
+        config_to_yaml(cfg),
+        use_tensorboard=cfg.logger_type == "tensorboard",
+    )
     evaluations: list[tuple[int, dict[str, float]]] = []
 
     def do_eval() -> None:
@@ -305,8 +336,15 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
     window_start, window_env_steps, window_updates = t_start, 0, 0
     update_time, updates_this_call = 0.0, 0
     postfix_time = 0.0
-    bar = tqdm(total=n_int * loop.num_envs, initial=start_step * loop.num_envs, unit="step", dynamic_ncols=True,
-               disable=not cfg.progress_bar, file=sys.stderr, mininterval=1.0)
+    bar = tqdm(
+        total=n_int * loop.num_envs,
+        initial=start_step * loop.num_envs,
+        unit="step",
+        dynamic_ncols=True,
+        disable=not cfg.progress_bar,
+        file=sys.stderr,
+        mininterval=1.0,
+    )
     with _StopFlag() as stop:
         try:
             while loop.interaction_step < n_int:
@@ -315,8 +353,14 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
                 env_step = step * loop.num_envs
                 action = loop.act()  # (E, A)
                 result = step_env(loop.train_envs, action)
-                loop.buffer.add(loop.observation, action, result.reward, result.terminated, result.truncated,
-                                result.next_observation)
+                loop.buffer.add(
+                    loop.observation,
+                    action,
+                    result.reward,
+                    result.terminated,
+                    result.truncated,
+                    result.next_observation,
+                )
                 loop.normalizer.update(result.reward, result.terminated, result.truncated)
                 loop.observation = result.reset_observation  # (E, O)
                 window_env_steps += loop.num_envs
@@ -351,9 +395,12 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
                 now = time.monotonic()
                 if now - postfix_time >= 1.0:
                     elapsed = max(now - t_start, 1e-9)
-                    bar.set_postfix(sps=f"{(env_step - start_step * loop.num_envs) / elapsed:.1f}",
-                                    ups=f"{updates_this_call / elapsed:.1f}", eval=f"{loop.last_eval_return:.1f}",
-                                    refresh=False)
+                    bar.set_postfix(
+                        sps=f"{(env_step - start_step * loop.num_envs) / elapsed:.1f}",
+                        ups=f"{updates_this_call / elapsed:.1f}",
+                        eval=f"{loop.last_eval_return:.1f}",
+                        refresh=False,
+                    )
                     postfix_time = now
                 if stop.requested:
                     status = "interrupted"
@@ -364,7 +411,9 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
             if status == "completed":
                 if loop.last_eval_step != loop.interaction_step and cfg.num_eval_episodes > 0:
                     do_eval()
-            if loop.last_checkpoint_step != loop.interaction_step:
+            if status != "completed":
+                last_ckpt = loop.save(with_buffer=True)  # stopped early: the resume must be exact
+            elif loop.last_checkpoint_step != loop.interaction_step:
                 last_ckpt = loop.save()
         finally:
             bar.close()
@@ -412,8 +461,7 @@ def run_cli(argv: list[str] | None, framework: str, make_agent_module: Callable[
         f"  eval csv:   {os.path.join(result.run_dir, 'eval.csv')}  "
         f"(plot: python -m agent_common.plot {result.run_dir})\n"
         f"  checkpoint: {result.checkpoint}"
-        + ("" if result.status == "completed"
-           else f"\n  resume:     --overrides agent_load_path={result.run_dir}"),
+        + ("" if result.status == "completed" else f"\n  resume:     --overrides agent_load_path={result.run_dir}"),
         flush=True,
     )
     return 130 if result.status == "interrupted" else 0

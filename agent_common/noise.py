@@ -66,8 +66,7 @@ class ZetaNoise:
 
     def state_dict(self) -> dict[str, Any]:
         """Picklable state: held ε, counter, repeat length and the generator state."""
-        return {"eps": self.eps.copy(), "count": self.count, "repeat": self.repeat,
-                "rng": self.rng.bit_generator.state}
+        return {"eps": self.eps.copy(), "count": self.count, "repeat": self.repeat, "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores ``state_dict()`` output."""

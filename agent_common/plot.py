@@ -42,7 +42,8 @@ def plot_run(run_dir: str, out: str | None = None, reference_csv: str | None = N
         for row in csv.DictReader(f):
             if row["metric"] == "avg_return":
                 curves[(row["exp_name"], row["env_name"], row["seed"])].append(
-                    (float(row["env_step"]), float(row["value"])))
+                    (float(row["env_step"]), float(row["value"]))
+                )
     if not curves:
         raise ValueError(f"no avg_return rows in {csv_path}")
     import matplotlib

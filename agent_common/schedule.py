@@ -7,8 +7,9 @@ import math
 __all__ = ["warmup_cosine_decay"]
 
 
-def warmup_cosine_decay(step: int, init_value: float, peak_value: float, end_value: float, warmup_steps: int,
-                        decay_steps: int) -> float:
+def warmup_cosine_decay(
+    step: int, init_value: float, peak_value: float, end_value: float, warmup_steps: int, decay_steps: int
+) -> float:
     """Learning rate after ``step`` optimizer steps of one network.
 
     lr = init + (peak − init)·t/W for t < W; end + (peak − end)·½(1 + cos(π(t − W)/(D − W))) for W ≤ t < D;

@@ -68,19 +68,27 @@ class FlashSACAgent:
         assert a.critic_min_v is not None and a.critic_max_v is not None
         support = CategoricalSupport(a.critic_num_bins, float(a.critic_min_v), float(a.critic_max_v))
         # Decide the TD-target backend once, outside the update (strict mode raises here, at construction).
-        self.backend_decision = resolve_backend(a.categorical_target_backend, a.categorical_target_strict,
-                                                device=self.device, dtype=torch.float32, num_bins=support.num_bins,
-                                                num_critics=2, needs_grad=False)
+        self.backend_decision = resolve_backend(
+            a.categorical_target_backend,
+            a.categorical_target_strict,
+            device=self.device,
+            dtype=torch.float32,
+            num_bins=support.num_bins,
+            num_critics=2,
+            needs_grad=False,
+        )
         observation_dim = int(observation_space.shape[0])
         action_dim = int(action_space.shape[0])
         compile_mode = resolve_compile_mode(a, self.device)
         self.compile_mode = compile_mode
         torch.manual_seed(cfg.seed)  # init order as upstream: actor, critic, target critic, temperature
         actor = FlashSACActor(observation_dim, action_dim, a.actor_num_blocks, a.actor_hidden_dim)
-        critic = FlashSACDoubleCritic(observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim,
-                                      support.atoms())
-        target = FlashSACDoubleCritic(observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim,
-                                      support.atoms())
+        critic = FlashSACDoubleCritic(
+            observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim, support.atoms()
+        )
+        target = FlashSACDoubleCritic(
+            observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim, support.atoms()
+        )
         temperature = FlashSACTemperature(a.temp_initial_value)
         self.actor = make_network(actor, a, self.device, compile_mode=compile_mode)
         self.critic = make_network(critic, a, self.device, compile_mode=compile_mode)
@@ -130,18 +138,20 @@ class FlashSACAgent:
 
     # ------------------------------------------------------------------------------------------------ update
     def _to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
-        def tensor(key: str) -> torch.Tensor:
-            t = torch.from_numpy(np.ascontiguousarray(batch[key], dtype=np.float32))
-            if self.device.type == "cuda":
-                t = t.pin_memory().to(self.device, non_blocking=True)
-            return t
-
+        """Numpy batch -> float32 tensors on the device (one pinned host buffer and one copy on CUDA)."""
+        keys = ("observation", "action", "reward", "terminated", "next_observation")
+        arrays = [np.asarray(batch[k], dtype=np.float32).reshape(len(batch["reward"]), -1) for k in keys]
+        widths = [a.shape[1] for a in arrays]
+        flat = torch.from_numpy(np.concatenate(arrays, axis=1))  # (B, 2O + A + 2)
+        if self.device.type == "cuda":
+            flat = flat.pin_memory().to(self.device, non_blocking=True)
+        parts = torch.split(flat, widths, dim=1)
         return Batch(
-            observation=tensor("observation"),  # (B, O)
-            action=tensor("action"),  # (B, A)
-            reward=tensor("reward"),  # (B,)
-            terminated=tensor("terminated"),  # (B,)
-            next_observation=tensor("next_observation"),  # (B, O)
+            observation=parts[0],  # (B, O)
+            action=parts[1],  # (B, A)
+            reward=parts[2].reshape(-1),  # (B,)
+            terminated=parts[3].reshape(-1),  # (B,)
+            next_observation=parts[4],  # (B, O)
         )
 
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
@@ -161,17 +171,20 @@ class FlashSACAgent:
         if self.update_step % self.cfg.agent.actor_update_period == 0:
             info.update(update_actor(self.actor, self.critic, self.temperature, b, self.ctx, self.scaler))
             info.update(update_temperature(self.temperature, info["actor/entropy"], self.ctx))
-        info.update(update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx,
-                                  self.scaler))
-        update_target(self.critic, self.target_critic, self.ctx.tau)
+        info.update(
+            update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx, self.scaler)
+        )
+        info.update(update_target(self.critic, self.target_critic, self.ctx.tau))
         self.update_step += 1
         keys = list(info)
         values = torch.stack([info[k].float().reshape(()) for k in keys]).tolist()  # one host sync
         metrics = dict(zip(keys, values, strict=True))
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
         if bad:
-            raise FloatingPointError(f"non-finite {', '.join(bad)} at update step {self.update_step}: "
-                                     f"{ {k: metrics[k] for k in bad} } (check observations/rewards for NaN/Inf)")
+            raise FloatingPointError(
+                f"non-finite {', '.join(bad)} at update step {self.update_step}: "
+                f"{ {k: metrics[k] for k in bad} } (check observations/rewards for NaN/Inf)"
+            )
         return metrics
 
     def info(self) -> dict[str, float | str]:
@@ -184,15 +197,18 @@ class FlashSACAgent:
 
     # ------------------------------------------------------------------------------------------------ save/load
     def _networks(self) -> dict[str, Network]:
-        return {"actor": self.actor, "critic": self.critic, "target_critic": self.target_critic,
-                "temperature": self.temperature}
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            "target_critic": self.target_critic,
+            "temperature": self.temperature,
+        }
 
     def save(self, directory: str) -> None:
         """Writes actor.pt, critic.pt, target_critic.pt, temperature.pt and agent_state.pt atomically."""
         os.makedirs(directory, exist_ok=True)
         for name, net in self._networks().items():
-            atomic_write(os.path.join(directory, f"{name}.pt"),
-                         lambda f, net=net: torch.save(net.state_dict(), f))
+            atomic_write(os.path.join(directory, f"{name}.pt"), lambda f, net=net: torch.save(net.state_dict(), f))
         state: dict[str, Any] = {
             "update_step": self.update_step,
             "grad_scaler_state_dict": self.scaler.state_dict() if self.scaler is not None else None,

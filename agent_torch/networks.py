@@ -84,8 +84,9 @@ class UnitBatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, training: bool) -> torch.Tensor:
         # normalises with the biased batch variance; the running var lerps the unbiased one (torch semantics)
-        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, training, BN_MOMENTUM,
-                            BN_EPS)  # (B, d)
+        return F.batch_norm(
+            x, self.running_mean, self.running_var, self.weight, self.bias, training, BN_MOMENTUM, BN_EPS
+        )  # (B, d)
 
     @torch.no_grad()
     def normalize_parameters(self) -> None:
@@ -161,8 +162,16 @@ class EnsembleUnitBatchNorm(nn.Module):
     def forward(self, x: torch.Tensor, training: bool) -> torch.Tensor:
         n, b, d = x.shape
         flat = x.permute(1, 0, 2).reshape(b, n * d)  # (B, N*d)
-        y = F.batch_norm(flat, self.running_mean.view(-1), self.running_var.view(-1), self.weight.view(-1),
-                         self.bias.view(-1), training, BN_MOMENTUM, BN_EPS)  # (B, N*d)
+        y = F.batch_norm(
+            flat,
+            self.running_mean.view(-1),
+            self.running_var.view(-1),
+            self.weight.view(-1),
+            self.bias.view(-1),
+            training,
+            BN_MOMENTUM,
+            BN_EPS,
+        )  # (B, N*d)
         return y.view(b, n, d).permute(1, 0, 2)  # (N, B, d)
 
     @torch.no_grad()
@@ -297,8 +306,9 @@ class FlashSACDoubleCritic(nn.Module):
         num_members: N = 2.
     """
 
-    def __init__(self, input_dim: int, num_blocks: int, hidden_dim: int, atoms: np.ndarray,
-                 num_members: int = 2) -> None:
+    def __init__(
+        self, input_dim: int, num_blocks: int, hidden_dim: int, atoms: np.ndarray, num_members: int = 2
+    ) -> None:
         super().__init__()
         num_bins = int(atoms.shape[0])
         self.num_members = num_members

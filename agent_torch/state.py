@@ -50,10 +50,15 @@ class Network:
     optimizer: torch.optim.Optimizer | None
     scheduler: torch.optim.lr_scheduler.LambdaLR | None
     project: bool
+    project_fn: Callable[[], None] | None = None
 
     def normalize(self) -> None:
-        """Unit-norm weight projection (no-op if ``project`` is False)."""
-        if self.project:
+        """Unit-norm weight projection (no-op if ``project`` is False); compiled when the network is compiled."""
+        if not self.project:
+            return
+        if self.project_fn is not None:
+            self.project_fn()
+        else:
             normalize_parameters(self.module)
 
     def state_dict(self) -> dict[str, Any]:
@@ -75,12 +80,24 @@ class Network:
 
 
 def _lr_lambda(step: int, cfg: AgentConfig) -> float:
-    return warmup_cosine_decay(step, cfg.learning_rate_init, cfg.learning_rate_peak, cfg.learning_rate_end,
-                               int(cfg.learning_rate_warmup_step or 0), int(cfg.learning_rate_decay_step or 1))
+    return warmup_cosine_decay(
+        step,
+        cfg.learning_rate_init,
+        cfg.learning_rate_peak,
+        cfg.learning_rate_end,
+        int(cfg.learning_rate_warmup_step or 0),
+        int(cfg.learning_rate_decay_step or 1),
+    )
 
 
-def make_network(module: nn.Module, cfg: AgentConfig, device: torch.device, trainable: bool = True,
-                 project: bool = True, compile_mode: str = "off") -> Network:
+def make_network(
+    module: nn.Module,
+    cfg: AgentConfig,
+    device: torch.device,
+    trainable: bool = True,
+    project: bool = True,
+    compile_mode: str = "off",
+) -> Network:
     """Builds a ``Network`` around ``module`` (moved to ``device``).
 
     The optimizer's base LR is 1.0 and ``LambdaLR`` returns the absolute LR from ``warmup_cosine_decay``, so the
@@ -99,12 +116,24 @@ def make_network(module: nn.Module, cfg: AgentConfig, device: torch.device, trai
     """
     module = module.to(device)
     apply: Callable[..., Any] = module
+    project_fn: Callable[[], None] | None = None
     if compile_mode != "off":
         apply = torch.compile(module, mode=compile_mode)
+        if project:
+            # as upstream, the projection is compiled too (default mode: in-place parameter updates, no CUDA graphs)
+            project_fn = torch.compile(functools.partial(normalize_parameters, module), mode="default")
     optimizer = None
     scheduler = None
     if trainable:
-        optimizer = torch.optim.Adam(module.parameters(), lr=1.0, betas=(0.9, 0.999), eps=1e-8,
-                                     fused=device.type == "cuda")
+        optimizer = torch.optim.Adam(
+            module.parameters(),
+            lr=1.0,
+            betas=(0.9, 0.999),
+            eps=1e-8,
+            fused=device.type == "cuda",
+            foreach=None if device.type == "cuda" else True,
+        )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(_lr_lambda, cfg=cfg))
-    return Network(module=module, apply=apply, optimizer=optimizer, scheduler=scheduler, project=project)
+    return Network(
+        module=module, apply=apply, optimizer=optimizer, scheduler=scheduler, project=project, project_fn=project_fn
+    )

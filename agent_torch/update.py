@@ -79,8 +79,14 @@ def _step(net: Network, loss: torch.Tensor, scaler: torch.amp.GradScaler | None)
     net.normalize()
 
 
-def update_actor(actor: Network, critic: Network, temperature: Network, batch: Batch, ctx: UpdateContext,
-                 scaler: torch.amp.GradScaler | None) -> dict[str, torch.Tensor]:
+def update_actor(
+    actor: Network,
+    critic: Network,
+    temperature: Network,
+    batch: Batch,
+    ctx: UpdateContext,
+    scaler: torch.amp.GradScaler | None,
+) -> dict[str, torch.Tensor]:
     """Actor step: BN-training forward on [s; s'], Q from the online critic in BN-eval mode, loss α·log π − min Q.
 
     Args:
@@ -136,8 +142,9 @@ def update_temperature(temperature: Network, entropy: torch.Tensor, ctx: UpdateC
     return {"temperature/value": alpha.detach()[0], "temperature/loss": loss.detach()}
 
 
-def critic_target(actor: Network, target_critic: Network, temperature: Network, batch: Batch,
-                  ctx: UpdateContext) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def critic_target(
+    actor: Network, target_critic: Network, temperature: Network, batch: Batch, ctx: UpdateContext
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The categorical TD target (no grad), through the project's dispatching op.
 
     a' from the actor with running-stat BN; the target critic runs in BN-training mode on the joint 2B batch
@@ -173,8 +180,15 @@ def critic_target(actor: Network, target_critic: Network, temperature: Network, 
     return target_probs, next_alpha_log_pi, next_actions
 
 
-def update_critic(actor: Network, critic: Network, target_critic: Network, temperature: Network, batch: Batch,
-                  ctx: UpdateContext, scaler: torch.amp.GradScaler | None) -> dict[str, torch.Tensor]:
+def update_critic(
+    actor: Network,
+    critic: Network,
+    target_critic: Network,
+    temperature: Network,
+    batch: Batch,
+    ctx: UpdateContext,
+    scaler: torch.amp.GradScaler | None,
+) -> dict[str, torch.Tensor]:
     """Critic step: cross-entropy of both members against the min-mean target distribution.
 
     Args:
@@ -191,8 +205,9 @@ def update_critic(actor: Network, critic: Network, target_critic: Network, tempe
     """
     batch_size = batch.observation.shape[0]
     with ctx.autocast():
-        target_probs, next_alpha_log_pi, next_actions = critic_target(actor, target_critic, temperature, batch,
-                                                                      ctx)  # (B, K), (B,), (B, A)
+        target_probs, next_alpha_log_pi, next_actions = critic_target(
+            actor, target_critic, temperature, batch, ctx
+        )  # (B, K), (B,), (B, A)
         obs_all = torch.cat([batch.observation, batch.next_observation], dim=0)  # (2B, O)
         act_all = torch.cat([batch.action, next_actions.to(batch.action.dtype)], dim=0)  # (2B, A) same a' as target
         _, log_probs_all = critic.apply(obs_all, act_all, training=True)  # (2, 2B, K)
@@ -204,8 +219,13 @@ def update_critic(actor: Network, critic: Network, target_critic: Network, tempe
 
 
 @torch.no_grad()
-def update_target(critic: Network, target_critic: Network, tau: float) -> None:
-    """EMA of parameters only: θ̄ ← θ̄ + τ(θ − θ̄). BN running stats are not averaged; no projection."""
+def update_target(critic: Network, target_critic: Network, tau: float) -> dict[str, torch.Tensor]:
+    """EMA of parameters only: θ̄ ← θ̄ + τ(θ − θ̄). BN running stats are not averaged; no projection.
+
+    Returns:
+        An empty info dict (upstream logs nothing for the EMA); kept for a uniform update-function signature.
+    """
     target_params = list(target_critic.module.parameters())
     online_params = list(critic.module.parameters())
     torch._foreach_lerp_(target_params, online_params, tau)
+    return {}
