@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -10,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_impl.reference import categorical_td_target_reference
 from shared_spec.reference import check_gamma, check_shapes
 from shared_spec.support import validate_support
-from jax_impl.reference import categorical_td_target_reference
 
 __all__ = ["BACKENDS", "KERNEL_DTYPES", "BackendUnavailable", "Decision", "backend_info", "categorical_td_target",
            "dispatch_stats", "reset_dispatch", "resolve_backend"]
@@ -51,6 +52,20 @@ def _gate_reason(name: str, key: tuple) -> str | None:
         return f"the {name} backend failed to import ({IMPORT_ERRORS.get(name, 'not registered')})"
     gate = GATES.get(name)
     return gate(key) if gate is not None else None
+
+
+def _register_pallas() -> None:
+    """Register the fused Pallas kernel; an import failure becomes the fallback reason (IMPORT_ERRORS)."""
+    try:
+        from jax_impl.pallas_kernel import categorical_td_target_pallas, pallas_gate
+    except Exception as exc:  # ImportError, or a Pallas/Triton module that fails to initialise
+        IMPORT_ERRORS["pallas"] = f"{type(exc).__name__}: {exc}"
+        return
+    IMPLEMENTATIONS["pallas"] = categorical_td_target_pallas
+    GATES["pallas"] = pallas_gate
+
+
+_register_pallas()
 
 
 def resolve_backend(backend: str = "auto", strict: bool = False, *, num_bins: int = 101, num_critics: int = 2,
@@ -155,12 +170,19 @@ _jitted_reference = jax.jit(categorical_td_target_reference, static_argnums=(6, 
 
 
 def backend_info(num_bins: int = 101, num_critics: int = 2, dtype=jnp.float32, backend: str = "auto") -> dict:
-    """Which backends can run, which one runs for this configuration, and why."""
+    """Which backends can run, which one runs for this configuration, and why.
+
+    Returns:
+        {"platform", "backends": {name: "available" or the reason it cannot run}, "pallas_interpret": whether the
+         Pallas kernel runs in interpret mode (FLASHSAC_PALLAS_INTERPRET=1), "decision", "decisions",
+         "fallback_count"}.
+    """
     platform = jax.default_backend()
     key = (platform, jnp.dtype(dtype).name, num_critics, num_bins)
     d = _decide(backend, False, num_bins, num_critics, dtype, platform)
     return {"platform": platform,
             "backends": {"jax": "available", "pallas": _gate_reason("pallas", key) or "available"},
+            "pallas_interpret": os.environ.get("FLASHSAC_PALLAS_INTERPRET", "0") == "1",
             "decision": dict(d.__dict__),
             "decisions": [dict(v.__dict__, key=str(k)) for k, v in _decisions.items()],
             "fallback_count": _stats["fallback_count"]}

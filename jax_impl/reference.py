@@ -55,7 +55,7 @@ def categorical_td_target_reference(next_qs, next_log_probs, reward, terminated,
 
     bad = jnp.isnan(r) | jnp.isnan(s) | jnp.isnan(q).any(axis=0)  # (B,)
     bad = bad | ~((d >= 0.0) & (d <= 1.0)) | ~((g >= 0.0) & (g < jnp.inf)) | jnp.isnan(c_raw)
-    bad = bad | (jnp.isnan(lp) | (lp == jnp.inf)).any(axis=1)  # (B,)
+    bad = bad | ~(p.sum(axis=1) < jnp.inf)  # (B,) NaN / +inf log-prob, or an overflowing total mass
     b = jnp.where(bad[:, None], 0.0, b)
     p = jnp.where(bad[:, None], 0.0, p)
 

@@ -123,12 +123,15 @@ def invalid_rows(next_qs, r, d, s, lp, g, c) -> np.ndarray:
     A row is invalid iff any of: reward, next_alpha_log_pi or any critic mean is NaN; terminated is NaN or
     outside [0, 1]; g = gamma (1 - d) is not a finite number >= 0; the shift c (index space) is NaN, which happens
     exactly when the Bellman atoms are NaN (inf - inf, or 0 * inf on a terminated row with infinite alpha*log pi);
-    a selected log-prob is NaN or +inf.
+    the total fp32 mass sum_j exp(lp_j) of the selected critic is not finite (a NaN or +inf log-prob, or log-probs
+    so large that exp overflows; valid log-probs are <= 0).
     """
     bad = np.isnan(r) | np.isnan(s) | np.isnan(next_qs).any(axis=0)  # (B,)
     bad |= ~((d >= 0.0) & (d <= 1.0))
     bad |= ~((g >= 0.0) & (g < np.inf)) | np.isnan(c)
-    bad |= (np.isnan(lp) | (lp == np.inf)).any(axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.exp(lp.astype(np.float32)).astype(np.float64).sum(axis=1)  # fp32 probabilities, as the kernels
+    bad |= ~(total <= np.finfo(np.float32).max)  # NaN or +inf log-prob, or an fp32 overflow of the total mass
     return bad
 
 

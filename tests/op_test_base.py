@@ -61,6 +61,16 @@ class OpTests:
         clean["next_log_probs"][:, bad] = -np.log(101.0)
         assert np.array_equal(self.run(clean, 0.99)[~bad], got[~bad]), "valid rows depend on other rows' values"
 
+    def test_overflowing_log_probs_make_a_nan_row(self):
+        # SPEC.md 6.5: exp(100) overflows float32, so the row's mass is not finite -> NaN row, other rows untouched.
+        x = make_inputs(6, kind="ties", seed=13)
+        x["next_log_probs"][0, 2, 7] = 100.0
+        x["next_log_probs"][1, 4, 7] = np.inf  # critic 1 is never selected (ties -> critic 0): invisible
+        got = self.run(x, 0.99)
+        assert np.isnan(got[2]).all()
+        assert not np.isnan(np.delete(got, 2, axis=0)).any()
+        assert np.array_equal(np.isnan(got), np.isnan(R.categorical_td_target(**x, gamma=0.99)))
+
     def test_large_support(self):
         x = make_inputs(48, N=1024, kind="mixed", seed=5)
         err = max_abs_error(self.run(x, 0.99), R.categorical_td_target(**x, gamma=0.99))

@@ -64,7 +64,7 @@ def categorical_td_target_reference(
 
     bad = torch.isnan(r) | torch.isnan(s) | torch.isnan(q).any(dim=0)  # (B,)
     bad = bad | ~((d >= 0.0) & (d <= 1.0)) | ~((g >= 0.0) & (g < float("inf"))) | torch.isnan(c_raw)
-    bad = bad | (torch.isnan(lp) | (lp == float("inf"))).any(dim=1)  # (B,)
+    bad = bad | ~(p.sum(dim=1) < float("inf"))  # (B,) NaN / +inf log-prob, or an overflowing total mass
     b = torch.where(bad[:, None], 0.0, b)  # guard before .long(): upstream crashes on NaN here
     p = torch.where(bad[:, None], 0.0, p)
 

@@ -1,0 +1,469 @@
+"""Fused, deterministic Pallas kernel (lowered through Triton) for FlashSAC's categorical TD target.
+
+The algorithm (SPEC.md section 8: min-Q scan, full-row pile sums, exact runs [lo, hi) of interior sources, piles and
+two-hot last), the fp32 operation order (section 3) and the NaN policy (section 6) are those of the Triton kernel
+`triton_kernels/categorical_td_target.py`, statement for statement and with the same pinned launch configuration
+(one row and one warp per 128 lanes per program on the GPU) and runtime row strides, so that Triton sees the same
+pointer divisibility, picks the same register layouts and reduces in the same order: the two kernels can agree bit
+for bit on the same GPU. `exp` is the one operation whose lowering differs: Triton lowers fp32 `tl.exp` to
+`ex2.approx.f32(x * fp32(log2 e))`, Pallas lowers `jnp.exp` to libdevice `__nv_expf`. `exp_mode="ex2"` (default)
+emits Triton's instruction through inline PTX; `exp_mode="libdevice"` uses `jnp.exp`.
+
+Interpret rule (one rule, read at call and decision time): the kernel runs in Pallas interpret mode iff the
+environment variable FLASHSAC_PALLAS_INTERPRET is "1" (tests/conftest.py sets it). Without it the kernel is
+compiled for the GPU, and the dispatch gate (`pallas_gate`) refuses the CPU platform with a reason, so
+`backend="auto"` on a CPU machine uses the fast jnp reference rather than the slow interpreter.
+
+Everything Pallas-Triton specific lives behind `_pallas_forward` (one function), so another lowering (Mosaic GPU,
+jax-triton) can be added later without touching callers. JAX 0.11 deprecates the Pallas Triton backend; its
+DeprecationWarning is raised when the enclosing jit lowers for CUDA, possibly outside this module's call frames,
+so it is filtered by a module-level filter for exactly that message (nothing else is silenced).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import logging
+import os
+import traceback
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plt
+
+from shared_spec.support import CategoricalSupport
+
+__all__ = ["DEFAULT_EXP_MODE", "DEPRECATION_MESSAGE", "EXP_MODES", "G_BAND_MIN", "INTERPRET_ENV", "TESTED_JAX",
+           "categorical_td_target_pallas", "filter_pallas_triton_deprecation", "interpret_mode", "kernel_config",
+           "pallas_gate", "reset_self_tests", "self_test", "trace_count"]
+
+DEPRECATION_MESSAGE = "The Pallas Triton backend is deprecated"
+
+
+def filter_pallas_triton_deprecation() -> None:
+    """Ignore exactly JAX 0.11's Pallas-Triton DeprecationWarning (a regex matched at the message start)."""
+    warnings.filterwarnings("ignore", message=DEPRECATION_MESSAGE, category=DeprecationWarning)
+
+
+filter_pallas_triton_deprecation()  # module level: the warning fires when the *enclosing* jit lowers for CUDA
+
+log = logging.getLogger("flashsac.jax_impl")
+
+INTERPRET_ENV = "FLASHSAC_PALLAS_INTERPRET"
+# JAX versions this kernel was validated with (CPU interpret + CUDA cross-lowering: 0.10.2; H200: 0.11.2).
+TESTED_JAX = ("0.10.", "0.11.")
+JAX_VERSION = jax.__version__  # a module attribute so tests can simulate another version
+# Rows with 0 < g < G_BAND_MIN use the full source range (W = N) instead of the band estimate (SPEC.md 8).
+G_BAND_MIN = 0.0625
+EXP_MODES = ("ex2", "libdevice")
+DEFAULT_EXP_MODE = "ex2"
+SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
+MAX_N, MAX_E = 4096, 16
+# Flat int32 offsets: E * B * N (+ the one-past-the-end sentinel) must fit; larger inputs are split over rows.
+MAX_FLAT = 2**31 - 2
+_LOG2E = 1.4426950408889634  # Triton's constant, rounded to fp32 exactly as Triton does
+_trace_count = [0]
+
+
+def interpret_mode() -> bool:
+    """True iff FLASHSAC_PALLAS_INTERPRET=1: run the kernel in Pallas interpret mode (any platform, slow)."""
+    return os.environ.get(INTERPRET_ENV, "0") == "1"
+
+
+def trace_count() -> int:
+    """How many times the kernel wrapper has been traced (one per new shape/dtype/static configuration)."""
+    return _trace_count[0]
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def kernel_config(B: int, N: int, interpret: bool) -> dict:
+    """Pinned launch configuration; on the GPU identical to the Triton kernel's `kernel_config` (same tiles, warps).
+
+    Returns:
+        {"BLOCK_N", "BR", "num_warps"}: BLOCK_N = next power of 2 >= N (>= 2) lanes, BR rows per program (power of
+        2). GPU: one row per program and one warp per 128 lanes (row reductions stay inside a warp). Interpret mode:
+        few, large programs (the grid runs as a sequential loop on the CPU).
+    """
+    block_n = max(_next_pow2(N), 2)
+    if interpret:
+        return {"BLOCK_N": block_n, "BR": min(64, max(1, _next_pow2(B))), "num_warps": 4}
+    return {"BLOCK_N": block_n, "BR": 1, "num_warps": max(1, min(16, block_n // 128))}
+
+
+# ----------------------------------------------------------------------------------------------------- the kernel
+
+
+def _round(x: jax.Array) -> jax.Array:
+    """Identity on non-NaN values; stops FMA contraction of the product `x` into a following add (SPEC.md 3)."""
+    return jnp.where(x != x, 0.0, x)
+
+
+def _positions(c: jax.Array, g: jax.Array, j: jax.Array, N: int) -> jax.Array:
+    """b_j = min(max(c + R(g * j), 0), N - 1) in fp32, the one formula every implementation uses."""
+    b = c + _round(g * j.astype(jnp.float32))
+    return jnp.minimum(jnp.maximum(b, 0.0), N * 1.0 - 1.0)
+
+
+def _exp(x: jax.Array, exp_mode: str, interpret: bool) -> jax.Array:
+    """fp32 exp. "ex2": ex2.approx.f32(x * fp32(log2 e)), Triton's lowering of tl.exp (interpret: jnp.exp2 of the
+    same fp32 product); "libdevice": jnp.exp (__nv_expf on the GPU)."""
+    if exp_mode == "libdevice":
+        return jnp.exp(x)
+    y = x * np.float32(_LOG2E)
+    if interpret:
+        return jnp.exp2(y)
+    (out,) = plt.elementwise_inline_asm("ex2.approx.f32 $0, $1;", args=[y], constraints="=f,f", pack=1,
+                                        result_shape_dtypes=[jax.ShapeDtypeStruct(y.shape, jnp.float32)])
+    return out
+
+
+# Runtime strides (an int32 input) instead of compile-time constants: the Triton kernel receives its row strides as
+# unspecialised runtime integers, so Triton's axis analysis sees the same (unknown) divisibility and contiguity of
+# every pointer in both kernels, hence the same coalescing, register layouts and reduction trees.
+STRIDE_NAMES = ("q_e", "q_b", "lp_e", "lp_b", "row", "out_b")
+
+
+def _strides(E: int, B: int, N: int) -> np.ndarray:
+    """(6,) int32 row-major strides of the flat inputs: q (E, B), lp (E, B, N), per-row (B,), out (B, N)."""
+    return np.array([B, 1, B * N, N, 1, N], np.int32)
+
+
+def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, *, B: int, E: int, N: int,
+               BLOCK_N: int, BR: int, min_v: float, inv_delta: float, exp_mode: str, interpret: bool):
+    """One program: BR rows x BLOCK_N lanes (destination atoms k); the statements of the Triton kernel, in order.
+
+    Refs are whole flat arrays (no BlockSpec): gamma (1,) f32; strides (6,) int32 (STRIDE_NAMES); q (E*B,) f32;
+    lp (E*B*N,) f32/bf16/f16; r, d, s (B,) f32; out (B*N,) f32. Per-row quantities are (BR, 1) tensors in the
+    layout of the (BR, BLOCK_N) tiles, as in the Triton kernel.
+    In interpret mode masked lanes and rows address a one-past-the-end sentinel, which the interpret-mode scatter
+    drops (a masked store is a read-modify-write scatter there: an in-bounds masked lane, e.g. column 101..127 of
+    row r = column 0..26 of row r + 1, would write stale data). On the GPU masked lanes are never dereferenced, so
+    the raw offsets are kept.
+    """
+
+    def addr(off, mask, sentinel):
+        return jnp.where(mask, off, sentinel) if interpret else off
+
+    f32 = jnp.float32
+    inf = float("inf")
+    q_e, q_b, lp_e, lp_b, row_stride, out_b = (stride_ref[i] for i in range(6))
+    gamma = gamma_ref[0]
+    pid = pl.program_id(0)
+    rows = pid * BR + jnp.arange(BR, dtype=jnp.int32)[:, None]  # (BR, 1)
+    row_ok = rows < B
+    k = jnp.arange(BLOCK_N, dtype=jnp.int32)[None, :]  # (1, BLOCK_N) destination atom (= source of the full pass)
+    lane_ok = k < N
+    kf = k.astype(f32)
+
+    # 1. Min-mean critic (strict < scan: ties -> the first critic) and the row scalars.
+    best = plt.load(q_ref.at[addr(rows * q_b, row_ok, E * B)], mask=row_ok, other=0.0)  # (BR, 1)
+    sel = jnp.zeros((BR, 1), jnp.int32)
+    bad = best != best
+    for e in range(1, E):
+        qe = plt.load(q_ref.at[addr(e * q_e + rows * q_b, row_ok, E * B)], mask=row_ok, other=0.0)
+        bad = bad | (qe != qe)
+        take = qe < best
+        best = jnp.where(take, qe, best)
+        sel = jnp.where(take, e, sel)
+    row_off = addr(rows * row_stride, row_ok, B)
+    r = plt.load(r_ref.at[row_off], mask=row_ok, other=0.0)
+    d = plt.load(d_ref.at[row_off], mask=row_ok, other=0.0)
+    s = plt.load(s_ref.at[row_off], mask=row_ok, other=0.0)
+    g = gamma * (1.0 - d)
+    h_raw = g * (min_v - s)
+    c_raw = ((r - min_v) + h_raw) * inv_delta
+    c = _round(((r - min_v) + _round(h_raw)) * inv_delta)  # (BR, 1)
+    bad = bad | (r != r) | (s != s) | (c_raw != c_raw) | ~((d >= 0.0) & (d <= 1.0))
+    bad = bad | ~((g >= 0.0) & (g < inf))
+    row_base = sel * lp_e + rows * lp_b  # (BR, 1) flat offset of the selected critic's row
+    sentinel = E * B * N
+
+    # 2. Full-row pass: j = k lanes. Pile sums at both clamped ends, total mass (also the log-prob NaN flag).
+    m2 = row_ok & lane_ok  # (BR, BLOCK_N)
+    lp = plt.load(lp_ref.at[addr(row_base + k, m2, sentinel)], mask=m2, other=-inf).astype(f32)
+    p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
+    b = _positions(c, g, k, N)
+    done = g == 0.0  # (BR, 1) every b_j equals clamp(c): a two-hot of the total mass
+    at_lo = (b == 0.0) & lane_ok  # the low pile
+    at_hi = (b == N - 1.0) & lane_ok  # the high pile
+    p_lo = jnp.sum(jnp.where(at_lo, p, 0.0), axis=1, keepdims=True)
+    p_hi = jnp.sum(jnp.where(at_hi, p, 0.0), axis=1, keepdims=True)
+    p_all = jnp.sum(p, axis=1, keepdims=True)
+    bad = bad | ~(p_all < inf)  # a NaN or +inf log-prob makes the total NaN or +inf
+    p_lo = jnp.where(done, 0.0, p_lo)
+    p_hi = jnp.where(done, 0.0, p_hi)
+
+    # 3. The run [lo, hi) of interior sources feeding atom k: t_lo < b_j < t_hi, t_lo = max(k - 1, 0),
+    #    t_hi = min(k + 1, N - 1); estimated from the line c + g j, corrected one step each way with the exact b.
+    g_ok = ~bad & row_ok & (g > 0.0)
+    band = g_ok & (g >= G_BAND_MIN)
+    inv_g = 1.0 / jnp.where(band, g, 1.0)  # only used for the estimates
+    cb = jnp.where(band, c, 0.0)
+    t_lo = jnp.maximum(kf - 1.0, 0.0)  # (1, BLOCK_N)
+    t_hi = jnp.minimum(kf + 1.0, N - 1.0)
+    lo = jnp.minimum(jnp.maximum(jnp.floor((t_lo - cb) * inv_g) + 1.0, 0.0), N * 1.0).astype(jnp.int32)
+    hi = jnp.minimum(jnp.maximum(jnp.ceil((t_hi - cb) * inv_g), 0.0), N * 1.0).astype(jnp.int32)
+    lo = jnp.where((lo > 0) & (_positions(c, g, lo - 1, N) > t_lo), lo - 1, lo)
+    lo = jnp.where((lo < N) & (_positions(c, g, lo, N) <= t_lo), lo + 1, lo)
+    hi = jnp.where((hi > 0) & (_positions(c, g, hi - 1, N) >= t_hi), hi - 1, hi)
+    hi = jnp.where((hi < N) & (_positions(c, g, hi, N) < t_hi), hi + 1, hi)
+    # 0 < g < 1/16: the run is every source between the two piles (b is monotone, so the piles are its ends).
+    dense = g_ok & ~band
+    n_lo = jnp.sum(at_lo.astype(jnp.int32), axis=1, keepdims=True)
+    n_hi = jnp.sum(at_hi.astype(jnp.int32), axis=1, keepdims=True)
+    lo = jnp.where(band, lo, jnp.where(dense, n_lo, 0))
+    hi = jnp.where(band, hi, jnp.where(dense, N - n_hi, 0))
+    n_w = jnp.max(jnp.max(hi - lo, axis=1), axis=0)
+
+    def run_step(w, acc):
+        j = lo + w  # (BR, BLOCK_N) source index
+        ok = j < hi  # empty runs (lo == hi) for invalid rows, rows past B and lanes past N
+        lpj = plt.load(lp_ref.at[addr(row_base + j, ok, sentinel)], mask=ok, other=-inf)
+        pj = _exp(lpj.astype(f32), exp_mode, interpret)
+        bj = _positions(c, g, j, N)
+        lj = jnp.floor(bj)
+        fj = bj - lj
+        wt = jnp.where(kf == lj, 1.0 - fj, jnp.where(kf == lj + 1.0, fj, 0.0))
+        # The select between the product and 0 keeps the product rounded (no FMA into acc), as in the Triton kernel.
+        return acc + jnp.where(ok, pj * wt, 0.0)
+
+    acc = jax.lax.fori_loop(0, n_w, run_step, jnp.zeros((BR, BLOCK_N), f32))  # traced bound: scf.for on the GPU
+
+    # 4. Piles, the two-hot of g == 0 rows, NaN rows; store.
+    b_star = jnp.minimum(jnp.maximum(c, 0.0), N - 1.0)  # (BR, 1)
+    l_star = jnp.floor(b_star)
+    f_star = b_star - l_star
+    w_star = jnp.where(kf == l_star, 1.0 - f_star, jnp.where(kf == l_star + 1.0, f_star, 0.0))
+    acc = acc + jnp.where(k == 0, p_lo, 0.0)
+    acc = acc + jnp.where(k == N - 1, p_hi, 0.0)
+    acc = acc + jnp.where(done & ~bad, p_all * w_star, 0.0)
+    acc = jnp.where(bad, jnp.nan, acc)
+    plt.store(out_ref.at[addr(rows * out_b + k, m2, B * N)], acc, mask=m2)
+
+
+def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret: bool, block_rows: int | None,
+                    num_warps: int | None, exp_mode: str) -> jax.Array:
+    """The one entry point of the Pallas-Triton lowering (swap this function to add another lowering).
+
+    Args:
+        q: (E, B) f32. lp: (E, B, N) f32/bf16/f16. r, d, s: (B,) f32. gamma: () f32 (a runtime input).
+        min_v, max_v: static support bounds. interpret: Pallas interpret mode. block_rows, num_warps: overrides of
+        `kernel_config` (None: pinned defaults). exp_mode: "ex2" or "libdevice".
+
+    Returns:
+        (B, N) float32.
+    """
+    _trace_count[0] += 1
+    E, B, N = lp.shape
+    rows_max = max(1, MAX_FLAT // (E * N))
+    if B > rows_max:  # int32 flat offsets would overflow: independent row chunks (rows never interact)
+        parts = [_pallas_forward(q[:, i:i + rows_max], lp[:, i:i + rows_max], r[i:i + rows_max], d[i:i + rows_max],
+                                 s[i:i + rows_max], gamma, min_v, max_v, interpret, block_rows, num_warps, exp_mode)
+                 for i in range(0, B, rows_max)]
+        return jnp.concatenate(parts, axis=0)
+    sup = CategoricalSupport(N, float(min_v), float(max_v))
+    cfg = kernel_config(B, N, interpret)
+    br = int(block_rows) if block_rows is not None else cfg["BR"]
+    if br < 1 or br & (br - 1):
+        raise ValueError(f"block_rows must be a power of 2, got {br}")
+    nw = int(num_warps) if num_warps is not None else cfg["num_warps"]
+    kernel = functools.partial(
+        _td_kernel, B=B, E=E, N=N, BLOCK_N=cfg["BLOCK_N"], BR=br, min_v=float(np.float32(sup.min_v)),
+        inv_delta=float(np.float32(sup.inv_bin_width)), exp_mode=exp_mode, interpret=interpret)
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((B * N,), jnp.float32),
+        grid=((B + br - 1) // br,),
+        compiler_params=plt.CompilerParams(num_warps=nw, num_stages=1),
+        interpret=interpret,
+        name="categorical_td_target",
+    )(gamma.reshape(1), jnp.asarray(_strides(E, B, N)), q.reshape(E * B), lp.reshape(E * B * N), r, d, s)
+    return out.reshape(B, N)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+def _td_target(q, lp, r, d, s, gamma, min_v, max_v, config):
+    return _pallas_forward(q, lp, r, d, s, gamma, min_v, max_v, *config)
+
+
+def _td_target_fwd(q, lp, r, d, s, gamma, min_v, max_v, config):
+    return _pallas_forward(q, lp, r, d, s, gamma, min_v, max_v, *config), (q, lp, r, d, s, gamma)
+
+
+def _td_target_bwd(min_v, max_v, config, res, ct):
+    # The target is a stop-gradient quantity (the jnp reference wraps its output in stop_gradient): zero cotangents.
+    del min_v, max_v, config, ct
+    return tuple(jnp.zeros_like(x) for x in res)
+
+
+_td_target.defvjp(_td_target_fwd, _td_target_bwd)
+
+
+@functools.partial(jax.jit, static_argnames=("min_v", "max_v", "interpret", "block_rows", "num_warps", "exp_mode"))
+def _jitted(q, lp, r, d, s, gamma, *, min_v, max_v, interpret, block_rows, num_warps, exp_mode):
+    B = lp.shape[1]
+    f32 = jnp.float32
+    return _td_target(q.astype(f32), lp, r.reshape(B).astype(f32), d.reshape(B).astype(f32),
+                      s.reshape(B).astype(f32), jnp.asarray(gamma, f32).reshape(()), float(min_v), float(max_v),
+                      (interpret, block_rows, num_warps, exp_mode))
+
+
+def categorical_td_target_pallas(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma,
+                                 min_v: float = -5.0, max_v: float = 5.0, *, interpret: bool | None = None,
+                                 block_rows: int | None = None, num_warps: int | None = None,
+                                 exp_mode: str | None = None) -> jax.Array:
+    """FlashSAC's categorical TD target by the fused Pallas kernel (jit-compiled; usable inside `jax.jit`).
+
+    Inputs are validated by jax_impl/dispatch.py; call through `jax_impl.categorical_td_target(backend="pallas")`.
+
+    Args:
+        next_qs: (E, B). next_log_probs: (E, B, N) float32/bfloat16/float16 (read in its dtype, upcast in-kernel).
+        reward, terminated, next_alpha_log_pi: (B,) or (B, 1).
+        gamma: gamma ** n_step, a Python float or a (traced) scalar; it is a runtime input of the kernel, so
+            changing it never recompiles.
+        min_v, max_v: static support bounds.
+        interpret: Pallas interpret mode; None -> `interpret_mode()` (FLASHSAC_PALLAS_INTERPRET=1).
+        block_rows, num_warps: launch overrides (power-of-2 rows per program, Triton warps); None -> pinned config.
+        exp_mode: "ex2" or "libdevice"; None -> the mode the self-test selected (default "ex2").
+
+    Returns:
+        (B, N) float32; a stop-gradient quantity (custom_vjp with zero cotangents); invalid rows are NaN.
+    """
+    interpret = interpret_mode() if interpret is None else bool(interpret)
+    exp_mode = _exp_mode_choice[0] if exp_mode is None else exp_mode
+    if exp_mode not in EXP_MODES:
+        raise ValueError(f"exp_mode must be one of {EXP_MODES}, got {exp_mode!r}")
+    gamma = jnp.asarray(gamma, jnp.float32)  # one abstract signature for Python floats and (traced) arrays
+    return _jitted(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v=float(min_v),
+                   max_v=float(max_v), interpret=interpret, block_rows=block_rows, num_warps=num_warps,
+                   exp_mode=exp_mode)
+
+
+# ------------------------------------------------------------------------------------------ gate and self-test
+
+_self_tests: dict[tuple, str | None] = {}
+self_test_errors: dict[tuple, str] = {}  # full tracebacks of failed self-tests (the GPU benchmark reports them)
+_exp_mode_choice = [DEFAULT_EXP_MODE]
+
+
+def reset_self_tests() -> None:
+    """Forget cached self-test results and the exp-mode choice (tests)."""
+    _self_tests.clear()
+    self_test_errors.clear()
+    _exp_mode_choice[0] = DEFAULT_EXP_MODE
+
+
+def _self_test_once(platform: str, dtype_name: str, E: int, N: int, interpret: bool, exp_mode: str) -> str | None:
+    from jax_impl.reference import categorical_td_target_reference
+    from shared_spec.cases import make_inputs
+
+    B = 19  # not a multiple of the rows per program: exercises the masked tail rows
+    x = make_inputs(B, N, E, seed=1234, kind="nonfinite")
+    device = jax.devices(platform)[0]
+    args = [jax.device_put(np.asarray(x[name]), device) for name in
+            ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
+    args[1] = args[1].astype(jnp.dtype(dtype_name))
+    with jax.default_device(device):
+        got = np.asarray(categorical_td_target_pallas(*args, 0.99, interpret=interpret, exp_mode=exp_mode))
+        want = np.asarray(jax.jit(categorical_td_target_reference, static_argnums=(6, 7))(
+            *args, jnp.float32(0.99), -5.0, 5.0))
+    if got.shape != want.shape or got.dtype != np.float32:
+        return f"self-test: output {got.dtype}{got.shape}, expected float32{want.shape}"
+    if not np.array_equal(np.isnan(got), np.isnan(want)):
+        return "self-test: NaN rows differ from the jnp reference"
+    ok = ~np.isnan(want)
+    err = float(np.abs(got[ok] - want[ok]).max()) if ok.any() else 0.0
+    tol = 3e-5 * max(1.0, (N - 1) / 100)
+    if not err <= tol:
+        return f"self-test: max abs error {err:.3g} vs the jnp reference exceeds {tol:.3g}"
+    return None
+
+
+def self_test(platform: str, dtype_name: str, E: int, N: int) -> str | None:
+    """Compile and run the kernel once per configuration on a tiny input (NaN rows, masked tail) and compare it
+    with the jnp reference. Cached. A lowering/compile error or a mismatch becomes the returned reason.
+
+    On the GPU, if the default exp_mode ("ex2", inline PTX) fails but "libdevice" passes, the process switches to
+    "libdevice" (logged once) instead of losing the kernel.
+    """
+    interpret = interpret_mode()
+    key = (platform, dtype_name, int(E), int(N), interpret)
+    if key in _self_tests:
+        return _self_tests[key]
+    modes = [_exp_mode_choice[0]] + [m for m in EXP_MODES if m != _exp_mode_choice[0]]
+    reasons = []
+    for mode in modes:
+        try:
+            # A worker thread has its own (empty) JAX trace context: the gate may be reached while the caller is
+            # tracing a jitted function, and the self-test must execute eagerly, not be staged into that trace.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                reason = pool.submit(_self_test_once, platform, dtype_name, int(E), int(N), interpret, mode).result()
+        except Exception as exc:  # a lowering or compilation failure at first use
+            reason = f"self-test: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
+            self_test_errors[key + (mode,)] = traceback.format_exc()[-6000:]
+        if reason is None:
+            if mode != _exp_mode_choice[0]:
+                log.warning("categorical_td_target pallas: exp_mode=%r failed its self-test (%s); using %r",
+                            _exp_mode_choice[0], "; ".join(reasons), mode)
+                _exp_mode_choice[0] = mode
+            break
+        reasons.append(f"exp_mode={mode}: {reason}")
+    result = None if reason is None else "; ".join(reasons)
+    _self_tests[key] = result
+    return result
+
+
+def _gpu_reason(platform: str) -> str | None:
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError as exc:
+        return f"no {platform} device: {exc}"
+    dev = devices[0]
+    version = str(getattr(dev.client, "platform_version", "")).lower()
+    if "rocm" in version or "hip" in version:
+        return f"ROCm GPU ({dev.device_kind}): the kernel is validated on NVIDIA GPUs only"
+    cc = getattr(dev, "compute_capability", None)
+    if cc is None:
+        return f"cannot read the compute capability of {dev.device_kind}"
+    major, minor = (int(v) for v in str(cc).split(".")[:2])
+    if major < 8:
+        return f"compute capability {major}.{minor} < 8.0 ({dev.device_kind})"
+    return None
+
+
+def pallas_gate(key: tuple) -> str | None:
+    """Why the Pallas kernel cannot run a configuration, or None. Called once per configuration, outside jit.
+
+    Args:
+        key: (platform, dtype_name, E, N): the JAX platform ("cpu", "gpu", "cuda", ...), the log-prob dtype name,
+            the number of critics and of atoms.
+
+    Returns:
+        None if the kernel runs (after a passing self-test), else a one-line reason.
+    """
+    platform, dtype_name, E, N = key
+    if not str(JAX_VERSION).startswith(TESTED_JAX):
+        return f"jax {JAX_VERSION} is outside the tested range (0.10.x, 0.11.x)"
+    if dtype_name not in SUPPORTED_DTYPES:
+        return f"log-prob dtype {dtype_name} is not supported {SUPPORTED_DTYPES}"
+    if not 2 <= N <= MAX_N:
+        return f"N = {N} atoms is outside the supported range [2, {MAX_N}]"
+    if not 1 <= E <= MAX_E:
+        return f"E = {E} critics is outside the supported range [1, {MAX_E}]"
+    if not interpret_mode():
+        if platform == "cpu":
+            return (f"platform cpu: the Pallas-Triton kernel needs an NVIDIA GPU "
+                    f"(set {INTERPRET_ENV}=1 to run it in interpret mode on CPU)")
+        if platform not in ("gpu", "cuda"):
+            return f"platform {platform} is not supported (NVIDIA GPU, or {INTERPRET_ENV}=1 for interpret mode)"
+        reason = _gpu_reason(platform)
+        if reason is not None:
+            return reason
+    return self_test(platform, dtype_name, E, N)

@@ -1,0 +1,331 @@
+"""The fused Pallas kernel ("pallas" backend) on CPU: interpret mode against the spec, CUDA cross-lowering, dispatch.
+
+tests/conftest.py sets FLASHSAC_PALLAS_INTERPRET=1, so the kernel runs in Pallas interpret mode here; the lowering
+check compiles the same kernel for CUDA (Triton IR, no execution) so unsupported shapes or ops fail on CPU CI.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_impl
+from jax_impl import dispatch
+from jax_impl import pallas_kernel as pk
+from jax_impl.reference import categorical_td_target_reference
+from shared_spec import CASES, Case, make_inputs
+from shared_spec import reference as R
+from shared_spec.tolerances import ATOL_BETWEEN, max_abs_error
+from tests.op_test_base import OpTests, atol_for
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
+TRITON_CALL = "__gpu$xla.gpu.triton"
+
+
+def to_jax(x: dict, dtype: str = "float32") -> dict:
+    out = {k: jnp.asarray(v) for k, v in x.items()}
+    out["next_log_probs"] = out["next_log_probs"].astype(DTYPES[dtype])
+    return out
+
+
+def pallas(x: dict, gamma, dtype: str = "float32", min_v: float = -5.0, max_v: float = 5.0) -> np.ndarray:
+    """The kernel through the public dispatch, strict (a fallback would raise). Returns (B, N) float32 numpy."""
+    out = jax_impl.categorical_td_target(**to_jax(x, dtype), gamma=gamma, min_v=min_v, max_v=max_v,
+                                         backend="pallas", strict=True)
+    assert out.dtype == jnp.float32
+    return np.asarray(out)
+
+
+_jnp_reference = jax.jit(categorical_td_target_reference, static_argnums=(6, 7))
+
+
+def jnp_reference(x: dict, gamma: float, dtype: str = "float32") -> np.ndarray:
+    """The jitted jnp reference ("jax" backend) on the same inputs. Returns (B, N) float32 numpy."""
+    a = to_jax(x, dtype)
+    return np.asarray(_jnp_reference(*(a[k] for k in NAMES), jnp.float32(gamma), -5.0, 5.0))
+
+
+@pytest.fixture(autouse=True)
+def _interpret(monkeypatch):
+    monkeypatch.setenv(pk.INTERPRET_ENV, "1")
+    yield
+
+
+class TestPallasKernel(OpTests):
+    """SPEC cases, golden cases, NaN policy, N = 1024, small discounts, bf16/fp16 (shared OpTests)."""
+
+    name = "pallas"
+    dtypes = ("float32", "bfloat16", "float16")
+
+    def run(self, x, gamma, min_v=-5.0, max_v=5.0, dtype="float32"):
+        return pallas(x, gamma, dtype, min_v, max_v)
+
+    def reference_low_precision(self, x, dtype):
+        return jnp_reference(x, 0.99, dtype)  # the 2x rule: the same-dtype jnp reference
+
+    def test_matches_jnp_reference_and_nan_placement(self):
+        for case in CASES + [Case(B=96, kind="nonfinite")]:
+            x = case.inputs()
+            got, ref = pallas(x, case.gamma), jnp_reference(x, case.gamma)
+            assert np.array_equal(np.isnan(got), np.isnan(ref)), f"{case.id}: NaN rows differ from the jnp reference"
+            err = max_abs_error(got, ref)
+            assert err <= ATOL_BETWEEN, f"{case.id}: {err:.3g} vs the jnp reference"
+
+    def test_low_precision_vs_float64(self):
+        for dtype in ("bfloat16", "float16"):
+            x = make_inputs(64, kind="mixed", seed=8)
+            got = pallas(x, 0.99, dtype)
+            want = R.categorical_td_target(**dict(x, next_log_probs=np.asarray(
+                jnp.asarray(x["next_log_probs"]).astype(DTYPES[dtype]).astype(jnp.float32))), gamma=0.99)
+            assert max_abs_error(got, want) <= atol_for(101), dtype  # exact spec on the rounded log-probs
+
+    def test_rows_per_program_only_change_the_sum_order(self):
+        # Rows are independent; BR changes only the reduction tiling of the pile sums (a few ulp of 1).
+        x = to_jax(make_inputs(40, kind="nonfinite", seed=9))
+        outs = [np.asarray(pk.categorical_td_target_pallas(*(x[k] for k in NAMES), 0.99, block_rows=br))
+                for br in (1, 8, 64)]
+        for o in outs[1:]:
+            assert max_abs_error(o, outs[0]) <= 3e-7, "a row's output depends on its program's other rows"
+
+    def test_exp_modes_agree(self):
+        x = to_jax(make_inputs(33, kind="peaked", seed=10))
+        a, b = (np.asarray(pk.categorical_td_target_pallas(*(x[k] for k in NAMES), 0.99, exp_mode=m))
+                for m in pk.EXP_MODES)
+        assert max_abs_error(a, b) <= 1e-6
+
+    def test_row_chunking_when_flat_offsets_would_overflow_int32(self, monkeypatch):
+        x = to_jax(make_inputs(37, N=11, E=2, kind="mixed", seed=11))
+        args = [x[k] for k in NAMES]
+        # num_warps (ignored in interpret mode) differs between the two calls: a distinct jit cache entry.
+        forward = lambda nw: np.asarray(jax.jit(pk._pallas_forward, static_argnums=tuple(range(6, 12)))(  # noqa: E731
+            *args, jnp.float32(0.9), -5.0, 5.0, True, None, nw, "ex2"))
+        whole = forward(None)
+        monkeypatch.setattr(pk, "MAX_FLAT", 2 * 11 * 10)  # 10 rows per chunk
+        n0 = pk.trace_count()
+        chunked = forward(4)
+        assert pk.trace_count() - n0 == 1 + 4, "expected 4 chunks of <= 10 rows"
+        assert np.array_equal(whole, chunked, equal_nan=True)
+        assert max_abs_error(chunked, R.categorical_td_target(**make_inputs(37, N=11, E=2, kind="mixed", seed=11),
+                                                              gamma=0.9)) <= atol_for(11)
+
+    def test_deterministic(self):
+        x = make_inputs(70, kind="mixed", seed=12)
+        assert np.array_equal(pallas(x, 0.99), pallas(x, 0.99))
+
+
+class TestPallasJit:
+    def test_gamma_change_does_not_recompile(self):
+        x = to_jax(make_inputs(24, N=21))
+        traces = []
+
+        @jax.jit
+        def step(x, gamma):
+            traces.append(1)
+            return jax_impl.categorical_td_target(**x, gamma=gamma, backend="pallas", strict=True)
+
+        a = step(x, jnp.float32(0.99))
+        n_kernel = pk.trace_count()
+        b = step(x, jnp.float32(0.5))
+        c = jax_impl.categorical_td_target(**x, gamma=0.3, backend="pallas", strict=True)  # Python floats, no jit
+        n_eager = pk.trace_count()
+        d = jax_impl.categorical_td_target(**x, gamma=0.7, backend="pallas", strict=True)
+        assert len(traces) == 1 and pk.trace_count() == n_eager == n_kernel, "a gamma change re-traced the kernel"
+        assert not np.array_equal(np.asarray(a), np.asarray(b))
+        for gamma, out in ((0.5, b), (0.3, c), (0.7, d)):
+            want = R.categorical_td_target(**make_inputs(24, N=21), gamma=gamma)
+            assert max_abs_error(np.asarray(out), want) <= atol_for(21)
+
+    def test_traced_gamma_outside_the_unit_interval(self):
+        # SPEC.md 6.3: g = gamma (1 - d) not a finite number >= 0 -> NaN row; same placement as the jnp reference.
+        x = make_inputs(24, N=21, kind="mixed", seed=13)
+        step = jax.jit(lambda a, g: jax_impl.categorical_td_target(**a, gamma=g, backend="pallas", strict=True))
+        for gamma in (-0.1, 1.5, float("nan"), float("inf")):
+            got = np.asarray(step(to_jax(x), jnp.float32(gamma)))
+            ref = jnp_reference(x, gamma)
+            assert np.array_equal(np.isnan(got), np.isnan(ref)), gamma
+            assert max_abs_error(got, ref) <= ATOL_BETWEEN, gamma
+        assert np.isnan(got).all()  # gamma = inf: every row is invalid
+
+    def test_grad_through_a_loss(self):
+        x = to_jax(make_inputs(8, N=17))
+        logits = jnp.asarray(np.random.default_rng(0).normal(size=(8, 17)), jnp.float32)
+
+        def loss(logits, lp, backend):
+            target = jax_impl.categorical_td_target(**dict(x, next_log_probs=lp), gamma=0.99, backend=backend)
+            return -(target * jax.nn.log_softmax(logits)).sum(axis=-1).mean()
+
+        g_logits, g_lp = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(
+            logits, x["next_log_probs"], "pallas")
+        r_logits, r_lp = jax.grad(loss, argnums=(0, 1))(logits, x["next_log_probs"], "jax")
+        assert np.array_equal(np.asarray(g_lp), np.zeros(g_lp.shape)), "the target must be stop-gradient"
+        assert np.abs(np.asarray(g_logits)).max() > 0
+        np.testing.assert_allclose(np.asarray(g_logits), np.asarray(r_logits), atol=1e-6, rtol=0)
+        assert np.array_equal(np.asarray(r_lp), np.asarray(g_lp))
+
+
+class TestLowering:
+    """Cross-lower the kernel for CUDA on this CPU machine: Pallas-Triton's rules (power-of-2 shapes, no in-register
+    gather, ...) are enforced and the Triton IR is embedded; XLA's TTIR -> PTX step needs a GPU (bench/gpu_pallas.py).
+    """
+
+    @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+    @pytest.mark.parametrize("E", [1, 2, 3])
+    @pytest.mark.parametrize("N", [2, 51, 101, 1024])
+    def test_lowers_for_cuda(self, N, E, dtype):
+        B = 37
+        x = to_jax(make_inputs(B, N=N, E=E), dtype)
+        f = lambda *a: pk.categorical_td_target_pallas(*a[:5], a[5], interpret=False)  # noqa: E731
+        text = jax.jit(f).trace(*(x[k] for k in NAMES), jnp.float32(0.9)).lower(
+            lowering_platforms=("cuda",)).as_text()
+        assert f"stablehlo.custom_call @{TRITON_CALL}" in text
+        cfg = pk.kernel_config(B, N, interpret=False)
+        grid = re.search(r"grid_x = (\d+)", text)
+        assert grid and int(grid.group(1)) == -(-B // cfg["BR"])
+        warps = re.search(r"num_warps = (\d+)", text)
+        assert warps and int(warps.group(1)) == cfg["num_warps"]
+        # exp_mode="ex2": Triton's exp instruction as inline PTX, not libdevice's expf (KERNEL_NOTES 7).
+        assert "ex2.approx.f32" in text and "__nv_expf" not in text
+
+    def test_unsupported_op_fails_the_lowering(self):
+        # The check is not vacuous: a non-power-of-2 block is rejected by the same cross-lowering.
+        from jax.experimental import pallas as pl
+        from jax.experimental.pallas import triton as plt
+
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2.0
+
+        f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((101,), jnp.float32),
+                           compiler_params=plt.CompilerParams(num_warps=4, num_stages=1))
+        with pytest.raises(Exception, match="power of 2"):
+            jax.jit(f).trace(jnp.zeros(101, jnp.float32)).lower(lowering_platforms=("cuda",))
+
+    @pytest.mark.parametrize("N", [2, 51, 101, 1024, 4096])
+    def test_launch_config_matches_the_triton_kernel(self, N):
+        triton_kernels = pytest.importorskip("triton_kernels")
+        for B in (1, 129, 65536):
+            mine = pk.kernel_config(B, N, interpret=False)
+            assert mine == triton_kernels.kernel_config(B, N, False), "same tiles and warps as the Triton kernel"
+
+
+class TestPallasDispatch:
+    def setup_method(self):
+        dispatch.reset_dispatch()
+        pk.reset_self_tests()
+
+    def teardown_method(self):
+        dispatch.reset_dispatch()
+        pk.reset_self_tests()
+
+    def test_auto_prefers_pallas_and_backend_info(self):
+        assert jax_impl.resolve_backend("auto", num_bins=101) == "pallas"
+        info = jax_impl.backend_info()
+        assert info["backends"]["pallas"] == "available" and info["pallas_interpret"] is True
+        assert info["decision"]["backend"] == "pallas" and info["fallback_count"] == 0
+
+    def _expect_fallback(self, caplog, reason: str, **config):
+        with caplog.at_level(logging.INFO, logger="flashsac.jax_impl"):
+            for _ in range(3):
+                assert jax_impl.resolve_backend("pallas", **config) == "jax"
+        hits = [r for r in caplog.records if reason in r.getMessage()]
+        assert len(hits) == 1, f"the fallback must be logged once, got {[r.getMessage() for r in caplog.records]}"
+        assert hits[0].levelno == logging.WARNING
+        assert jax_impl.dispatch_stats()["fallback_count"] == 1
+        if "platform" not in config:  # backend_info reports the default platform
+            info = jax_impl.backend_info(**config, backend="pallas")
+            assert reason in info["backends"]["pallas"] and info["decision"]["backend"] == "jax"
+        with pytest.raises(jax_impl.BackendUnavailable, match=re.escape(reason)):
+            jax_impl.resolve_backend("pallas", strict=True, **config)
+
+    def test_no_gpu(self, monkeypatch, caplog):
+        monkeypatch.setenv(pk.INTERPRET_ENV, "0")
+        self._expect_fallback(caplog, "needs an NVIDIA GPU")
+
+    def test_old_gpu(self, monkeypatch, caplog):
+        monkeypatch.setenv(pk.INTERPRET_ENV, "0")
+        fake = SimpleNamespace(client=SimpleNamespace(platform_version="cuda 12.8"), compute_capability="7.5",
+                               device_kind="Tesla T4")
+        real_devices = jax.devices
+        monkeypatch.setattr(jax, "devices", lambda backend=None: [fake] if backend == "gpu" else real_devices(backend))
+        self._expect_fallback(caplog, "compute capability 7.5 < 8.0", platform="gpu")
+
+    def test_jax_version_outside_the_tested_range(self, monkeypatch, caplog):
+        monkeypatch.setattr(pk, "JAX_VERSION", "0.9.1")
+        self._expect_fallback(caplog, "jax 0.9.1 is outside the tested range")
+
+    @pytest.mark.parametrize("config, reason", [
+        (dict(dtype=jnp.float64), "dtype float64 is not supported"),
+        (dict(num_bins=4097), "N = 4097 atoms"),
+        (dict(num_critics=17), "E = 17 critics"),
+    ])
+    def test_unsupported_configuration(self, caplog, config, reason):
+        self._expect_fallback(caplog, reason, **config)
+
+    @pytest.fixture
+    def fresh_jit_cache(self):
+        """Broken kernels are traced into the jit cache: clear it before and after a test that patches the kernel."""
+        pk._jitted.clear_cache()
+        yield
+        pk._jitted.clear_cache()
+
+    @pytest.mark.usefixtures("fresh_jit_cache")
+    def test_self_test_failure_is_a_fallback(self, monkeypatch, caplog):
+        def broken(*args, **kwargs):
+            raise RuntimeError("simulated Triton lowering failure")
+
+        monkeypatch.setattr(pk, "_pallas_forward", broken)
+        self._expect_fallback(caplog, "simulated Triton lowering failure", num_bins=7)
+        assert any("Traceback" in tb and "simulated" in tb for tb in pk.self_test_errors.values())
+
+    @pytest.mark.usefixtures("fresh_jit_cache")
+    def test_self_test_mismatch_is_a_fallback(self, monkeypatch, caplog):
+        real = pk._pallas_forward
+        monkeypatch.setattr(pk, "_pallas_forward", lambda *a: real(*a) + 0.01)
+        self._expect_fallback(caplog, "self-test: max abs error", num_bins=9)
+
+    def test_exp_mode_switch_when_inline_asm_fails(self, monkeypatch, caplog):
+        real = pk._self_test_once
+        monkeypatch.setattr(pk, "_self_test_once", lambda *a: "simulated ptxas error" if a[-1] == "ex2" else real(*a))
+        with caplog.at_level(logging.WARNING, logger="flashsac.jax_impl"):
+            assert jax_impl.resolve_backend("pallas", num_bins=13) == "pallas"
+        assert pk._exp_mode_choice[0] == "libdevice"
+        assert any("simulated ptxas error" in r.getMessage() for r in caplog.records)
+
+    def test_pallas_used_in_the_dispatch_when_available(self, monkeypatch):
+        calls = []
+        real = dispatch.IMPLEMENTATIONS["pallas"]
+        monkeypatch.setitem(dispatch.IMPLEMENTATIONS, "pallas", lambda *a: calls.append(1) or real(*a))
+        x = make_inputs(5, N=6)
+        out = jax_impl.categorical_td_target(**to_jax(x), gamma=0.9, backend="auto")
+        assert calls == [1]
+        assert max_abs_error(np.asarray(out), R.categorical_td_target(**x, gamma=0.9)) <= atol_for(6)
+
+    def test_only_the_pallas_triton_deprecation_is_filtered(self):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            pk.filter_pallas_triton_deprecation()
+            warnings.warn(pk.DEPRECATION_MESSAGE + " and will be removed in a future JAX version.", DeprecationWarning,
+                          stacklevel=1)
+            warnings.warn("some other deprecation", DeprecationWarning, stacklevel=1)
+        assert [str(w.message) for w in seen] == ["some other deprecation"]
+
+
+def test_bench_script_cpu_parts(tmp_path):
+    """bench/gpu_pallas.py's sections on tiny CPU inputs (both kernels interpreted): the H200 run must not be the
+    first time its code runs."""
+    gp = pytest.importorskip("bench.gpu_pallas")
+    res = {"correctness": gp.correctness((3,)), "determinism": gp.determinism(((8, "nonfinite"),), 3),
+           "parity": gp.parity([(8, "mixed", "float32")])}
+    assert all(r.get("ok") for r in res["correctness"]), res["correctness"]
+    assert res["determinism"]["nonfinite_B8"]["bitwise_identical_repeats"] == 3
+    row = res["parity"][0]
+    assert row["inputs_zero_copy"] and row["meets_bar_1e-6"] and row["nan_placement_equal_ex2"], row
+    text = gp.write_report(str(tmp_path), res)
+    assert "| True |" in text and (tmp_path / "results.json").exists()
