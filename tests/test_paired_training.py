@@ -1,0 +1,70 @@
+"""Statistics of the paired end-to-end training benchmark (bench/paired_training.py) on synthetic numbers (CPU).
+
+The training runs themselves need the GPU and the agents; only the arithmetic is tested here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.paired_training import _command, merge_overrides, pair_saving_percent, summarize_savings
+
+# The seed project's six paired torch/Triton savings have this shape: mean 3.23, median 2.39, range -2.26..9.87.
+SEED_PROJECT_LIKE = [-2.26, 1.50, 2.00, 2.78, 5.49, 9.87]
+
+
+def test_pair_saving_is_relative_to_the_reference():
+    assert pair_saving_percent(100.0, 90.0) == pytest.approx(10.0)
+    assert pair_saving_percent(100.0, 110.0) == pytest.approx(-10.0)
+    with pytest.raises(ValueError, match="positive"):
+        pair_saving_percent(0.0, 1.0)
+
+
+def test_summary_statistics():
+    s = summarize_savings(SEED_PROJECT_LIKE, n_boot=4000, seed=1)
+    a = np.array(SEED_PROJECT_LIKE)
+    assert s["n"] == 6
+    assert s["mean"] == pytest.approx(a.mean()) and s["median"] == pytest.approx(np.median(a))
+    assert (s["min"], s["max"]) == (-2.26, 9.87)
+    assert s["std"] == pytest.approx(a.std(ddof=1))
+    lo, hi = s["mean_ci"]
+    assert s["min"] <= lo < s["mean"] < hi <= s["max"]
+    assert s["min"] <= s["median_ci"][0] <= s["median"] <= s["median_ci"][1] <= s["max"]
+    # The percentile bootstrap of the mean is close to the normal interval mean +- 1.96 * sd / sqrt(n).
+    half = 1.96 * a.std(ddof=0) / np.sqrt(a.size)
+    assert lo == pytest.approx(a.mean() - half, abs=0.6) and hi == pytest.approx(a.mean() + half, abs=0.6)
+
+
+def test_summary_is_deterministic_and_the_interval_narrows_with_more_pairs():
+    assert summarize_savings(SEED_PROJECT_LIKE, seed=3) == summarize_savings(SEED_PROJECT_LIKE, seed=3)
+    few, many = np.array(SEED_PROJECT_LIKE), np.tile(SEED_PROJECT_LIKE, 100)  # same spread, 100x the pairs
+    w_few = np.diff(summarize_savings(few)["mean_ci"])[0]
+    w_many = np.diff(summarize_savings(many)["mean_ci"])[0]
+    assert w_many < w_few / 5  # ~ 1 / sqrt(100)
+    lo, hi = summarize_savings(many)["mean_ci"]
+    assert lo < many.mean() < hi and hi - lo == pytest.approx(2 * 1.96 * many.std() / np.sqrt(many.size), rel=0.15)
+
+
+def test_summary_edge_cases():
+    one = summarize_savings([4.2])
+    assert one["mean_ci"] == [4.2, 4.2] and one["std"] == 0.0
+    with pytest.raises(ValueError, match="no savings"):
+        summarize_savings([])
+    with pytest.raises(ValueError, match="finite"):
+        summarize_savings([1.0, float("nan")])
+
+
+def test_commands_pin_backend_seed_and_strict_mode():
+    cmd = _command("jax", "pallas", 2, 500, "/tmp/run", ["agent.sample_batch_size=64"])
+    assert cmd[1:3] == ["-m", "agent_jax.train"]
+    pairs = dict(o.split("=", 1) for o in cmd[4::2])
+    assert cmd[3::2] == ["--overrides"] * len(pairs)
+    assert pairs["agent.categorical_target_backend"] == "pallas" and pairs["seed"] == "2"
+    assert pairs["agent.categorical_target_strict"] == "true" and pairs["num_env_steps"] == "500"
+    assert pairs["agent.sample_batch_size"] == "64"
+
+
+def test_user_overrides_replace_the_short_run_defaults():
+    merged = merge_overrides(("agent.buffer_min_length=1000", "num_eval_episodes=1"), ["agent.buffer_min_length=50"])
+    assert merged == ["num_eval_episodes=1", "agent.buffer_min_length=50"]
