@@ -32,7 +32,6 @@ import platform
 import subprocess
 import sys
 import time
-import traceback
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX initialises: torch shares the GPU
 if "--cpu" in sys.argv:  # CPU smoke run: both kernels in their interpreters
@@ -42,6 +41,8 @@ if "--cpu" in sys.argv:  # CPU smoke run: both kernels in their interpreters
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+from bench.common import run_sections  # noqa: E402
 
 TORCH_VERSION = torch.__version__  # torch is imported before jax: the order used on the H200 (KERNEL_NOTES 1)
 
@@ -497,17 +498,11 @@ def main() -> None:
     sections = [("env", env_info), ("correctness", lambda: correctness(sizes)),
                 ("determinism", lambda: determinism(det_cases, 100)), ("parity", lambda: parity(par_cases)),
                 ("timing", lambda: timing(bench_sizes)), ("low_precision", lambda: low_precision(big))]
-    for name, fn in sections:
-        t = time.time()
+
+    def set_deadline(name: str) -> None:
         _deadline[0] = float("inf") if a.cpu else DEADLINES.get(name, float("inf"))
-        print(f"[{name}]", flush=True)
-        try:
-            res[name] = fn()
-        except Exception:  # noqa: BLE001  keep going: report what ran
-            res[name] = "FAILED:\n" + traceback.format_exc()[-3000:]
-            print(res[name], flush=True)
-        res.setdefault("section_seconds", {})[name] = round(time.time() - t, 1)
-        write_report(a.out, res)
+
+    run_sections(sections, res, lambda r: write_report(a.out, r), on_start=set_deadline)
     res["total_seconds"] = round(time.time() - _T0, 1)
     write_report(a.out, res)
     print("\n".join(["", f"total {res['total_seconds']} s; full report: {os.path.join(a.out, 'results.md')}", "",

@@ -18,13 +18,13 @@ import platform
 import subprocess
 import sys
 import time
-import traceback
 
 import numpy as np
 import torch
 
 import torch_impl
 from bench import upstream
+from bench.common import run_sections
 from shared_spec import make_inputs
 from shared_spec import reference as R
 from shared_spec.tolerances import max_abs_error, max_mass_error
@@ -342,18 +342,9 @@ def main() -> None:
                 ("compile", compile_checks), ("copy_bandwidth_TBps", lambda: copy_bandwidth() / 1e12),
                 ("timing", lambda: timing(bench_sizes, res.get("copy_bandwidth_TBps", 4.3) * 1e12)),
                 ("config_sweep", lambda: config_sweep((65536, 1048576) if not a.quick else (2048,)))]
-    for name, fn in sections:
-        if a.sections != "all" and name not in a.sections.split(",") and name != "copy_bandwidth_TBps":
-            continue
-        t = time.time()
-        print(f"[{name}]", flush=True)
-        try:
-            res[name] = fn()
-        except Exception:  # noqa: BLE001  keep going: report what ran
-            res[name] = "FAILED:\n" + traceback.format_exc()[-3000:]
-            print(res[name], flush=True)
-        res.setdefault("section_seconds", {})[name] = round(time.time() - t, 1)
-        write_report(a.out, res)
+    chosen = [(n, f) for n, f in sections
+              if a.sections == "all" or n in a.sections.split(",") or n == "copy_bandwidth_TBps"]
+    run_sections(chosen, res, lambda r: write_report(a.out, r))
     res["total_seconds"] = round(time.time() - t0, 1)
     write_report(a.out, res)
     print(open(os.path.join(a.out, "results.md")).read())
