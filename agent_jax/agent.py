@@ -1,11 +1,11 @@
-"""Thin JAX FlashSAC agent: owns the explicit state and calls the pure functions of update.py; no maths here."""
+"""Thin JAX FlashSAC agent implementing the agent_common interface: act, update, info, save, load. No maths here."""
 
 from __future__ import annotations
 
-import functools
 import logging
+import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.serialization
 import jax
@@ -13,217 +13,282 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_common.checkpoint import atomic_pickle, load_pickle
-from agent_common.config import Config, target_entropy
-from agent_common.noise import ZetaNoise
 from agent_jax.state import AgentState, build_networks, create_agent_state
-from agent_jax.update import Batch, UpdateScalars, update_networks
+from agent_jax.update import Batch, UpdateContext, update_networks
 from jax_impl import backend_info, dispatch_stats, resolve_backend
 
-__all__ = ["FlashSACAgent"]
+if TYPE_CHECKING:  # gymnasium and omegaconf (agent_common.config) are not needed to build and update the agent
+    import gymnasium as gym
+
+    from agent_common.config import Config
+
+__all__ = ["FlashSACAgent", "make_agent", "policy_actions", "resolve_device"]
 
 log = logging.getLogger("flashsac.agent_jax")
 
-AGENT_FILE = "agent_jax.pkl"  # one pickle of numpy arrays / Python scalars per checkpoint directory
-UPDATE_KEYS = ("observation", "action", "reward", "terminated", "next_observation")
+NETWORK_FILES = ("actor", "critic", "target_critic", "temperature")  # <name>.pkl, as agent_torch's <name>.pt
+AGENT_STATE_FILE = "agent_state.pkl"
 
 
-class FlashSACAgent:
-    """JAX FlashSAC agent (FLASHSAC.md): acting with zeta-repeated noise, the jitted update step, checkpoints.
-
-    Args:
-        cfg: the resolved config (``agent_common.config.load_config(..., framework="jax")``).
-        observation_dim: O.
-        action_dim: A.
-        action_low: (A,) lower bounds of the (rescaled) action space, for the target entropy.
-        action_high: (A,) upper bounds.
-        num_envs: number of training envs (rows of the exploration noise).
-
-    Raises:
-        ValueError: ``agent.use_amp=true`` (not implemented in JAX) or an asymmetric observation.
-        jax_impl.BackendUnavailable: strict backend selection that cannot be met.
-    """
-
-    def __init__(self, cfg: Config, observation_dim: int, action_dim: int, action_low: Any, action_high: Any,
-                 num_envs: int = 1) -> None:
-        a = cfg.agent
-        if a.use_amp:
-            raise ValueError("agent.use_amp=true is not supported by the JAX agent (the CPU-sim recipe is fp32); "
-                             "set agent.use_amp=false")
-        self.cfg = cfg
-        self.observation_dim = observation_dim
-        self.action_dim = action_dim
-        self.min_v = float(a.critic_min_v)
-        self.max_v = float(a.critic_max_v)
-        self.backend = resolve_backend(a.categorical_target_backend, strict=a.categorical_target_strict,
-                                       num_bins=a.critic_num_bins)
-        self.backend_decision: dict[str, Any] = backend_info(num_bins=a.critic_num_bins,
-                                                             backend=a.categorical_target_backend)["decision"]
-        self.target_entropy = target_entropy(a, action_low, action_high)
-        self.scalars = UpdateScalars.create(
-            gamma_n=float(a.gamma) ** int(a.n_step),
-            tau=a.critic_target_update_tau,
-            bc_alpha=a.actor_bc_alpha,
-            target_entropy=self.target_entropy,
-        )
-        actor_def, _, _ = build_networks(a, observation_dim, action_dim)
-        self._policy = jax.jit(functools.partial(policy_actions, actor_def), static_argnames=("deterministic",))
-        self.state: AgentState = create_agent_state(a, observation_dim, action_dim, seed=int(a.seed))
-        # Exploration noise from its own numpy generator (seed + 1 keeps it independent of the buffer's sampler).
-        self.noise = ZetaNoise(num_envs, action_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max,
-                               seed=int(a.seed) + 1)
-        self.update_step = 0
-        self._infos: list[dict[str, jax.Array]] = []  # device scalars of the current logging window
-        log.info("categorical_td_target backend: %s (%s)", self.backend, self.backend_decision.get("reason"))
-
-    # ------------------------------------------------------------------------------------------------- acting
-
-    def sample_actions(self, observations: np.ndarray, training: bool) -> np.ndarray:
-        """Policy actions with BN on running statistics.
-
-        Args:
-            observations: (E, O) float32.
-            training: True -> tanh(mean + std * eps) with the zeta-repeated noise (advances the noise state);
-                False -> tanh(mean) (evaluation; the noise state is untouched).
-
-        Returns:
-            (E, A) float32 numpy actions in [-1, 1].
-        """
-        obs = np.asarray(observations, dtype=np.float32)  # (E, O)
-        if training:
-            eps = self.noise.sample()  # (E, A)
-            if eps.shape[0] != obs.shape[0]:
-                raise ValueError(f"noise has {eps.shape[0]} rows for {obs.shape[0]} observations")
-        else:
-            eps = np.zeros((obs.shape[0], self.action_dim), np.float32)  # (E, A) unused
-        actions = self._policy(self.state.actor.params, self.state.actor.batch_stats, obs, eps,
-                               deterministic=not training)
-        return np.asarray(actions, dtype=np.float32)
-
-    # ------------------------------------------------------------------------------------------------- update
-
-    def update(self, batch: dict[str, np.ndarray]) -> None:
-        """One FlashSAC update step on a sampled batch whose reward is already normalised.
-
-        No host sync: the info scalars stay on the device until ``get_metrics``.
-
-        Args:
-            batch: observation (B, O), action (B, A), reward (B,) normalised, terminated (B,), next_observation
-                (B, O); extra keys (e.g. truncated) are ignored.
-        """
-        device_batch: Batch = {k: jnp.asarray(batch[k], dtype=jnp.float32) for k in UPDATE_KEYS}
-        do_actor_update = self.update_step % self.cfg.agent.actor_update_period == 0
-        self.state, info = update_networks(
-            self.state, device_batch, self.scalars, do_actor_update=do_actor_update,
-            min_v=self.min_v, max_v=self.max_v, backend=self.backend,
-        )
-        self._infos.append(info)
-        self.update_step += 1
-
-    def get_metrics(self, reset: bool = True) -> dict[str, float]:
-        """Per-key means of the update infos since the last call (one device->host transfer), plus backend counters.
-
-        Returns:
-            ``actor/*`` (actor steps only), ``critic/*``, ``temperature/*`` and ``backend/fallback_count``.
-        """
-        infos = jax.device_get(self._infos)
-        if reset:
-            self._infos = []
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        for info in infos:
-            for key, value in info.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
-                counts[key] = counts.get(key, 0) + 1
-        metrics = {key: sums[key] / counts[key] for key in sums}
-        metrics["backend/fallback_count"] = float(dispatch_stats()["fallback_count"])
-        return metrics
-
-    def backend_text(self) -> str:
-        """Human-readable backend selection, for the TensorBoard text ``backend``."""
-        d = self.backend_decision
-        return f"categorical_td_target backend: {self.backend} (requested {d.get('requested')}: {d.get('reason')})"
-
-    # ------------------------------------------------------------------------------------------------- checkpoints
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed for an exact resume, as numpy arrays and Python scalars.
-
-        Includes params, Adam states (with their step counts, which drive the LR schedules), BN running
-        statistics, the target critic, the PRNG key, the update counter and the exploration-noise state.
-        """
-        flat = flax.serialization.to_state_dict(self.state)
-        return {
-            "state": jax.tree_util.tree_map(np.asarray, jax.device_get(flat)),
-            "update_step": self.update_step,
-            "noise": self.noise.state_dict(),
-            "backend": self.backend,
-        }
-
-    def load_state_dict(self, state: dict[str, Any], load_optimizer: bool = True) -> None:
-        """Restores ``state_dict()`` output (shapes must match the current config).
-
-        Args:
-            state: as returned by ``state_dict``.
-            load_optimizer: False keeps freshly initialised optimiser states (``agent.load_optimizer``).
-        """
-        template = flax.serialization.to_state_dict(self.state)
-        loaded = dict(state["state"])
-        _check_shapes(template, loaded)
-        if not load_optimizer:
-            for name in ("actor", "critic", "temperature"):
-                loaded[name] = dict(loaded[name], opt_state=template[name]["opt_state"], step=template[name]["step"])
-        restored = flax.serialization.from_state_dict(self.state, jax.tree_util.tree_map(jnp.asarray, loaded))
-        self.state = restored
-        self.update_step = int(state["update_step"])
-        self.noise.load_state_dict(state["noise"])
-        self._infos = []
-
-    def save(self, directory: str) -> str:
-        """Atomically writes ``<directory>/agent_jax.pkl``; returns its path."""
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, AGENT_FILE)
-        atomic_pickle(path, self.state_dict())
-        return path
-
-    def load(self, directory: str, load_optimizer: bool = True) -> None:
-        """Loads ``<directory>/agent_jax.pkl`` written by ``save``."""
-        self.load_state_dict(load_pickle(os.path.join(directory, AGENT_FILE)), load_optimizer=load_optimizer)
+def resolve_device(device_type: str) -> jax.Device:
+    """``auto`` -> the default JAX device (GPU if present); ``cpu`` -> the host; ``cuda`` without a GPU raises."""
+    if device_type == "auto":
+        return jax.devices()[0]
+    if device_type == "cuda":
+        try:
+            return jax.devices("gpu")[0]
+        except RuntimeError:
+            raise RuntimeError("agent.device_type=cuda but JAX sees no GPU (use agent.device_type=auto)") from None
+    return jax.devices("cpu")[0]
 
 
-def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observations: jax.Array, eps: jax.Array,
+def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: jax.Array, noise: jax.Array,
                    deterministic: bool) -> jax.Array:
-    """Acting (FLASHSAC.md section 12): BN on running stats; tanh(mean) or tanh(mean + std * eps).
+    """Acting (FLASHSAC.md section 12): BN on running stats; tanh(mean) or tanh(mean + std * noise).
 
     Args:
         actor_def: the FlashSACActor module.
-        params, batch_stats: actor variables.
-        observations: (E, O).
-        eps: (E, A) held exploration noise (ignored when deterministic).
+        params: actor parameters.
+        batch_stats: actor BN running statistics.
+        observation: (E, O).
+        noise: (E, A) held exploration noise (ignored when deterministic).
         deterministic: evaluation mode.
 
     Returns:
         (E, A) actions in [-1, 1].
     """
-    mean, std = actor_def.apply(
-        {"params": params, "batch_stats": batch_stats}, observations, False, method="get_mean_and_std"
-    )  # (E, A), (E, A)
+    mean, std = actor_def.apply({"params": params, "batch_stats": batch_stats}, observation, False,
+                                method="get_mean_and_std")  # (E, A), (E, A)
     if deterministic:
         return jnp.tanh(mean)  # (E, A)
-    return jnp.tanh(mean + std * eps)  # (E, A)
+    return jnp.tanh(mean + std * noise)  # (E, A)
 
 
-def _check_shapes(template: Any, loaded: Any, path: str = "") -> None:
-    """Raise ValueError naming the first leaf whose shape differs between the live state and a checkpoint."""
+_policy = jax.jit(policy_actions, static_argnames=("actor_def", "deterministic"))
+
+
+def _to_numpy(tree: Any) -> Any:
+    """Device pytree -> nested dict of numpy arrays (flax state-dict form; picklable without jax)."""
+    return jax.tree_util.tree_map(np.asarray, jax.device_get(flax.serialization.to_state_dict(tree)))
+
+
+class FlashSACAgent:
+    """JAX FlashSAC (paper-era heads) implementing the ``agent_common`` agent interface.
+
+    ``update`` returns the metrics of the *previous* update: they are read back after the current update has been
+    dispatched, so the host never waits for the device inside ``update`` (JAX dispatch is asynchronous). The first
+    call returns {}; the pending metrics are part of the checkpoint, so a resumed run logs exactly what an
+    uninterrupted one does. A non-finite loss raises FloatingPointError one update later.
+
+    Args:
+        cfg: resolved config (``load_config(..., framework="jax")``).
+        observation_space: Box (O,).
+        action_space: Box (A,), [-1, 1] after RescaleAction.
+
+    Raises:
+        ValueError: ``agent.use_amp=true`` (not implemented by the JAX agent).
+        jax_impl.BackendUnavailable: strict backend selection that cannot be met (at construction).
+    """
+
+    def __init__(self, cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> None:
+        a = cfg.agent
+        if a.use_amp:
+            raise ValueError("agent.use_amp=true is not supported by the JAX agent (the CPU-sim recipe is fp32); "
+                             "set agent.use_amp=false")
+        assert a.critic_min_v is not None and a.critic_max_v is not None
+        self.cfg = cfg
+        self.device = resolve_device(a.device_type)
+        # Decide the TD-target backend once, outside jit (strict mode raises here, at construction).
+        backend = resolve_backend(a.categorical_target_backend, strict=a.categorical_target_strict,
+                                  num_bins=a.critic_num_bins, platform=self.device.platform)
+        # backend_info() explains the decision for the default platform (cached, so no second fallback is counted).
+        self.backend_decision: dict[str, Any] = {"requested": a.categorical_target_backend, "backend": backend,
+                                                 "reason": f"resolved for platform {self.device.platform}"}
+        if self.device.platform == jax.default_backend():
+            self.backend_decision = backend_info(num_bins=a.critic_num_bins,
+                                                 backend=a.categorical_target_backend)["decision"]
+        observation_dim = int(observation_space.shape[0])
+        action_dim = int(action_space.shape[0])
+        self.ctx = UpdateContext.create(
+            discount=float(a.gamma) ** int(a.n_step),  # type: ignore[operator]
+            target_entropy=_target_entropy(a, action_space),
+            bc_alpha=a.actor_bc_alpha,
+            tau=a.critic_target_update_tau,
+            min_v=float(a.critic_min_v),
+            max_v=float(a.critic_max_v),
+            backend=backend,
+        )
+        self._actor_def, _, _ = build_networks(a, observation_dim, action_dim)
+        with jax.default_device(self.device):
+            state = create_agent_state(a, observation_dim, action_dim, seed=int(cfg.seed))
+        # Commit everything to the device: uncommitted and committed inputs are different jit cache entries, so an
+        # uncommitted initial state would compile each update variant twice.
+        self.state: AgentState = jax.device_put(state, self.device)
+        self.ctx = jax.device_put(self.ctx, self.device)
+        self.action_dim = action_dim
+        self.update_step = 0
+        self._pending: dict[str, jax.Array] | None = None  # info of the last update, not yet returned
+        log.info("categorical_td_target backend: %s", self.info()["backend/selected"])
+
+    # ------------------------------------------------------------------------------------------------ acting
+    def act(self, observation: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
+        """Actions tanh(mean + std * noise), or tanh(mean) when ``noise`` is None (BN on running stats, fp32).
+
+        Args:
+            observation: (E, O) float32.
+            noise: (E, A) float32 from ``ZetaNoise.sample()`` or None (deterministic evaluation).
+
+        Returns:
+            (E, A) float32 numpy actions in [-1, 1]. Consumes no JAX RNG.
+        """
+        obs = jax.device_put(np.asarray(observation, dtype=np.float32), self.device)  # (E, O)
+        deterministic = noise is None
+        eps = np.zeros((obs.shape[0], self.action_dim), np.float32) if noise is None else noise  # (E, A)
+        eps = jax.device_put(np.asarray(eps, dtype=np.float32), self.device)  # (E, A)
+        actor = self.state.actor
+        action = _policy(self._actor_def, actor.params, actor.batch_stats, obs, eps,
+                         deterministic=deterministic)  # (E, A)
+        return np.asarray(action, dtype=np.float32)
+
+    # ------------------------------------------------------------------------------------------------ update
+    def _to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
+        def array(key: str) -> jax.Array:
+            return jax.device_put(np.ascontiguousarray(batch[key], dtype=np.float32), self.device)
+
+        return Batch(
+            observation=array("observation"),  # (B, O)
+            action=array("action"),  # (B, A)
+            reward=array("reward"),  # (B,)
+            terminated=array("terminated"),  # (B,)
+            next_observation=array("next_observation"),  # (B, O)
+        )
+
+    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        """One FlashSAC update in upstream order: [actor -> temperature] (every actor_update_period) -> critic -> EMA.
+
+        Args:
+            batch: numpy batch with ``agent_common.buffer.BATCH_KEYS``; ``reward`` already normalised.
+
+        Returns:
+            Upstream metric names -> floats, of the previous update ({} on the first call; see the class doc).
+
+        Raises:
+            FloatingPointError: a non-finite loss or metric (detected one update late).
+        """
+        do_actor_update = self.update_step % self.cfg.agent.actor_update_period == 0
+        previous = self._pending
+        self.state, self._pending = update_networks(self.state, self._to_batch(batch), self.ctx,
+                                                    do_actor_update=do_actor_update)
+        self.update_step += 1
+        return self._metrics(previous, self.update_step - 1)
+
+    def flush_metrics(self) -> dict[str, float]:
+        """The metrics of the last update, if not yet returned by ``update`` (blocks until it has finished)."""
+        pending, self._pending = self._pending, None
+        return self._metrics(pending, self.update_step)
+
+    @staticmethod
+    def _metrics(info: dict[str, jax.Array] | None, update_step: int) -> dict[str, float]:
+        if info is None:
+            return {}
+        metrics = {k: float(v) for k, v in jax.device_get(info).items()}
+        bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+        if bad:
+            raise FloatingPointError(f"non-finite {', '.join(bad)} at update step {update_step}: "
+                                     f"{ {k: metrics[k] for k in bad} } (check observations/rewards for NaN/Inf)")
+        return metrics
+
+    def info(self) -> dict[str, float | str]:
+        """``backend/fallback_count`` and ``backend/selected`` (backend that runs, what was requested and why)."""
+        d = self.backend_decision
+        return {
+            "backend/fallback_count": float(dispatch_stats()["fallback_count"]),
+            "backend/selected": f"{self.ctx.backend} (requested {d.get('requested')}: {d.get('reason')})",
+        }
+
+    # ------------------------------------------------------------------------------------------------ save/load
+    def _network_states(self) -> dict[str, dict[str, Any]]:
+        s = self.state
+        out: dict[str, dict[str, Any]] = {}
+        for name, net in (("actor", s.actor), ("critic", s.critic), ("temperature", s.temperature)):
+            out[name] = {"params": net.params, "batch_stats": net.batch_stats, "opt_state": net.opt_state,
+                         "step": net.step}
+        out["target_critic"] = {"params": s.critic.target_params, "batch_stats": s.critic.target_batch_stats}
+        return out
+
+    def save(self, directory: str) -> None:
+        """Writes actor.pkl, critic.pkl, target_critic.pkl, temperature.pkl and agent_state.pkl atomically.
+
+        Each network file holds numpy ``params``, ``batch_stats`` and (trained networks) the Adam state and its
+        step count, which drives the LR schedule. agent_state.pkl holds the update counter, the PRNG key and the
+        pending metrics.
+        """
+        os.makedirs(directory, exist_ok=True)
+        for name, tree in self._network_states().items():
+            atomic_pickle(os.path.join(directory, f"{name}.pkl"), _to_numpy(tree))
+        pending = None if self._pending is None else {k: np.asarray(v) for k, v in jax.device_get(self._pending)
+                                                       .items()}
+        state = {"update_step": self.update_step, "rng": np.asarray(jax.device_get(self.state.rng)),
+                 "pending_metrics": pending, "backend": self.ctx.backend}
+        atomic_pickle(os.path.join(directory, AGENT_STATE_FILE), state)
+
+    def load(self, directory: str, load_optimizer: bool = True) -> None:
+        """Restores ``save`` output (Adam states and step counts only if ``load_optimizer``).
+
+        Raises:
+            ValueError: a checkpoint whose structure or shapes do not match the current config, naming the leaf.
+        """
+        live = self._network_states()
+        restored: dict[str, Any] = {}
+        for name, template in live.items():
+            loaded = load_pickle(os.path.join(directory, f"{name}.pkl"))
+            if not load_optimizer and "opt_state" in loaded:
+                loaded = dict(loaded, opt_state=_to_numpy(template["opt_state"]), step=np.asarray(0, np.int32))
+            _check_structure(_to_numpy(template), loaded, name)
+            with jax.default_device(self.device):
+                restored[name] = flax.serialization.from_state_dict(
+                    template, jax.tree_util.tree_map(jnp.asarray, loaded))
+        agent_state = load_pickle(os.path.join(directory, AGENT_STATE_FILE))
+        s = self.state
+
+        def net(state: Any, name: str) -> Any:
+            r = restored[name]
+            return state.replace(params=r["params"], batch_stats=r["batch_stats"], opt_state=r["opt_state"],
+                                 step=r["step"])
+
+        critic = net(s.critic, "critic").replace(target_params=restored["target_critic"]["params"],
+                                                 target_batch_stats=restored["target_critic"]["batch_stats"])
+        rng = jax.device_put(np.asarray(agent_state["rng"], dtype=np.uint32), self.device)
+        self.state = AgentState(actor=net(s.actor, "actor"), critic=critic,
+                                temperature=net(s.temperature, "temperature"), rng=rng)
+        self.update_step = int(agent_state["update_step"])
+        pending = agent_state["pending_metrics"]
+        self._pending = None if pending is None else {k: jax.device_put(v, self.device) for k, v in pending.items()}
+
+
+def _target_entropy(agent_cfg: Any, action_space: Any) -> float:
+    """``agent.temp_target_entropy`` if set, else agent_common's default from the action bounds."""
+    if agent_cfg.temp_target_entropy is not None:
+        return float(agent_cfg.temp_target_entropy)
+    from agent_common.config import target_entropy  # imports omegaconf; only needed for the derived default
+
+    return target_entropy(agent_cfg, action_space.low, action_space.high)
+
+
+def _check_structure(template: Any, loaded: Any, path: str) -> None:
+    """Raise ValueError naming the first entry whose keys or shape differ between the live state and a checkpoint."""
     if isinstance(template, dict):
         if not isinstance(loaded, dict) or set(template) != set(loaded):
-            raise ValueError(f"checkpoint structure differs at '{path or '/'}': "
-                             f"expected keys {sorted(template) if isinstance(template, dict) else template}, "
-                             f"got {sorted(loaded) if isinstance(loaded, dict) else type(loaded).__name__}")
+            got = sorted(loaded) if isinstance(loaded, dict) else type(loaded).__name__
+            raise ValueError(f"checkpoint entry '{path}' has keys {got}, expected {sorted(template)}")
         for key in template:
-            _check_shapes(template[key], loaded[key], f"{path}/{key}")
+            _check_structure(template[key], loaded[key], f"{path}/{key}")
         return
-    t_shape = tuple(np.shape(template))
-    l_shape = tuple(np.shape(loaded))
-    if t_shape != l_shape:
-        raise ValueError(f"checkpoint leaf '{path}' has shape {l_shape}, the current config expects {t_shape}")
+    if np.shape(template) != np.shape(loaded):
+        raise ValueError(f"checkpoint entry '{path}' has shape {np.shape(loaded)}, the current config expects "
+                         f"{np.shape(template)}")
 
+
+def make_agent(cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> FlashSACAgent:
+    """Agent factory for ``agent_common.loop.train``."""
+    return FlashSACAgent(cfg, observation_space, action_space)

@@ -2,11 +2,13 @@
 
 Layout choices, so that issue 7 can convert weights by name alone:
 
-* Linear weights are stored in PyTorch's layout, ``(out, in)`` (ensemble: ``(E, out, in)``), not flax's
+* Linear weights are stored in PyTorch's layout, ``(out, in)`` (ensemble: ``(N, out, in)``), not flax's
   ``(in, out)`` kernel layout, and are named ``weight``; BatchNorm affine parameters are ``weight`` / ``bias``
   and its running statistics ``running_mean`` / ``running_var`` (collection ``batch_stats``).
-* Sub-module names follow upstream FlashSAC (``embedder``, ``encoder_<i>``, ``post_norm``, ``predictor``);
-  linen names list members ``encoder_0``, ``encoder_1`` where PyTorch has ``encoder.0``, ``encoder.1``.
+* Module and parameter names are agent_torch's (``input_bn``, ``embed``, ``blocks``, ``fc1``/``bn1``/``fc2``/``bn2``,
+  ``final_norm``, ``mean_head``/``mean_bias``, ``log_std_head``/``log_std_bias``, ``head``/``head_bias``,
+  ``log_temp``). linen names list members ``blocks_0``, ``blocks_1`` where PyTorch has ``blocks.0``, ``blocks.1``;
+  the torch critic's ``atoms`` buffer is a constant here (it is never trained or saved).
 
 The unit-norm layers are FlashSAC's own layers (FLASHSAC.md section 8.1); flax has no equivalent with PyTorch's
 BatchNorm semantics (biased batch variance for normalisation, unbiased variance in the running estimate), so they
@@ -26,32 +28,30 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shared_spec.support import CategoricalSupport
-
 __all__ = [
-    "EnsembleCategoricalValue",
-    "EnsembleFlashSACBlock",
-    "EnsembleFlashSACEmbedder",
+    "BN_EPS",
+    "BN_MOMENTUM",
+    "EnsembleResidualBlock",
     "EnsembleUnitBatchNorm",
     "EnsembleUnitLinear",
     "EnsembleUnitRMSNorm",
     "FlashSACActor",
-    "FlashSACBlock",
     "FlashSACDoubleCritic",
-    "FlashSACEmbedder",
     "FlashSACTemperature",
-    "NormalTanhPolicy",
+    "ResidualBlock",
     "UnitBatchNorm",
     "UnitLinear",
     "UnitRMSNorm",
     "normalize_parameters",
     "safe_tanh_log_det_jacobian",
+    "torch_state_dict",
 ]
 
 Array = jax.Array
 BN_MOMENTUM = 0.01  # PyTorch convention: running <- (1 - momentum) * running + momentum * batch
 BN_EPS = 1e-5
 RMS_EPS = 1e-6
+LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0  # paper-era log-std range
 WEIGHT_EPS = 1e-8  # F.normalize eps for the unit-row projection
 AFFINE_EPS = 1e-8  # inside rsqrt of the BN / RMSNorm sqrt(d) projection
 
@@ -68,7 +68,9 @@ def _orthogonal(key: Array, shape: Sequence[int], dtype: Any = jnp.float32) -> A
         return init(key, (out_dim, in_dim), dtype)  # (out, in)
     n = math.prod(lead)
     keys = jax.random.split(key, n)
-    mats = jax.vmap(lambda k: init(k, (out_dim, in_dim), dtype))(keys)  # (n, out, in)
+    # A Python loop, not vmap: a batched QR custom call parallelises over the XLA:CPU intra-op pool, and several of
+    # them running concurrently inside one jitted init deadlock on a 2-core machine.
+    mats = jnp.stack([init(keys[i], (out_dim, in_dim), dtype) for i in range(n)])  # (n, out, in)
     return mats.reshape(*lead, out_dim, in_dim)
 
 
@@ -100,15 +102,15 @@ class UnitLinear(nn.Module):
     """Bias-free linear layer whose weight rows are projected to unit norm after every optimiser step.
 
     Attributes:
-        input_dim: in features.
-        output_dim: out features. The weight is (output_dim, input_dim), PyTorch layout.
+        in_features: input width.
+        out_features: output width. The weight is (out_features, in_features), PyTorch layout.
     """
 
-    input_dim: int
-    output_dim: int
+    in_features: int
+    out_features: int
 
     def setup(self) -> None:
-        self.weight = self.param("weight", _orthogonal, (self.output_dim, self.input_dim))
+        self.weight = self.param("weight", _orthogonal, (self.out_features, self.in_features))  # (out, in)
 
     def __call__(self, x: Array) -> Array:
         """(B, in) -> (B, out)."""
@@ -123,15 +125,18 @@ class UnitBatchNorm(nn.Module):
 
     Training mode normalises with the biased batch variance and lerps the *unbiased* one into ``running_var``,
     exactly as ``torch.nn.functional.batch_norm``; flax.linen.BatchNorm stores the biased one, hence this layer.
+
+    Attributes:
+        dim: feature width d.
     """
 
-    input_dim: int
+    dim: int
 
     def setup(self) -> None:
-        self.weight = self.param("weight", nn.initializers.ones_init(), (self.input_dim,))
-        self.bias = self.param("bias", nn.initializers.zeros_init(), (self.input_dim,))
-        self.running_mean = self.variable("batch_stats", "running_mean", jnp.zeros, (self.input_dim,))
-        self.running_var = self.variable("batch_stats", "running_var", jnp.ones, (self.input_dim,))
+        self.weight = self.param("weight", nn.initializers.ones_init(), (self.dim,))  # (d,)
+        self.bias = self.param("bias", nn.initializers.zeros_init(), (self.dim,))  # (d,)
+        self.running_mean = self.variable("batch_stats", "running_mean", jnp.zeros, (self.dim,))  # (d,)
+        self.running_var = self.variable("batch_stats", "running_var", jnp.ones, (self.dim,))  # (d,)
 
     def __call__(self, x: Array, training: bool) -> Array:
         """(B, d) -> (B, d). With training=True, apply with mutable=["batch_stats"]."""
@@ -155,193 +160,163 @@ class UnitBatchNorm(nn.Module):
 
 
 class UnitRMSNorm(nn.Module):
-    """RMSNorm y = x / sqrt(mean(x^2) + 1e-6) * weight, with weight projected to norm sqrt(d)."""
+    """RMSNorm y = x * rsqrt(mean(x^2) + 1e-6) * weight, with weight projected to norm sqrt(d)."""
 
-    input_dim: int
+    dim: int
 
     def setup(self) -> None:
-        self.weight = self.param("weight", nn.initializers.ones_init(), (self.input_dim,))
+        self.weight = self.param("weight", nn.initializers.ones_init(), (self.dim,))  # (d,)
 
     def __call__(self, x: Array) -> Array:
-        """(B, d) -> (B, d)."""
-        rms = jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + RMS_EPS)  # (B, 1)
-        return x / rms * self.weight  # (B, d)
+        """(..., d) -> (..., d)."""
+        y = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + RMS_EPS)  # (..., d)
+        return y * self.weight  # (..., d)
 
     def normalize_parameters(self) -> None:
         (weight,) = _sqrt_d_scale(self.weight)
         self.put_variable("params", "weight", weight)
 
 
-class FlashSACEmbedder(nn.Module):
-    """BatchNorm on the raw input (the agent's only observation normalisation), then a unit linear layer."""
+class ResidualBlock(nn.Module):
+    """Inverted residual block y = x + ReLU(BN2(W2 ReLU(BN1(W1 x)))), W1: d -> 4d, W2: 4d -> d."""
 
-    input_dim: int
-    hidden_dim: int
-
-    def setup(self) -> None:
-        self.norm = UnitBatchNorm(self.input_dim)
-        self.w = UnitLinear(self.input_dim, self.hidden_dim)
-
-    def __call__(self, x: Array, training: bool) -> Array:
-        """(B, in) -> (B, hidden)."""
-        return self.w(self.norm(x, training))  # (B, hidden)
-
-    def normalize_parameters(self) -> None:
-        self.norm.normalize_parameters()
-        self.w.normalize_parameters()
-
-
-class FlashSACBlock(nn.Module):
-    """Inverted residual block: y = x + ReLU(BN2(W2 ReLU(BN1(W1 x)))), W1: d -> 4d, W2: 4d -> d."""
-
-    hidden_dim: int
-    expansion: int = 4
+    dim: int
 
     def setup(self) -> None:
-        wide = self.hidden_dim * self.expansion
-        self.w1 = UnitLinear(self.hidden_dim, wide)
-        self.w2 = UnitLinear(wide, self.hidden_dim)
-        self.norm1 = UnitBatchNorm(wide)
-        self.norm2 = UnitBatchNorm(self.hidden_dim)
+        self.fc1 = UnitLinear(self.dim, 4 * self.dim)
+        self.bn1 = UnitBatchNorm(4 * self.dim)
+        self.fc2 = UnitLinear(4 * self.dim, self.dim)
+        self.bn2 = UnitBatchNorm(self.dim)
 
     def __call__(self, x: Array, training: bool) -> Array:
         """(B, d) -> (B, d)."""
-        h = nn.relu(self.norm1(self.w1(x), training))  # (B, 4d)
-        h = nn.relu(self.norm2(self.w2(h), training))  # (B, d)
-        return x + h  # (B, d)
+        h = nn.relu(self.bn1(self.fc1(x), training))  # (B, 4d)
+        return x + nn.relu(self.bn2(self.fc2(h), training))  # (B, d)
 
     def normalize_parameters(self) -> None:
-        for m in (self.w1, self.w2, self.norm1, self.norm2):
+        for m in (self.fc1, self.bn1, self.fc2, self.bn2):
             m.normalize_parameters()
 
 
-class NormalTanhPolicy(nn.Module):
-    """Paper-era FlashSAC actor head: unit-norm mean / log-std heads with zero-init biases, log std in [-10, 2].
+class FlashSACActor(nn.Module):
+    """Tanh-Gaussian actor with the paper-era normalised heads (FLASHSAC.md sections 8.2, 22).
 
-    The action is tanh(u), u ~ N(mean, std); the env is rescaled to [-1, 1] (FLASHSAC.md section 22), so there is
-    no action bias / range term.
+    obs (B, O) -> BN -> UnitLinear(O -> d) -> blocks -> RMSNorm(d) -> mean / log-std heads (UnitLinear + bias).
+    The action is tanh(u); the env is rescaled to [-1, 1], so there is no action bias / range term.
+
+    Attributes:
+        observation_dim: O.
+        action_dim: A.
+        num_blocks: residual blocks.
+        hidden_dim: d.
     """
 
-    hidden_dim: int
+    observation_dim: int
     action_dim: int
-    log_std_min: float = -10.0
-    log_std_max: float = 2.0
+    num_blocks: int
+    hidden_dim: int
 
     def setup(self) -> None:
-        self.mean_w = UnitLinear(self.hidden_dim, self.action_dim)
-        self.mean_bias = self.param("mean_bias", nn.initializers.zeros_init(), (self.action_dim,))
-        self.std_w = UnitLinear(self.hidden_dim, self.action_dim)
-        self.std_bias = self.param("std_bias", nn.initializers.zeros_init(), (self.action_dim,))
+        self.input_bn = UnitBatchNorm(self.observation_dim)
+        self.embed = UnitLinear(self.observation_dim, self.hidden_dim)
+        self.blocks = [ResidualBlock(self.hidden_dim) for _ in range(self.num_blocks)]
+        self.final_norm = UnitRMSNorm(self.hidden_dim)
+        self.mean_head = UnitLinear(self.hidden_dim, self.action_dim)
+        self.mean_bias = self.param("mean_bias", nn.initializers.zeros_init(), (self.action_dim,))  # (A,)
+        self.log_std_head = UnitLinear(self.hidden_dim, self.action_dim)
+        self.log_std_bias = self.param("log_std_bias", nn.initializers.zeros_init(), (self.action_dim,))  # (A,)
 
-    def get_mean_and_std(self, x: Array) -> tuple[Array, Array]:
-        """(B, hidden) -> mean (B, A), std (B, A)."""
-        mean = self.mean_w(x) + self.mean_bias  # (B, A)
-        raw_log_std = self.std_w(x) + self.std_bias  # (B, A)
-        log_std = self.log_std_min + (self.log_std_max - self.log_std_min) * 0.5 * (1.0 + jnp.tanh(raw_log_std))
+    def trunk(self, obs: Array, training: bool) -> Array:
+        """(B, O) -> (B, d)."""
+        x = self.embed(self.input_bn(obs, training))  # (B, d)
+        for block in self.blocks:
+            x = block(x, training)  # (B, d)
+        return self.final_norm(x)  # (B, d)
+
+    def get_mean_and_std(self, obs: Array, training: bool) -> tuple[Array, Array]:
+        """Pre-tanh Gaussian mean (B, A) and std (B, A), std = exp(log_std) with log_std in [-10, 2]."""
+        h = self.trunk(obs, training)  # (B, d)
+        mean = self.mean_head(h) + self.mean_bias  # (B, A)
+        raw = self.log_std_head(h) + self.log_std_bias  # (B, A)
+        log_std = LOG_STD_MIN + (LOG_STD_MAX - LOG_STD_MIN) * 0.5 * (1.0 + jnp.tanh(raw))  # (B, A)
         return mean, jnp.exp(log_std)  # (B, A), (B, A)
 
-    def __call__(self, x: Array, key: Array) -> tuple[Array, dict[str, Array]]:
-        """Reparametrised sample. (B, hidden) -> action (B, A), {"log_prob": (B,)}."""
-        mean, std = self.get_mean_and_std(x)  # (B, A)
+    def __call__(self, obs: Array, training: bool, key: Array) -> tuple[Array, Array]:
+        """Reparametrised sample.
+
+        Args:
+            obs: (B, O).
+            training: BN on batch statistics (apply with mutable=["batch_stats"]) or on running statistics.
+            key: PRNG key for eps ~ N(0, I).
+
+        Returns:
+            action (B, A) = tanh(u), u = mean + std * eps, and log_prob (B,) =
+            sum_i [log N(u_i; mean_i, std_i) - log(1 - tanh(u_i)^2)].
+        """
+        mean, std = self.get_mean_and_std(obs, training)  # (B, A), (B, A)
         eps = jax.random.normal(key, mean.shape, mean.dtype)  # (B, A)
-        raw_action = mean + std * eps  # (B, A)
-        # Normal log-density of raw_action, as torch.distributions.Normal.log_prob.
-        log_prob = -0.5 * jnp.square(eps) - jnp.log(std) - 0.5 * math.log(2.0 * math.pi)  # (B, A)
-        log_prob = log_prob - safe_tanh_log_det_jacobian(raw_action)  # (B, A)
-        return jnp.tanh(raw_action), {"log_prob": jnp.sum(log_prob, axis=-1)}  # (B, A), (B,)
+        u = mean + std * eps  # (B, A)
+        normal_log_prob = -0.5 * jnp.square(eps) - jnp.log(std) - 0.5 * math.log(2.0 * math.pi)  # (B, A)
+        log_prob = jnp.sum(normal_log_prob - safe_tanh_log_det_jacobian(u), axis=-1)  # (B,)
+        return jnp.tanh(u), log_prob  # (B, A), (B,)
 
     def normalize_parameters(self) -> None:
-        self.mean_w.normalize_parameters()
-        self.std_w.normalize_parameters()
-
-
-class FlashSACActor(nn.Module):
-    """obs (B, O) -> BN -> UnitLinear(O -> h) -> num_blocks x Block(h <-> 4h) -> RMSNorm(h) -> NormalTanhPolicy."""
-
-    num_blocks: int
-    input_dim: int
-    hidden_dim: int
-    action_dim: int
-
-    def setup(self) -> None:
-        self.embedder = FlashSACEmbedder(self.input_dim, self.hidden_dim)
-        self.encoder = [FlashSACBlock(self.hidden_dim) for _ in range(self.num_blocks)]
-        self.post_norm = UnitRMSNorm(self.hidden_dim)
-        self.predictor = NormalTanhPolicy(self.hidden_dim, self.action_dim)
-
-    def _trunk(self, observations: Array, training: bool) -> Array:
-        x = self.embedder(observations, training)  # (B, h)
-        for block in self.encoder:
-            x = block(x, training)  # (B, h)
-        return self.post_norm(x)  # (B, h)
-
-    def get_mean_and_std(self, observations: Array, training: bool) -> tuple[Array, Array]:
-        """(B, O) -> mean (B, A), std (B, A) of the pre-tanh Gaussian (used for acting)."""
-        return self.predictor.get_mean_and_std(self._trunk(observations, training))
-
-    def __call__(self, observations: Array, training: bool, key: Array) -> tuple[Array, dict[str, Array]]:
-        """(B, O) -> action (B, A) in [-1, 1], {"log_prob": (B,)}."""
-        return self.predictor(self._trunk(observations, training), key)
-
-    def normalize_parameters(self) -> None:
-        self.embedder.normalize_parameters()
-        for block in self.encoder:
-            block.normalize_parameters()
-        self.post_norm.normalize_parameters()
-        self.predictor.normalize_parameters()
+        for m in (self.input_bn, self.embed, *self.blocks, self.final_norm, self.mean_head, self.log_std_head):
+            m.normalize_parameters()
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Ensemble layers (critic): every array has a leading ensemble axis E; activations are (E, B, d)
+# Ensemble layers (critic): every array has a leading member axis N; activations are (N, B, d)
 # ---------------------------------------------------------------------------------------------------------------
 
 
 class EnsembleUnitLinear(nn.Module):
-    """E independent bias-free unit linear layers, weight (E, out, in), einsum('nbi,noi->nbo')."""
+    """N independent bias-free unit-row linear layers, weight (N, out, in), einsum('nbi,noi->nbo')."""
 
-    num_ensemble: int
-    input_dim: int
-    output_dim: int
+    num_members: int
+    in_features: int
+    out_features: int
 
     def setup(self) -> None:
-        self.weight = self.param("weight", _orthogonal, (self.num_ensemble, self.output_dim, self.input_dim))
+        shape = (self.num_members, self.out_features, self.in_features)
+        self.weight = self.param("weight", _orthogonal, shape)  # (N, out, in) orthogonal per member
 
     def __call__(self, x: Array) -> Array:
-        """(E, B, in) -> (E, B, out)."""
-        return jnp.einsum("nbi,noi->nbo", x, self.weight)  # (E, B, out)
+        """(N, B, in) -> (N, B, out)."""
+        return jnp.einsum("nbi,noi->nbo", x, self.weight)  # (N, B, out)
 
     def normalize_parameters(self) -> None:
         self.put_variable("params", "weight", _unit_rows(self.weight))
 
 
 class EnsembleUnitBatchNorm(nn.Module):
-    """Per-member PyTorch-semantics BatchNorm over the batch axis; parameters and running stats are (E, d)."""
+    """Per-member PyTorch-semantics BatchNorm over the batch axis; parameters and running stats are (N, d)."""
 
-    num_ensemble: int
-    input_dim: int
+    num_members: int
+    dim: int
 
     def setup(self) -> None:
-        shape = (self.num_ensemble, self.input_dim)
-        self.weight = self.param("weight", nn.initializers.ones_init(), shape)
-        self.bias = self.param("bias", nn.initializers.zeros_init(), shape)
-        self.running_mean = self.variable("batch_stats", "running_mean", jnp.zeros, shape)
-        self.running_var = self.variable("batch_stats", "running_var", jnp.ones, shape)
+        shape = (self.num_members, self.dim)
+        self.weight = self.param("weight", nn.initializers.ones_init(), shape)  # (N, d)
+        self.bias = self.param("bias", nn.initializers.zeros_init(), shape)  # (N, d)
+        self.running_mean = self.variable("batch_stats", "running_mean", jnp.zeros, shape)  # (N, d)
+        self.running_var = self.variable("batch_stats", "running_var", jnp.ones, shape)  # (N, d)
 
     def __call__(self, x: Array, training: bool) -> Array:
-        """(E, B, d) -> (E, B, d)."""
+        """(N, B, d) -> (N, B, d)."""
         if training:
-            mean = jnp.mean(x, axis=1, keepdims=True)  # (E, 1, d)
-            var = jnp.mean(jnp.square(x - mean), axis=1, keepdims=True)  # (E, 1, d) biased
+            mean = jnp.mean(x, axis=1, keepdims=True)  # (N, 1, d)
+            var = jnp.mean(jnp.square(x - mean), axis=1, keepdims=True)  # (N, 1, d) biased
             if not self.is_initializing():
                 n = x.shape[1]
-                unbiased = var[:, 0] * (n / max(n - 1, 1))  # (E, d)
+                unbiased = var[:, 0] * (n / max(n - 1, 1))  # (N, d)
                 self.running_mean.value = self.running_mean.value + BN_MOMENTUM * (mean[:, 0] - self.running_mean.value)
                 self.running_var.value = self.running_var.value + BN_MOMENTUM * (unbiased - self.running_var.value)
         else:
-            mean = self.running_mean.value[:, None]  # (E, 1, d)
-            var = self.running_var.value[:, None]  # (E, 1, d)
-        y = (x - mean) * jax.lax.rsqrt(var + BN_EPS)  # (E, B, d)
-        return y * self.weight[:, None] + self.bias[:, None]  # (E, B, d)
+            mean = self.running_mean.value[:, None]  # (N, 1, d)
+            var = self.running_var.value[:, None]  # (N, 1, d)
+        y = (x - mean) * jax.lax.rsqrt(var + BN_EPS)  # (N, B, d)
+        return y * self.weight[:, None] + self.bias[:, None]  # (N, B, d)
 
     def normalize_parameters(self) -> None:
         weight, bias = _sqrt_d_scale(self.weight, self.bias)
@@ -350,144 +325,110 @@ class EnsembleUnitBatchNorm(nn.Module):
 
 
 class EnsembleUnitRMSNorm(nn.Module):
-    """Per-member RMSNorm, weight (E, d)."""
+    """Per-member RMSNorm of (N, B, d) activations; weight (N, d) projected to norm sqrt(d) per member."""
 
-    num_ensemble: int
-    input_dim: int
+    num_members: int
+    dim: int
 
     def setup(self) -> None:
-        self.weight = self.param("weight", nn.initializers.ones_init(), (self.num_ensemble, self.input_dim))
+        self.weight = self.param("weight", nn.initializers.ones_init(), (self.num_members, self.dim))  # (N, d)
 
     def __call__(self, x: Array) -> Array:
-        """(E, B, d) -> (E, B, d)."""
-        rms = jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + RMS_EPS)  # (E, B, 1)
-        return x / rms * self.weight[:, None]  # (E, B, d)
+        """(N, B, d) -> (N, B, d)."""
+        y = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + RMS_EPS)  # (N, B, d)
+        return y * self.weight[:, None]  # (N, B, d)
 
     def normalize_parameters(self) -> None:
         (weight,) = _sqrt_d_scale(self.weight)
         self.put_variable("params", "weight", weight)
 
 
-class EnsembleFlashSACEmbedder(nn.Module):
-    """Ensemble twin of FlashSACEmbedder."""
+class EnsembleResidualBlock(nn.Module):
+    """Ensemble twin of ``ResidualBlock`` on (N, B, d) activations."""
 
-    num_ensemble: int
-    input_dim: int
-    hidden_dim: int
-
-    def setup(self) -> None:
-        self.norm = EnsembleUnitBatchNorm(self.num_ensemble, self.input_dim)
-        self.w = EnsembleUnitLinear(self.num_ensemble, self.input_dim, self.hidden_dim)
-
-    def __call__(self, x: Array, training: bool) -> Array:
-        """(E, B, in) -> (E, B, hidden)."""
-        return self.w(self.norm(x, training))  # (E, B, hidden)
-
-    def normalize_parameters(self) -> None:
-        self.norm.normalize_parameters()
-        self.w.normalize_parameters()
-
-
-class EnsembleFlashSACBlock(nn.Module):
-    """Ensemble twin of FlashSACBlock."""
-
-    num_ensemble: int
-    hidden_dim: int
-    expansion: int = 4
+    num_members: int
+    dim: int
 
     def setup(self) -> None:
-        wide = self.hidden_dim * self.expansion
-        self.w1 = EnsembleUnitLinear(self.num_ensemble, self.hidden_dim, wide)
-        self.w2 = EnsembleUnitLinear(self.num_ensemble, wide, self.hidden_dim)
-        self.norm1 = EnsembleUnitBatchNorm(self.num_ensemble, wide)
-        self.norm2 = EnsembleUnitBatchNorm(self.num_ensemble, self.hidden_dim)
+        self.fc1 = EnsembleUnitLinear(self.num_members, self.dim, 4 * self.dim)
+        self.bn1 = EnsembleUnitBatchNorm(self.num_members, 4 * self.dim)
+        self.fc2 = EnsembleUnitLinear(self.num_members, 4 * self.dim, self.dim)
+        self.bn2 = EnsembleUnitBatchNorm(self.num_members, self.dim)
 
     def __call__(self, x: Array, training: bool) -> Array:
-        """(E, B, d) -> (E, B, d)."""
-        h = nn.relu(self.norm1(self.w1(x), training))  # (E, B, 4d)
-        h = nn.relu(self.norm2(self.w2(h), training))  # (E, B, d)
-        return x + h  # (E, B, d)
+        """(N, B, d) -> (N, B, d)."""
+        h = nn.relu(self.bn1(self.fc1(x), training))  # (N, B, 4d)
+        return x + nn.relu(self.bn2(self.fc2(h), training))  # (N, B, d)
 
     def normalize_parameters(self) -> None:
-        for m in (self.w1, self.w2, self.norm1, self.norm2):
+        for m in (self.fc1, self.bn1, self.fc2, self.bn2):
             m.normalize_parameters()
 
 
-class EnsembleCategoricalValue(nn.Module):
-    """Categorical value head: logits = W x + bias over the atoms of ``CategoricalSupport(num_bins, min_v, max_v)``.
+class FlashSACDoubleCritic(nn.Module):
+    """Clipped double-Q (arXiv 1802.09477): N = 2 categorical critics fused as one ensemble (FLASHSAC.md 8.3).
 
-    The bias (E, num_bins) is zero-initialised and never projected.
+    Attributes:
+        input_dim: O_c + A.
+        num_blocks: residual blocks per member.
+        hidden_dim: d.
+        atoms: (K,) support as a tuple of floats (hashable, so the module can be a static jit argument); build it
+            with ``tuple(CategoricalSupport(...).atoms().tolist())`` -- the one place the support is defined.
+        num_members: N = 2.
     """
 
-    num_ensemble: int
-    hidden_dim: int
-    num_bins: int
-    min_v: float
-    max_v: float
-
-    def setup(self) -> None:
-        self.w = EnsembleUnitLinear(self.num_ensemble, self.hidden_dim, self.num_bins)
-        self.bias = self.param("bias", nn.initializers.zeros_init(), (self.num_ensemble, self.num_bins))
-
-    @property
-    def atoms(self) -> np.ndarray:
-        """(num_bins,) float32 atoms, from the one place they are built."""
-        return CategoricalSupport(self.num_bins, float(self.min_v), float(self.max_v)).atoms(np.float32)
-
-    def __call__(self, x: Array) -> tuple[Array, dict[str, Array]]:
-        """(E, B, hidden) -> Q = E_p[z] (E, B), {"log_prob": (E, B, num_bins)}."""
-        logits = self.w(x) + self.bias[:, None]  # (E, B, K)
-        log_prob = jax.nn.log_softmax(logits, axis=-1)  # (E, B, K)
-        value = jnp.sum(jnp.exp(log_prob) * jnp.asarray(self.atoms), axis=-1)  # (E, B)
-        return value, {"log_prob": log_prob}
-
-    def normalize_parameters(self) -> None:
-        self.w.normalize_parameters()
-
-
-class FlashSACDoubleCritic(nn.Module):
-    """Clipped double-Q (arXiv 1802.09477) as one ensemble of ``num_qs`` categorical critics on cat(obs, action)."""
-
-    num_blocks: int
     input_dim: int
+    num_blocks: int
     hidden_dim: int
-    num_bins: int
-    min_v: float
-    max_v: float
-    num_qs: int = 2
+    atoms: tuple[float, ...]
+    num_members: int = 2
 
     def setup(self) -> None:
-        self.embedder = EnsembleFlashSACEmbedder(self.num_qs, self.input_dim, self.hidden_dim)
-        self.encoder = [EnsembleFlashSACBlock(self.num_qs, self.hidden_dim) for _ in range(self.num_blocks)]
-        self.post_norm = EnsembleUnitRMSNorm(self.num_qs, self.hidden_dim)
-        self.predictor = EnsembleCategoricalValue(self.num_qs, self.hidden_dim, self.num_bins, self.min_v, self.max_v)
+        num_bins = len(self.atoms)
+        self.input_bn = EnsembleUnitBatchNorm(self.num_members, self.input_dim)
+        self.embed = EnsembleUnitLinear(self.num_members, self.input_dim, self.hidden_dim)
+        self.blocks = [EnsembleResidualBlock(self.num_members, self.hidden_dim) for _ in range(self.num_blocks)]
+        self.final_norm = EnsembleUnitRMSNorm(self.num_members, self.hidden_dim)
+        self.head = EnsembleUnitLinear(self.num_members, self.hidden_dim, num_bins)
+        self.head_bias = self.param("head_bias", nn.initializers.zeros_init(), (self.num_members, num_bins))  # (N, K)
 
-    def __call__(self, observations: Array, actions: Array, training: bool) -> tuple[Array, dict[str, Array]]:
-        """obs (B, O), actions (B, A) -> Q (E, B), {"log_prob": (E, B, K)}."""
-        x = jnp.concatenate([observations, actions], axis=-1)  # (B, O + A)
-        x = jnp.broadcast_to(x[None], (self.num_qs, *x.shape))  # (E, B, O + A)
-        x = self.embedder(x, training)  # (E, B, h)
-        for block in self.encoder:
-            x = block(x, training)  # (E, B, h)
-        return self.predictor(self.post_norm(x))
+    def __call__(self, obs: Array, action: Array, training: bool) -> tuple[Array, Array]:
+        """Q values and log-distributions of both members.
+
+        Args:
+            obs: (B, O_c).
+            action: (B, A).
+            training: BN mode (training=True needs mutable=["batch_stats"]).
+
+        Returns:
+            q (N, B) = sum_k softmax_k z_k, and log_probs (N, B, K).
+        """
+        x = jnp.concatenate([obs, action], axis=-1)  # (B, O_c + A)
+        x = jnp.broadcast_to(x[None], (self.num_members, *x.shape))  # (N, B, O_c + A)
+        x = self.embed(self.input_bn(x, training))  # (N, B, d)
+        for block in self.blocks:
+            x = block(x, training)  # (N, B, d)
+        x = self.final_norm(x)  # (N, B, d)
+        logits = self.head(x) + self.head_bias[:, None, :]  # (N, B, K)
+        log_probs = jax.nn.log_softmax(logits, axis=-1)  # (N, B, K)
+        atoms = jnp.asarray(np.asarray(self.atoms, dtype=np.float32))  # (K,)
+        q = jnp.sum(jnp.exp(log_probs) * atoms, axis=-1)  # (N, B)
+        return q, log_probs
 
     def normalize_parameters(self) -> None:
-        self.embedder.normalize_parameters()
-        for block in self.encoder:
-            block.normalize_parameters()
-        self.post_norm.normalize_parameters()
-        self.predictor.normalize_parameters()
+        for m in (self.input_bn, self.embed, *self.blocks, self.final_norm, self.head):
+            m.normalize_parameters()
 
 
 class FlashSACTemperature(nn.Module):
-    """Learned SAC temperature alpha = exp(log_temp); log_temp (1,) starts at ln(initial_value) and is not projected."""
+    """Learned SAC temperature alpha = exp(log_temp); log_temp (1,) starts at ln(initial_value), never projected."""
 
     initial_value: float = 0.01
 
     @nn.compact
     def __call__(self) -> Array:
         """() -> alpha (1,)."""
-        log_temp = self.param("log_temp", nn.initializers.constant(math.log(self.initial_value)), (1,))
+        log_temp = self.param("log_temp", nn.initializers.constant(math.log(self.initial_value)), (1,))  # (1,)
         return jnp.exp(log_temp)  # (1,)
 
 
@@ -508,3 +449,28 @@ def normalize_parameters(apply_fn: Callable[..., Any], params: Any, batch_stats:
     variables = {"params": params, "batch_stats": batch_stats}
     _, mutated = apply_fn(variables, method="normalize_parameters", mutable=["params"])
     return mutated["params"]
+
+
+def torch_state_dict(variables: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Flatten flax variables to agent_torch's ``state_dict`` names: ``blocks_0/fc1/weight`` -> ``blocks.0.fc1.weight``.
+
+    Parameters and BN running statistics share one namespace, as in a torch module. Layouts are already PyTorch's,
+    so weight conversion between the two agents (issue 7) is a rename; the torch critic's ``atoms`` buffer has no
+    counterpart (it is a constant here).
+
+    Args:
+        variables: {"params": ..., "batch_stats": ...} of one network (batch_stats may be absent).
+
+    Returns:
+        {dotted torch name: numpy array}.
+    """
+    out: dict[str, np.ndarray] = {}
+    for collection in ("params", "batch_stats"):
+        for path, leaf in jax.tree_util.tree_leaves_with_path(variables.get(collection, {})):
+            parts: list[str] = []
+            for entry in path:
+                name = str(getattr(entry, "key", entry))
+                head, _, index = name.rpartition("_")
+                parts.extend([head, index] if head == "blocks" and index.isdigit() else [name])
+            out[".".join(parts)] = np.asarray(leaf)
+    return out

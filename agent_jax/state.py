@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.struct
@@ -11,10 +12,12 @@ import optax
 from flax.training.train_state import TrainState
 
 from agent_jax.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature, normalize_parameters
+from shared_spec.support import CategoricalSupport
 
 __all__ = [
     "AgentState",
     "RLTrainState",
+    "build_networks",
     "create_agent_state",
     "learning_rate_schedule",
     "make_optimizer",
@@ -61,48 +64,62 @@ def learning_rate_schedule(
     Linear warm-up init -> peak over ``warmup_steps``, then cosine peak -> end until ``decay_steps`` (the total
     length, warm-up included), then constant ``end_value``. Evaluated at the network's own optimiser step count.
     """
-    decay_steps = max(int(decay_steps), int(warmup_steps) + 1)
+    warmup_steps, decay_steps = int(warmup_steps), int(decay_steps)
+    if decay_steps <= warmup_steps:  # no cosine phase: warm-up, then the end value (agent_common's rule)
+        warmup = optax.linear_schedule(init_value, peak_value, max(warmup_steps, 1))
+        return optax.join_schedules([warmup, optax.constant_schedule(end_value)], [warmup_steps])
     return optax.warmup_cosine_decay_schedule(
         init_value=init_value,
         peak_value=peak_value,
-        warmup_steps=int(warmup_steps),
+        warmup_steps=warmup_steps,
         decay_steps=decay_steps,
         end_value=end_value,
     )
 
 
 def make_optimizer(agent_cfg: Any) -> optax.GradientTransformation:
-    """Adam (0.9, 0.999, eps 1e-8, no weight decay) on the warm-up + cosine schedule; one per network."""
-    schedule = learning_rate_schedule(
-        agent_cfg.learning_rate_init,
-        agent_cfg.learning_rate_peak,
-        agent_cfg.learning_rate_end,
-        agent_cfg.learning_rate_warmup_step,
-        agent_cfg.learning_rate_decay_step,
-    )
+    """Adam (0.9, 0.999, eps 1e-8, no weight decay) on the warm-up + cosine schedule.
+
+    The transformation is stateless, so the three networks share it; each network has its own optimiser *state*
+    (and step count, which drives its own LR schedule). Cached by the schedule values, so that agents with equal
+    configs have equal pytree metadata and share compiled update steps.
+    """
+    return _adam(float(agent_cfg.learning_rate_init), float(agent_cfg.learning_rate_peak),
+                 float(agent_cfg.learning_rate_end), int(agent_cfg.learning_rate_warmup_step),
+                 int(agent_cfg.learning_rate_decay_step))
+
+
+@functools.cache
+def _adam(init_value: float, peak_value: float, end_value: float, warmup_steps: int,
+          decay_steps: int) -> optax.GradientTransformation:
+    schedule = learning_rate_schedule(init_value, peak_value, end_value, warmup_steps, decay_steps)
     return optax.adam(learning_rate=schedule, b1=0.9, b2=0.999, eps=1e-8)
 
 
 def build_networks(
     agent_cfg: Any, observation_dim: int, action_dim: int
 ) -> tuple[FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature]:
-    """The three flax modules from the (resolved) ``agent`` config section."""
-    actor = FlashSACActor(
-        num_blocks=agent_cfg.actor_num_blocks,
-        input_dim=observation_dim,
-        hidden_dim=agent_cfg.actor_hidden_dim,
-        action_dim=action_dim,
-    )
-    critic = FlashSACDoubleCritic(
-        num_blocks=agent_cfg.critic_num_blocks,
-        input_dim=observation_dim + action_dim,
-        hidden_dim=agent_cfg.critic_hidden_dim,
-        num_bins=agent_cfg.critic_num_bins,
-        min_v=float(agent_cfg.critic_min_v),
-        max_v=float(agent_cfg.critic_max_v),
-    )
-    temperature = FlashSACTemperature(initial_value=agent_cfg.temp_initial_value)
-    return actor, critic, temperature
+    """The three flax modules from the (resolved) ``agent`` config section, as agent_torch builds them.
+
+    Cached by their hyper-parameters: a TrainState's ``apply_fn`` is the bound ``module.apply``, and bound methods
+    compare equal only for the same module *object*, so sharing the objects lets agents with equal configs share
+    compiled update steps (jit keys on the state's pytree metadata).
+    """
+    support = CategoricalSupport(agent_cfg.critic_num_bins, float(agent_cfg.critic_min_v),
+                                 float(agent_cfg.critic_max_v))
+    return _modules(int(observation_dim), int(action_dim), int(agent_cfg.actor_num_blocks),
+                    int(agent_cfg.actor_hidden_dim), int(agent_cfg.critic_num_blocks),
+                    int(agent_cfg.critic_hidden_dim), tuple(support.atoms().tolist()),
+                    float(agent_cfg.temp_initial_value))
+
+
+@functools.lru_cache(maxsize=32)
+def _modules(observation_dim: int, action_dim: int, actor_num_blocks: int, actor_hidden_dim: int,
+             critic_num_blocks: int, critic_hidden_dim: int, atoms: tuple[float, ...],
+             temp_initial_value: float) -> tuple[FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature]:
+    actor = FlashSACActor(observation_dim, action_dim, actor_num_blocks, actor_hidden_dim)
+    critic = FlashSACDoubleCritic(observation_dim + action_dim, critic_num_blocks, critic_hidden_dim, atoms)
+    return actor, critic, FlashSACTemperature(temp_initial_value)
 
 
 def create_agent_state(agent_cfg: Any, observation_dim: int, action_dim: int, seed: int) -> AgentState:
@@ -118,33 +135,32 @@ def create_agent_state(agent_cfg: Any, observation_dim: int, action_dim: int, se
         AgentState with the target critic equal to the projected online critic.
     """
     actor_def, critic_def, temperature_def = build_networks(agent_cfg, observation_dim, action_dim)
-    rng = jax.random.PRNGKey(seed)  # (2,) uint32
+    return _init_state(actor_def, critic_def, temperature_def, make_optimizer(agent_cfg), int(observation_dim),
+                       int(action_dim), jax.random.PRNGKey(seed))
+
+
+# One jit instead of op-by-op dispatch (seconds of tiny compilations on CPU), cached across agents by the (cached,
+# hashable) module and optimiser objects. jit outputs never alias each other, so the target critic gets its own
+# buffers (the update donates its input state).
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+def _init_state(actor_def: FlashSACActor, critic_def: FlashSACDoubleCritic, temperature_def: FlashSACTemperature,
+                tx: optax.GradientTransformation, observation_dim: int, action_dim: int, rng: jax.Array) -> AgentState:
     rng, actor_key, critic_key, temperature_key = jax.random.split(rng, 4)
     obs = jnp.zeros((2, observation_dim), jnp.float32)  # (2, O)
     act = jnp.zeros((2, action_dim), jnp.float32)  # (2, A)
-
     actor_vars = actor_def.init(actor_key, obs, False, actor_key)
     actor_params = normalize_parameters(actor_def.apply, actor_vars["params"], actor_vars["batch_stats"])
     critic_vars = critic_def.init(critic_key, obs, act, False)
     critic_params = normalize_parameters(critic_def.apply, critic_vars["params"], critic_vars["batch_stats"])
     temperature_vars = temperature_def.init(temperature_key)
-
-    actor = RLTrainState.create(
-        apply_fn=actor_def.apply, params=actor_params, tx=make_optimizer(agent_cfg),
-        batch_stats=actor_vars["batch_stats"],
-    )
-    critic = RLTrainState.create(
-        apply_fn=critic_def.apply, params=critic_params, tx=make_optimizer(agent_cfg),
-        batch_stats=critic_vars["batch_stats"],
-        target_params=jax.tree_util.tree_map(jnp.copy, critic_params),
-        target_batch_stats=jax.tree_util.tree_map(jnp.copy, critic_vars["batch_stats"]),
-    )
-    temperature = RLTrainState.create(
-        apply_fn=temperature_def.apply, params=temperature_vars["params"], tx=make_optimizer(agent_cfg),
-        batch_stats={},
-    )
+    actor = RLTrainState.create(apply_fn=actor_def.apply, params=actor_params, tx=tx,
+                                batch_stats=actor_vars["batch_stats"])
+    critic = RLTrainState.create(apply_fn=critic_def.apply, params=critic_params, tx=tx,
+                                 batch_stats=critic_vars["batch_stats"], target_params=critic_params,
+                                 target_batch_stats=critic_vars["batch_stats"])
+    temperature = RLTrainState.create(apply_fn=temperature_def.apply, params=temperature_vars["params"], tx=tx,
+                                      batch_stats={})
     # A concrete int32 step (not TrainState.create's weak-typed Python 0), so the first update and all later ones
     # share one executable.
-    step0 = jnp.zeros((), jnp.int32)
-    actor, critic, temperature = (s.replace(step=step0) for s in (actor, critic, temperature))
+    actor, critic, temperature = (s.replace(step=jnp.zeros((), jnp.int32)) for s in (actor, critic, temperature))
     return AgentState(actor=actor, critic=critic, temperature=temperature, rng=rng)

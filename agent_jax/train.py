@@ -1,0 +1,49 @@
+"""Training entry point: ``python -m agent_jax.train --overrides key=value [--overrides ...]``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from agent_common.config import Config, parse_args
+from agent_common.loop import AgentFactory, run_cli
+
+__all__ = ["configure_xla", "main"]
+
+
+def configure_xla(cfg: Config) -> None:
+    """Sets XLA flags that must be in place before JAX initialises its backends.
+
+    ``deterministic=true`` -> ``--xla_gpu_deterministic_ops=true`` (CPU runs are deterministic anyway);
+    ``num_threads=N`` -> XLA:CPU intra-op parallelism N (1 also turns off Eigen's thread pool).
+    ``agent.device_type=cpu`` -> ``JAX_PLATFORMS=cpu``.
+    """
+    flags = [os.environ.get("XLA_FLAGS", "")]
+    if cfg.deterministic:
+        flags.append("--xla_gpu_deterministic_ops=true")
+    if cfg.num_threads is not None:
+        flags.append(f"--xla_cpu_multi_thread_eigen={'false' if cfg.num_threads == 1 else 'true'}")
+        flags.append(f"intra_op_parallelism_threads={cfg.num_threads}")
+    os.environ["XLA_FLAGS"] = " ".join(f for f in flags if f)
+    if cfg.agent.device_type == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+def _factory() -> AgentFactory:
+    from agent_jax.agent import make_agent  # imported after the config is validated and XLA is configured
+
+    return make_agent
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parses ``--overrides``, trains (or resumes with ``agent_load_path``) and returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    # Validate first (exit 2 naming the key, before any JAX work), then set XLA flags, then run the shared CLI.
+    cfg = parse_args(argv, framework="jax", prog="python -m agent_jax.train")
+    if "jax" not in sys.modules:
+        configure_xla(cfg)
+    return run_cli(argv, "jax", _factory)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""JAX agent end to end: the real CLI (smoke + exact resume in a fresh process), checkpoints, seeds, config errors."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+import gymnasium as gym
+import jax
+import numpy as np
+import pytest
+
+from agent_common.config import load_config
+from agent_jax.agent import FlashSACAgent
+from agent_jax.train import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OBS_DIM, ACT_DIM, BATCH = 17, 6, 16
+OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+ACT_SPACE = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+# Same sizes as tests/test_agent_jax_update.py, so the in-process tests share its compiled update steps.
+TINY = ["agent.actor_hidden_dim=16", "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1",
+        "agent.critic_num_blocks=1", f"agent.sample_batch_size={BATCH}", "num_env_steps=1000"]
+
+# CLI runs: 160 env steps, updates from step 40, evaluation / checkpoint every 80 steps, 30-step episodes (so
+# truncations and final observations occur), buffer saved with each checkpoint (exact resume).
+CLI = ["num_env_steps=160", "agent.buffer_min_length=40", "agent.sample_batch_size=16", "agent.actor_hidden_dim=16",
+       "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1", "agent.critic_num_blocks=1",
+       "env.max_episode_steps=30", "num_eval_episodes=1", "evaluation_per_interaction_step=80",
+       "save_checkpoint_per_interaction_step=80", "logging_per_interaction_step=40", "save_buffer=true",
+       "agent.categorical_target_backend=jax", "progress_bar=false", "seed=3"]
+
+
+def _run_cli(overrides: list[str], timeout: float = 240,
+             cache_dir: str | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "agent_jax.train"]
+    for item in overrides:
+        cmd += ["--overrides", item]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
+    if cache_dir is not None:  # the resumed run reuses the first run's executables (compilation dominates on CPU)
+        env.update(JAX_COMPILATION_CACHE_DIR=cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _load_tree(path: str):
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _assert_trees_equal(a, b, path: str = "") -> None:
+    """Bitwise equality of nested dicts / lists of arrays and scalars."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"keys differ at {path}: {sorted(a)} vs {sorted(b)}"
+        for k in a:
+            _assert_trees_equal(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_trees_equal(x, y, f"{path}[{i}]")
+    elif isinstance(a, np.ndarray | np.generic):
+        np.testing.assert_array_equal(a, b, err_msg=path)
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def _scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(os.path.join(run_dir, "tb"))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_smoke_and_exact_resume(tmp_path):
+    """A: 160 steps straight. B: A's step-80 checkpoint resumed in a fresh process. Step 160 must match bitwise."""
+    run_a, run_b = str(tmp_path / "a"), str(tmp_path / "b")
+    cache = str(tmp_path / "jax_cache")
+    a = _run_cli([*CLI, f"save_path={run_a}"], cache_dir=cache)
+    assert a.returncode == 0, a.stderr[-3000:]
+    assert "[completed] env_step=160" in a.stdout
+
+    # Smoke: eval at 0 / 80 / 160, finite losses logged under upstream names, backend logged, config saved.
+    with open(os.path.join(run_a, "eval.csv")) as f:
+        rows = f.read().splitlines()
+    assert rows[0] == ",exp_name,env_name,seed,metric,env_step,value"
+    eval_steps = [float(r.split(",")[5]) for r in rows[1:] if ",avg_return," in r]
+    assert eval_steps == [0.0, 80.0, 160.0]
+    scalars = _scalars(run_a)
+    for key in ("critic/loss", "critic/max_entropy_bonus", "actor/loss", "actor/entropy", "actor/mean_action",
+                "temperature/value", "temperature/loss", "backend/fallback_count", "avg_return"):
+        assert key in scalars, f"{key} not logged; got {sorted(scalars)}"
+        assert all(np.isfinite(v) for _, v in scalars[key]), key
+    # Updates start at step 40; update() returns the previous update's metrics, so the first window with a loss
+    # is the one ending at step 80.
+    assert [s for s, _ in scalars["critic/loss"]] == [80, 120, 160]
+    assert scalars["backend/fallback_count"][-1][1] == 0.0
+    assert os.path.exists(os.path.join(run_a, "config.yaml"))
+    ckpt_a = os.path.join(run_a, "checkpoints", "step160", "agent")
+    assert sorted(os.listdir(ckpt_a)) == ["actor.pkl", "agent_state.pkl", "critic.pkl", "target_critic.pkl",
+                                          "temperature.pkl"]
+
+    # Exact resume from step 80 in a fresh process.
+    b = _run_cli([*CLI, f"save_path={run_b}", f"agent_load_path={os.path.join(run_a, 'checkpoints', 'step80')}"],
+                 cache_dir=cache)
+    assert b.returncode == 0, b.stderr[-3000:]
+    assert "resumed from" in b.stderr
+    ckpt_b = os.path.join(run_b, "checkpoints", "step160", "agent")
+    for name in sorted(os.listdir(ckpt_a)):
+        _assert_trees_equal(_load_tree(os.path.join(ckpt_a, name)), _load_tree(os.path.join(ckpt_b, name)), name)
+    state_a = _load_tree(os.path.join(ckpt_a, "agent_state.pkl"))
+    assert state_a["update_step"] == 160 - 40 + 1
+    loop_a = _load_tree(os.path.join(run_a, "checkpoints", "step160", "loop_state.pkl"))
+    loop_b = _load_tree(os.path.join(run_b, "checkpoints", "step160", "loop_state.pkl"))
+    for key in ("noise", "reward_normalizer", "observation", "num_updates", "meter", "last_eval_return"):
+        _assert_trees_equal(loop_a[key], loop_b[key], key)
+    scalars_b = _scalars(run_b)
+    for key in ("critic/loss", "actor/loss", "temperature/value", "avg_return"):
+        assert scalars_b[key][-1] == scalars[key][-1], key
+
+
+def test_config_error_exits_nonzero_naming_the_key():
+    """The real CLI exits with status 2 and names the bad key, before any training."""
+    proc = _run_cli(["agent.sample_batch_sise=64"], timeout=120)
+    assert proc.returncode == 2
+    assert "agent.sample_batch_sise" in proc.stderr and "agent.sample_batch_size" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("agent.sample_batch_size=abc", "agent.sample_batch_size"),
+        ("agent.categorical_target_backend=triton", "agent.categorical_target_backend"),
+        ("agent.critic_hidden_dim=0", "agent.critic_hidden_dim"),
+        ("envv.env_name=Hopper-v4", "envv.env_name"),
+        ("gamma=1.5", "gamma"),
+    ],
+)
+def test_config_errors(override, expected, capsys):
+    """Unknown keys, wrong types and invalid values exit 2 with a message naming the key (same rules as torch)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["--overrides", override])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "config error" in err and expected in err
+
+
+def test_use_amp_is_rejected_by_name():
+    cfg = load_config([*TINY, "agent.use_amp=true"], framework="jax")
+    with pytest.raises(ValueError, match="agent.use_amp"):
+        FlashSACAgent(cfg, OBS_SPACE, ACT_SPACE)
+
+
+# ------------------------------------------------------------------------------------------------- in process
+
+
+def _batch(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "observation": rng.standard_normal((BATCH, OBS_DIM)).astype(np.float32),
+        "action": rng.uniform(-1, 1, (BATCH, ACT_DIM)).astype(np.float32),
+        "reward": rng.standard_normal(BATCH).astype(np.float32),
+        "terminated": (rng.random(BATCH) < 0.2).astype(np.float32),
+        "truncated": np.zeros(BATCH, np.float32),
+        "next_observation": rng.standard_normal((BATCH, OBS_DIM)).astype(np.float32),
+    }
+
+
+def _agent(seed: int, *extra: str) -> FlashSACAgent:
+    return FlashSACAgent(load_config([*TINY, f"seed={seed}", *extra], framework="jax"), OBS_SPACE, ACT_SPACE)
+
+
+def _rollout(agent: FlashSACAgent, num_updates: int = 3) -> tuple[list[np.ndarray], list[dict[str, float]]]:
+    obs = _batch(100)["observation"][:2]  # (2, O)
+    noise = np.random.default_rng(5).standard_normal((2, ACT_DIM)).astype(np.float32)  # (2, A)
+    actions, metrics = [agent.act(obs, noise), agent.act(obs, None)], []
+    for i in range(num_updates):
+        metrics.append(agent.update(_batch(i)))
+        actions.append(agent.act(obs, noise))
+    metrics.append(agent.flush_metrics())
+    return actions, metrics
+
+
+def test_same_seed_same_actions_and_losses():
+    """Same seed -> identical actions and losses; another seed -> different ones. Metrics lag one update."""
+    actions_a, metrics_a = _rollout(_agent(0))
+    actions_b, metrics_b = _rollout(_agent(0))
+    for x, y in zip(actions_a, actions_b, strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert metrics_a == metrics_b
+    assert metrics_a[0] == {} and set(metrics_a[1]) >= {"critic/loss", "actor/loss"}
+    assert "actor/loss" not in metrics_a[2]  # update 1 is a critic-only step (actor_update_period 2)
+    assert all(np.isfinite(v) for m in metrics_a for v in m.values())
+    actions_c, metrics_c = _rollout(_agent(1))
+    assert not np.array_equal(actions_a[0], actions_c[0])
+    assert metrics_a[1]["critic/loss"] != metrics_c[1]["critic/loss"]
+    assert np.all(np.abs(actions_a[0]) <= 1.0)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    """save -> load into an agent built with another seed restores every array, the counters, the key and the
+    pending metrics; both then continue identically. Optimiser state is optional; mismatched shapes are named."""
+    agent = _agent(0)
+    for i in range(3):
+        agent.update(_batch(i))
+    agent.save(str(tmp_path / "ckpt"))
+    other = _agent(7)
+    other.load(str(tmp_path / "ckpt"))
+    flat_a = jax.tree_util.tree_leaves_with_path(agent.state)
+    flat_b = jax.tree_util.tree_leaves(other.state)
+    assert len(flat_a) == len(flat_b)
+    for (path, x), y in zip(flat_a, flat_b, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=jax.tree_util.keystr(path))
+    assert other.update_step == agent.update_step == 3
+    obs = _batch(9)["observation"][:3]
+    np.testing.assert_array_equal(agent.act(obs, None), other.act(obs, None))
+    for i in range(3, 5):
+        assert agent.update(_batch(i)) == other.update(_batch(i))
+    assert agent.flush_metrics() == other.flush_metrics()
+    np.testing.assert_array_equal(np.asarray(agent.state.critic.target_params["head_bias"]),
+                                  np.asarray(other.state.critic.target_params["head_bias"]))
+
+    fresh = _agent(7)
+    fresh.load(str(tmp_path / "ckpt"), load_optimizer=False)
+    assert int(fresh.state.critic.step) == 0
+    saved_critic = _load_tree(str(tmp_path / "ckpt" / "critic.pkl"))
+    np.testing.assert_array_equal(np.asarray(fresh.state.critic.params["head_bias"]),
+                                  saved_critic["params"]["head_bias"])
+    assert int(saved_critic["step"]) == 3 and int(fresh.state.actor.step) == 0
+
+    wider = _agent(0, "agent.critic_hidden_dim=32")
+    with pytest.raises(ValueError, match="checkpoint entry 'critic/.*has shape"):
+        wider.load(str(tmp_path / "ckpt"))
+
