@@ -16,8 +16,9 @@ Split across device machines (each call may land on a fresh machine): carry a fo
 
     python3 -m bench.gpu_agent_jax --run-dir /tmp/agent_jax_run --state-in .bench_state --state-out $OUT
 
-then copy the returned files into ``.bench_state`` for the next call (``pack_state`` / ``unpack_state`` are the
-torch benchmark's, so both runs travel the same way).
+then copy the returned files into ``.bench_state`` for the next call (the run, its state packing and its
+progress / summary files are ``bench/agent_run.py``'s, shared with the torch benchmark, so both runs travel the
+same way).
 
 ``--timing-only`` needs neither gymnasium nor a run: it times the update step (jax vs pallas, strict) on a
 synthetic HalfCheetah-shaped batch with the recipe's network sizes, which is how the update-step figures can be
@@ -37,47 +38,11 @@ import statistics
 import time
 from typing import Any
 
-RECIPE = [
-    # upstream scripts/run_mujoco.sh (CPU-sim recipe), FLASHSAC.md §19 -- identical to bench/gpu_agent_torch.py
-    "env.env_name=HalfCheetah-v4",
-    "num_train_envs=1",
-    "num_eval_envs=1",
-    "agent.buffer_max_length=1_000_000",
-    "agent.buffer_min_length=10_000",
-    "agent.buffer_device_type=cpu",
-    "agent.sample_batch_size=512",
-    "agent.use_amp=false",
-    "updates_per_interaction_step=1",
-    "gamma=0.99",
-    "n_step=1",
-    # this benchmark
-    "num_env_steps=100_000",
-    "evaluation_per_interaction_step=10_000",
-    "num_eval_episodes=10",
-    "logging_per_interaction_step=1_000",
-    "agent.categorical_target_backend=pallas",
-    "agent.categorical_target_strict=true",
-    "save_buffer=true",
-    "progress_bar=false",
-]
+from bench.agent_run import AgentBench, build_parser, load_final_agent_and_batch, make_recipe, run_with_state
+
+RECIPE = make_recipe("pallas")  # identical to bench/gpu_agent_torch.py's but for the backend (and eager torch)
 BACKENDS = ("jax", "pallas")
 OBS_DIM, ACT_DIM = 17, 6  # HalfCheetah-v4
-
-
-def _latest_env_step(run_dir: str) -> int:
-    from agent_common.checkpoint import latest_checkpoint, load_pickle
-    from agent_common.loop import LOOP_STATE_FILE
-
-    ckpt = latest_checkpoint(run_dir) if os.path.isdir(run_dir) else None
-    return -1 if ckpt is None else int(load_pickle(os.path.join(ckpt, LOOP_STATE_FILE))["env_step"])
-
-
-def _progress(run_dir: str) -> dict:
-    path = os.path.join(run_dir, "progress.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
-    return {"calls": []}
 
 
 def _time_backends(agent: Any, batch: dict, repeats: int, iters: int) -> dict:
@@ -133,27 +98,7 @@ def _time_backends(agent: Any, batch: dict, repeats: int, iters: int) -> dict:
 
 def paired_update_timing(run_dir: str, overrides: list[str], repeats: int = 7, iters: int = 50) -> dict:
     """jax vs pallas update-step timing on the run's final agent and a batch from its saved replay buffer."""
-    from agent_common.buffer import ReplayBuffer
-    from agent_common.checkpoint import latest_checkpoint, load_pickle
-    from agent_common.config import load_config
-    from agent_common.envs import make_env
-    from agent_common.loop import BUFFER_FILE, LOOP_STATE_FILE
-    from agent_common.normalizer import RewardNormalizer
-    from agent_jax.agent import make_agent
-
-    ckpt = latest_checkpoint(run_dir)
-    assert ckpt is not None, f"no checkpoint in {run_dir}"
-    cfg = load_config(RECIPE + overrides + [f"save_path={run_dir}"], "jax")
-    env = make_env(cfg.env.env_name, cfg.seed)
-    agent = make_agent(cfg, env.observation_space, env.action_space)
-    agent.load(os.path.join(ckpt, "agent"))
-    buffer = ReplayBuffer(env.observation_space.shape[0], env.action_space.shape[0], cfg.agent.buffer_max_length, 1,
-                          cfg.n_step, cfg.gamma, seed=123)
-    buffer.load_state_dict(load_pickle(os.path.join(ckpt, BUFFER_FILE)))
-    norm = RewardNormalizer(cfg.gamma, cfg.agent.normalized_G_max)
-    norm.load_state_dict(load_pickle(os.path.join(ckpt, LOOP_STATE_FILE))["reward_normalizer"])
-    batch = buffer.sample(cfg.agent.sample_batch_size)
-    batch["reward"] = norm.normalize(batch["reward"])
+    _, agent, batch = load_final_agent_and_batch(BENCH, run_dir, overrides)
     return _time_backends(agent, batch, repeats, iters)
 
 
@@ -195,19 +140,25 @@ def _print_timing(t: dict) -> None:
           f"(B={t['batch_size']}, {t['device']})", flush=True)
 
 
+BENCH = AgentBench(
+    framework="jax",
+    agent_module="agent_jax.agent",
+    recipe=RECIPE,
+    backends=BACKENDS,
+    default_run_dir="bench/results/agent_jax_halfcheetah_seed0",
+    paired_update_timing=paired_update_timing,
+    print_timing=_print_timing,
+    summary_extra={"agent": "jax"},
+    call_line_wall=True,
+    update_ms_note=" (dispatch; see timing)",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run-dir", default="bench/results/agent_jax_halfcheetah_seed0")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--budget", type=float, default=400.0, help="loop wall seconds per call (max_wall_seconds)")
-    parser.add_argument("--overrides", action="append", default=[], help="extra config overrides")
-    parser.add_argument("--skip-timing", action="store_true")
-    parser.add_argument("--timing-only", action="store_true", help="synthetic-batch jax vs pallas timing only")
-    parser.add_argument("--timing-repeats", type=int, default=7, help="interleaved jax/pallas timing blocks")
-    parser.add_argument("--timing-iters", type=int, default=50, help="updates per timing block")
-    parser.add_argument("--state-in", default=None, help="folder with run_state.tar.gz.part* from an earlier call")
-    parser.add_argument("--state-out", default=None, help="folder to write run_state.tar.gz.part* (e.g. $OUT)")
-    args = parser.parse_args(argv)
+    def timing_only_arg(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--timing-only", action="store_true", help="synthetic-batch jax vs pallas timing only")
+
+    args = build_parser(BENCH, __doc__, timing_only_arg).parse_args(argv)
     if args.timing_only:
         timing = synthetic_update_timing(512, args.timing_repeats, args.timing_iters)
         _print_timing(timing)
@@ -216,87 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(os.path.join(args.state_out, "timing_jax_agent.json"), "w") as f:
                 json.dump(timing, f, indent=2)
         return 0
-    from bench.gpu_agent_torch import pack_state, unpack_state  # the same packing for both agents' runs
-
-    run_dir = args.run_dir
-    if args.state_in is not None and unpack_state(args.state_in, run_dir):
-        print(f"restored the run from {args.state_in} at env_step {_latest_env_step(run_dir)}", flush=True)
-    try:
-        return _run(args, run_dir)
-    finally:
-        if args.state_out is not None and os.path.isdir(run_dir):
-            for path in pack_state(run_dir, args.state_out):
-                print(f"state: {path} ({os.path.getsize(path) / 2**20:.1f} MiB)", flush=True)
-
-
-def _run(args: argparse.Namespace, run_dir: str) -> int:
-    from agent_common.checkpoint import atomic_write_text, latest_checkpoint
-    from agent_common.config import load_config
-    from agent_common.loop import train
-
-    progress = _progress(run_dir)
-    overrides = RECIPE + [f"seed={args.seed}", f"save_path={run_dir}", f"max_wall_seconds={args.budget}"]
-    overrides += args.overrides
-    done_before = latest_checkpoint(run_dir) is not None and progress.get("completed", False)
-    if not done_before:
-        if latest_checkpoint(run_dir) is not None:
-            overrides.append(f"agent_load_path={run_dir}")
-        cfg = load_config(overrides, "jax")
-        from agent_jax.agent import make_agent
-
-        t0 = time.time()
-        result = train(cfg, make_agent)
-        call = {
-            "status": result.status,
-            "env_step": result.env_step,
-            "wall_seconds": result.wall_seconds,
-            "call_seconds": time.time() - t0,
-            "env_steps_per_second": result.env_steps_per_second,
-            "updates_per_second": result.updates_per_second,
-            "update_ms": 1e3 * result.update_seconds_mean,
-            "evaluations": result.evaluations,
-        }
-        progress["calls"].append(call)
-        progress["completed"] = result.status == "completed"
-        os.makedirs(run_dir, exist_ok=True)
-        atomic_write_text(os.path.join(run_dir, "progress.json"), json.dumps(progress, indent=2))
-        print(
-            f"call {len(progress['calls'])}: {result.status} at env_step {result.env_step}; "
-            f"wall {result.wall_seconds:.1f} s, env steps/s {result.env_steps_per_second:.1f}, "
-            f"updates/s {result.updates_per_second:.1f}, update {call['update_ms']:.2f} ms (dispatch; see timing)",
-            flush=True,
-        )
-        for step, metrics in result.evaluations:
-            print(f"  eval env_step={step}: avg_return={metrics['avg_return']:.1f}", flush=True)
-        if result.status != "completed":
-            print("NOT DONE: run this command again to resume", flush=True)
-            return 0
-    summary: dict = {"run_dir": run_dir, "seed": args.seed, "recipe": RECIPE + args.overrides, "agent": "jax"}
-    calls = progress["calls"]
-    summary["train_wall_seconds"] = sum(c["wall_seconds"] for c in calls)
-    total_steps = load_config(RECIPE + args.overrides, "jax").num_env_steps
-    summary["num_env_steps"] = total_steps
-    summary["env_steps_per_second"] = total_steps / max(summary["train_wall_seconds"], 1e-9)
-    summary["updates_per_second_by_call"] = [c["updates_per_second"] for c in calls]
-    evals = [tuple(e) for c in calls for e in c["evaluations"]]
-    summary["eval_returns"] = {int(s): m["avg_return"] for s, m in evals}
-    summary["final_return"] = summary["eval_returns"].get(total_steps)
-    summary["published_100k"] = {"mean": 9815, "worst_seed": 9685, "best_seed": 10100.6}
-    if not args.skip_timing:
-        summary["paired_update_timing"] = paired_update_timing(run_dir, args.overrides, repeats=args.timing_repeats,
-                                                               iters=args.timing_iters)
-    try:
-        from agent_common.plot import plot_run
-
-        summary["curve_png"] = plot_run(run_dir)
-    except Exception as exc:  # plotting is a convenience; never lose the summary over it
-        summary["curve_png_error"] = repr(exc)
-    atomic_write_text(os.path.join(run_dir, "summary.json"), json.dumps(summary, indent=2, default=str))
-    print(json.dumps({k: v for k, v in summary.items() if k != "paired_update_timing"}, indent=2, default=str))
-    if "paired_update_timing" in summary:
-        _print_timing(summary["paired_update_timing"])
-    print("DONE", flush=True)
-    return 0
+    return run_with_state(BENCH, args)
 
 
 if __name__ == "__main__":

@@ -3,35 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = [
-    "num_env_steps=120",
-    "agent.buffer_min_length=60",
-    "agent.sample_batch_size=8",
-    "agent.actor_hidden_dim=8",
-    "agent.critic_hidden_dim=8",
-    "agent.actor_num_blocks=1",
-    "agent.critic_num_blocks=1",
-    "evaluation_per_interaction_step=60",
-    "num_eval_episodes=1",
-    "env.max_episode_steps=30",
-]
+from tests.agent_test_utils import BENCH_TINY, jax_cache_env, run_agent_bench
 
 
-def _bench(run_dir, budget: float, cache_dir, *extra: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "bench.gpu_agent_jax", "--run-dir", str(run_dir), "--budget", str(budget),
-            "--timing-repeats", "1", "--timing-iters", "2", *extra]
-    for item in TINY:
-        args += ["--overrides", item]
-    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu", FLASHSAC_PALLAS_INTERPRET="1",
-               JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+def _bench(run_dir, budget: float, cache_dir, *extra: str):
+    env = dict(JAX_PLATFORMS="cpu", FLASHSAC_PALLAS_INTERPRET="1", **jax_cache_env(cache_dir))
+    return run_agent_bench("bench.gpu_agent_jax", run_dir, budget, BENCH_TINY, *extra, env=env)
 
 
 def test_gpu_bench_script_splits_resumes_and_summarises(tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import pickle
 import subprocess
-import sys
 
 import gymnasium as gym
 import jax
@@ -15,8 +14,8 @@ import pytest
 from agent_common.config import load_config
 from agent_jax.agent import FlashSACAgent
 from agent_jax.train import main
+from tests.agent_test_utils import REPO, assert_nested_equal, jax_cache_env, run_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBS_DIM, ACT_DIM, BATCH = 17, 6, 16
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
 ACT_SPACE = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
@@ -35,35 +34,15 @@ CLI = ["num_env_steps=160", "agent.buffer_min_length=40", "agent.sample_batch_si
 
 def _run_cli(overrides: list[str], timeout: float = 240,
              cache_dir: str | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "agent_jax.train"]
-    for item in overrides:
-        cmd += ["--overrides", item]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
+    env = dict(PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
     if cache_dir is not None:  # the resumed run reuses the first run's executables (compilation dominates on CPU)
-        env.update(JAX_COMPILATION_CACHE_DIR=cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        env.update(jax_cache_env(cache_dir))
+    return run_module("agent_jax.train", overrides=overrides, env=env, timeout=timeout)
 
 
 def _load_tree(path: str):
     with open(path, "rb") as f:
         return pickle.load(f)
-
-
-def _assert_trees_equal(a, b, path: str = "") -> None:
-    """Bitwise equality of nested dicts / lists of arrays and scalars."""
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), f"keys differ at {path}: {sorted(a)} vs {sorted(b)}"
-        for k in a:
-            _assert_trees_equal(a[k], b[k], f"{path}/{k}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_trees_equal(x, y, f"{path}[{i}]")
-    elif isinstance(a, np.ndarray | np.generic):
-        np.testing.assert_array_equal(a, b, err_msg=path)
-    else:
-        assert a == b, f"{path}: {a!r} != {b!r}"
 
 
 def _scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
@@ -112,13 +91,13 @@ def test_cli_smoke_and_exact_resume(tmp_path):
     assert "resumed from" in b.stderr
     ckpt_b = os.path.join(run_b, "checkpoints", "step160", "agent")
     for name in sorted(os.listdir(ckpt_a)):
-        _assert_trees_equal(_load_tree(os.path.join(ckpt_a, name)), _load_tree(os.path.join(ckpt_b, name)), name)
+        assert_nested_equal(_load_tree(os.path.join(ckpt_a, name)), _load_tree(os.path.join(ckpt_b, name)), name)
     state_a = _load_tree(os.path.join(ckpt_a, "agent_state.pkl"))
     assert state_a["update_step"] == 160 - 40 + 1
     loop_a = _load_tree(os.path.join(run_a, "checkpoints", "step160", "loop_state.pkl"))
     loop_b = _load_tree(os.path.join(run_b, "checkpoints", "step160", "loop_state.pkl"))
     for key in ("noise", "reward_normalizer", "observation", "num_updates", "meter", "last_eval_return"):
-        _assert_trees_equal(loop_a[key], loop_b[key], key)
+        assert_nested_equal(loop_a[key], loop_b[key], key)
     scalars_b = _scalars(run_b)
     for key in ("critic/loss", "actor/loss", "temperature/value", "avg_return"):
         assert scalars_b[key][-1] == scalars[key][-1], key

@@ -34,8 +34,8 @@ from agent_torch.state import resolve_compile_mode
 from agent_torch.update import critic_target
 from shared_spec import CategoricalSupport
 from shared_spec.reference import categorical_td_target as spec_target
+from tests.agent_test_utils import REPO, assert_nested_equal
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = [
     "num_threads=1",
     "agent.actor_hidden_dim=16",
@@ -391,21 +391,6 @@ def _all_state(agent: FlashSACAgent) -> dict[str, object]:
     return out
 
 
-def _assert_nested_equal(a, b, path=""):
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
-    elif isinstance(a, dict):
-        assert set(a) == set(b), path
-        for k in a:
-            _assert_nested_equal(a[k], b[k], f"{path}/{k}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_nested_equal(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, path
-
-
 def test_checkpoint_round_trip(tmp_path):
     agent = _agent(seed=0)
     batch = _real_batch(16)
@@ -424,7 +409,7 @@ def test_checkpoint_round_trip(tmp_path):
     torch.randn(100)  # move the global torch RNG away from the saved state
     fresh.load(str(tmp_path / "agent"))
     assert torch.equal(torch.get_rng_state(), rng_at_save)
-    _assert_nested_equal(_all_state(agent), _all_state(fresh))
+    assert_nested_equal(_all_state(agent), _all_state(fresh))
     obs = batch["observation"][:4]
     assert np.array_equal(agent.act(obs, None), fresh.act(obs, None))
     noise = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
@@ -434,7 +419,7 @@ def test_checkpoint_round_trip(tmp_path):
     m_agent = agent.update(batch)
     torch.set_rng_state(rng_at_save)
     assert m_agent == fresh.update(batch)
-    _assert_nested_equal(_all_state(agent), _all_state(fresh))
+    assert_nested_equal(_all_state(agent), _all_state(fresh))
 
 
 def _record_factory(log: list):

@@ -10,41 +10,13 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = [
-    "num_threads=1",
-    "num_env_steps=120",
-    "agent.buffer_min_length=60",
-    "agent.sample_batch_size=8",
-    "agent.actor_hidden_dim=8",
-    "agent.critic_hidden_dim=8",
-    "agent.actor_num_blocks=1",
-    "agent.critic_num_blocks=1",
-    "evaluation_per_interaction_step=60",
-    "num_eval_episodes=1",
-    "env.max_episode_steps=30",
-]
+from tests.agent_test_utils import BENCH_TINY, REPO, run_agent_bench
+
+TINY = ["num_threads=1", *BENCH_TINY]
 
 
-def _bench(run_dir, budget: float, *extra: str) -> subprocess.CompletedProcess:
-    args = [
-        sys.executable,
-        "-m",
-        "bench.gpu_agent_torch",
-        "--run-dir",
-        str(run_dir),
-        "--budget",
-        str(budget),
-        "--timing-repeats",
-        "1",
-        "--timing-iters",
-        "2",
-        *extra,
-    ]
-    for item in TINY:
-        args += ["--overrides", item]
-    env = dict(os.environ, PYTHONPATH=REPO, TRITON_INTERPRET="1")
-    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+def _bench(run_dir, budget: float, *extra: str):
+    return run_agent_bench("bench.gpu_agent_torch", run_dir, budget, TINY, *extra, env={"TRITON_INTERPRET": "1"})
 
 
 def _triton_interpretable() -> bool:

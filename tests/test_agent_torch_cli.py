@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from agent_common.checkpoint import load_pickle
+from tests.agent_test_utils import REPO, assert_nested_equal, module_cmd, run_module
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = [
     "num_threads=1",
     "deterministic=true",
@@ -53,11 +53,7 @@ EXPECTED_SCALARS = {
 
 
 def _cli(overrides: list[str], cwd: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "agent_torch.train"]
-    for item in overrides:
-        args += ["--overrides", item]
-    env = dict(os.environ, PYTHONPATH=REPO)
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_module("agent_torch.train", overrides=overrides, cwd=cwd, timeout=timeout)
 
 
 def _eval_rows(run_dir) -> list[tuple[str, float, str]]:
@@ -71,25 +67,6 @@ def _checkpoint_tensors(ckpt_dir) -> dict[str, object]:
         out[name] = torch.load(os.path.join(ckpt_dir, "agent", f"{name}.pt"), weights_only=False)
     out["agent_state"] = torch.load(os.path.join(ckpt_dir, "agent", "agent_state.pt"), weights_only=False)
     return out
-
-
-def _assert_equal(a, b, path=""):
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), path
-    elif isinstance(a, dict):
-        assert set(a) == set(b), path
-        for k in a:
-            _assert_equal(a[k], b[k], f"{path}/{k}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_equal(x, y, f"{path}[{i}]")
-    elif hasattr(a, "__array__"):
-        import numpy as np
-
-        assert np.array_equal(np.asarray(a), np.asarray(b)), path
-    else:
-        assert a == b, path
 
 
 @pytest.fixture(scope="module")
@@ -158,12 +135,12 @@ def test_resume_equals_uninterrupted_run_bitwise(runs):
     assert "resumed from" in resumed.stderr and "at env step 120" in resumed.stderr
     a = _checkpoint_tensors(root / "straight" / "checkpoints" / "step240")
     b = _checkpoint_tensors(root / "split" / "checkpoints" / "step240")
-    _assert_equal(a, b)
+    assert_nested_equal(a, b)
     assert _eval_rows(root / "straight") == _eval_rows(root / "split")
     sa = load_pickle(str(root / "straight" / "checkpoints" / "step240" / "loop_state.pkl"))
     sb = load_pickle(str(root / "split" / "checkpoints" / "step240" / "loop_state.pkl"))
     for key in ("observation", "noise", "reward_normalizer", "warmup_rng", "num_updates", "train_envs"):
-        _assert_equal(sa[key], sb[key], key)
+        assert_nested_equal(sa[key], sb[key], key)
 
 
 def test_config_errors_exit_before_any_work(tmp_path):
@@ -180,13 +157,12 @@ def test_config_errors_exit_before_any_work(tmp_path):
 
 
 def test_ctrl_c_saves_checkpoint_with_buffer_and_exits_130(tmp_path):
-    args = [sys.executable, "-m", "agent_torch.train"]
-    for item in TINY + [
+    overrides = TINY + [
         "num_env_steps=1_000_000",
         "evaluation_per_interaction_step=100_000",
         f"save_path={tmp_path / 'run'}",
-    ]:
-        args += ["--overrides", item]
+    ]
+    args = module_cmd("agent_torch.train", overrides=overrides)
     proc = subprocess.Popen(
         args,
         cwd=str(tmp_path),

@@ -1,0 +1,93 @@
+"""Helpers shared by the agent tests: the CLI / benchmark subprocess runners and bitwise nested equality."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Tiny run for the H200 benchmark scripts (bench/gpu_agent_*.py): 120 env steps, updates from step 60, evaluations
+# at 0 / 60 / 120, 30-step episodes.
+BENCH_TINY = [
+    "num_env_steps=120",
+    "agent.buffer_min_length=60",
+    "agent.sample_batch_size=8",
+    "agent.actor_hidden_dim=8",
+    "agent.critic_hidden_dim=8",
+    "agent.actor_num_blocks=1",
+    "agent.critic_num_blocks=1",
+    "evaluation_per_interaction_step=60",
+    "num_eval_episodes=1",
+    "env.max_episode_steps=30",
+]
+
+
+def module_cmd(module: str, *args: str, overrides: Iterable[str] = ()) -> list[str]:
+    """``python -m module *args --overrides o1 --overrides o2 ...``"""
+    cmd = [sys.executable, "-m", module, *args]
+    for item in overrides:
+        cmd += ["--overrides", item]
+    return cmd
+
+
+def run_module(
+    module: str,
+    *args: str,
+    overrides: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    cwd: str = REPO,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``module_cmd(...)`` in a fresh process with PYTHONPATH=REPO (``env`` entries win), output captured."""
+    full_env = dict(os.environ, PYTHONPATH=REPO)
+    full_env.update(env or {})
+    return subprocess.run(
+        module_cmd(module, *args, overrides=overrides),
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def jax_cache_env(cache_dir: str) -> dict[str, str]:
+    """Environment for a persistent JAX compilation cache that keeps every executable (later runs reuse them)."""
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(cache_dir),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+
+
+def run_agent_bench(
+    module: str, run_dir, budget: float, overrides: Iterable[str], *extra: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """One call of a benchmark script (``bench.gpu_agent_torch`` / ``bench.gpu_agent_jax``), minimal timing."""
+    args = ("--run-dir", str(run_dir), "--budget", str(budget), "--timing-repeats", "1", "--timing-iters", "2")
+    return run_module(module, *args, *extra, overrides=overrides, env=env, timeout=300)
+
+
+def assert_nested_equal(a, b, path: str = "") -> None:
+    """Bitwise equality of nested dicts / lists / tuples of torch tensors, arrays and scalars."""
+    torch = sys.modules.get("torch")  # a torch tensor can only be here if torch is imported
+    if torch is not None and isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"keys differ at {path}: {sorted(a)} vs {sorted(b)}"
+        for k in a:
+            assert_nested_equal(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_nested_equal(x, y, f"{path}[{i}]")
+    elif isinstance(a, np.ndarray | np.generic) or hasattr(a, "__array__"):
+        np.testing.assert_array_equal(a, b, err_msg=path, strict=True)  # same shape, dtype and values (diff shown)
+        assert np.array_equal(a, b), f"{path}: NaN"  # and no NaN (assert_array_equal alone takes NaN == NaN)
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
