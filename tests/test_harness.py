@@ -202,3 +202,25 @@ def test_pairs_past_the_time_budget_are_reported_not_run(tmp_path):
     assert [r["status"] for r in res["records"]] == ["not_run", "not_run"]
     assert all(s["cases_evaluated"] == 0 and s["cases_skipped"] == 1 for s in res["fast_p"].values())
     assert "time budget" in (tmp_path / "results.md").read_text()
+
+
+def test_jax_speedups_use_the_baselines_device_time():
+    # JAX rows are device time (a jitted loop); the torch baselines' direct calls are host-bound, so the JAX rows
+    # must be compared with the baselines' CUDA-graph time (else every JAX row looks > 10x faster).
+    from bench.harness import apply_flags
+
+    def rec(impl, framework, median, graph=None):
+        perf = {"status": "passed", "median_us": median}
+        if graph is not None:
+            perf["cudagraph_median_us"] = graph
+        return {"impl": impl, "case": "c", "framework": framework, "stages": {"5_performance": perf}}
+
+    records = [rec("upstream_compiled", "torch", 200.0, 8.0), rec("upstream_eager", "torch", 400.0, 40.0),
+               rec("triton", "torch", 50.0, 2.0), rec("torch", "torch", 1000.0, 100.0),
+               rec("jax", "jax", 10.0), rec("pallas", "jax", 4.0)]
+    apply_flags(records, lambda _: None)
+    by = {r["impl"]: r["stages"]["6_flags"] for r in records}
+    assert by["triton"]["speedup_vs_upstream_compiled"] == 4.0  # 200 / 50: direct vs direct
+    assert by["pallas"]["speedup_vs_upstream_compiled"] == 2.0  # 8 / 4: device vs device
+    assert by["pallas"]["speedup_vs_framework_reference"] == 2.5  # 10 / 4
+    assert by["pallas"]["status"] == "passed" and not by["pallas"]["reasons"]
