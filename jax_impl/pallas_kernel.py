@@ -35,7 +35,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from shared_spec.support import CategoricalSupport
+from shared_spec.support import BAND_MIN_DISCOUNT, CategoricalSupport
 
 __all__ = ["DEFAULT_EXP_MODE", "DEPRECATION_MESSAGE", "EXP_MODES", "G_BAND_MIN", "INTERPRET_ENV", "TESTED_JAX",
            "categorical_td_target_pallas", "filter_pallas_triton_deprecation", "interpret_mode", "kernel_config",
@@ -58,7 +58,7 @@ INTERPRET_ENV = "FLASHSAC_PALLAS_INTERPRET"
 TESTED_JAX = ("0.10.", "0.11.")
 JAX_VERSION = jax.__version__  # a module attribute so tests can simulate another version
 # Rows with 0 < g < G_BAND_MIN use the full source range (W = N) instead of the band estimate (SPEC.md 8).
-G_BAND_MIN = 0.0625
+G_BAND_MIN = BAND_MIN_DISCOUNT
 EXP_MODES = ("ex2", "libdevice")
 DEFAULT_EXP_MODE = "ex2"
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CategoricalSupport"]
+__all__ = ["BAND_MIN_DISCOUNT", "CategoricalSupport"]
+
+# SPEC.md section 8: kernel rows with g = gamma (1 - d) >= this use the estimated run bounds; rows with 0 < g below
+# it take every source between the two piles. One value for the Triton and the Pallas kernel.
+BAND_MIN_DISCOUNT = 0.0625
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from shared_spec.support import BAND_MIN_DISCOUNT
+
 __all__ = ["categorical_td_target_kernel", "kernel_config"]
 
-# Rows with 0 < g < G_BAND_MIN use the full source range (W = N) instead of the band estimate (SPEC.md 8).
-G_BAND_MIN = 0.0625
+# Rows with 0 < g < G_BAND_MIN take every source between the piles instead of the estimated run (SPEC.md 8).
+G_BAND_MIN = tl.constexpr(BAND_MIN_DISCOUNT)
 
 
 @triton.jit
@@ -98,7 +100,7 @@ def categorical_td_target_kernel(
     #    [lo, hi) with lo = #{j: b_j <= t_lo}, hi = #{j: b_j < t_hi}. Both counts are estimated from the line
     #    c + g j and then corrected by one step each way with the exact fp32 b (SPEC.md 8).
     g_ok = ~bad & row_ok & (g > 0.0)
-    band = g_ok & (g >= 0.0625)
+    band = g_ok & (g >= G_BAND_MIN)
     inv_g = 1.0 / tl.where(band, g, 1.0)  # only used for the estimates
     cb = tl.where(band, c, 0.0)
     t_lo = tl.maximum(kf - 1.0, 0.0)  # (1, BLOCK_N)
