@@ -131,6 +131,7 @@ class AgentConfig(_Freezable):
     use_amp: bool = False  # fp16 autocast + GradScaler (torch) / bf16 matmuls (jax)
     use_compile: bool = True  # torch.compile the networks (torch); ignored by jax (always jit)
     compile_mode: str = "auto"  # auto | off | torch.compile modes; auto -> off without CUDA
+    use_cuda_graph: bool = True  # project key (torch): capture update + acting in CUDA graphs; jax ignores it
     # checkpoint loading
     load_optimizer: bool = True  # restore optimizer/scheduler/scaler state on load
     load_reward_normalizer: bool = True  # restore reward normaliser on load

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import os
 from typing import Any
@@ -12,6 +14,7 @@ import torch
 
 from agent_common.checkpoint import atomic_write
 from agent_common.config import Config, target_entropy
+from agent_torch.graphs import GraphCache
 from agent_torch.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature
 from agent_torch.state import Network, make_network, resolve_compile_mode
 from agent_torch.update import Batch, UpdateContext, update_actor, update_critic, update_target, update_temperature
@@ -21,6 +24,27 @@ from torch_impl import dispatch_stats, resolve_backend
 __all__ = ["FlashSACAgent", "make_agent", "resolve_device"]
 
 NETWORK_FILES = ("actor", "critic", "target_critic", "temperature")
+BATCH_KEYS = ("observation", "action", "reward", "terminated", "next_observation")
+
+log = logging.getLogger(__name__)
+
+
+def resolve_cuda_graph(cfg: Config, device: torch.device, compile_mode: str) -> tuple[bool, str]:
+    """Whether the update step and action selection run as captured CUDA graphs, and why (``agent.use_cuda_graph``).
+
+    On only with CUDA, AMP off (GradScaler's step reads the found-inf flag on the host) and no torch.compile mode
+    that brings its own CUDA graphs (reduce-overhead, max-autotune*); compile_mode=default is captured as well.
+    """
+    a = cfg.agent
+    if not a.use_cuda_graph:
+        return False, "agent.use_cuda_graph=false"
+    if device.type != "cuda":
+        return False, f"device {device.type} (CUDA graphs need CUDA)"
+    if a.use_amp:
+        return False, "agent.use_amp=true (the GradScaler step synchronises with the host)"
+    if compile_mode not in ("off", "default"):
+        return False, f"compile_mode={compile_mode} captures its own CUDA graphs"
+    return True, f"update step and action selection captured (compile_mode={compile_mode})"
 
 
 def resolve_device(device_type: str) -> torch.device:
@@ -81,6 +105,10 @@ class FlashSACAgent:
         action_dim = int(action_space.shape[0])
         compile_mode = resolve_compile_mode(a, self.device)
         self.compile_mode = compile_mode
+        self.use_cuda_graph, self.cuda_graph_reason = resolve_cuda_graph(cfg, self.device, compile_mode)
+        log.info("CUDA graphs: %s (%s)", "on" if self.use_cuda_graph else "off", self.cuda_graph_reason)
+        self.graphs = GraphCache() if self.use_cuda_graph else None
+        graph_safe = self.use_cuda_graph
         torch.manual_seed(cfg.seed)  # init order as upstream: actor, critic, target critic, temperature
         actor = FlashSACActor(observation_dim, action_dim, a.actor_num_blocks, a.actor_hidden_dim)
         critic = FlashSACDoubleCritic(
@@ -90,10 +118,10 @@ class FlashSACAgent:
             observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim, support.atoms()
         )
         temperature = FlashSACTemperature(a.temp_initial_value)
-        self.actor = make_network(actor, a, self.device, compile_mode=compile_mode)
-        self.critic = make_network(critic, a, self.device, compile_mode=compile_mode)
+        self.actor = make_network(actor, a, self.device, compile_mode=compile_mode, graph_safe=graph_safe)
+        self.critic = make_network(critic, a, self.device, compile_mode=compile_mode, graph_safe=graph_safe)
         self.target_critic = make_network(target, a, self.device, trainable=False, compile_mode=compile_mode)
-        self.temperature = make_network(temperature, a, self.device, project=False)
+        self.temperature = make_network(temperature, a, self.device, project=False, graph_safe=graph_safe)
         self.actor.normalize()
         self.critic.normalize()
         self.target_critic.module.load_state_dict(self.critic.module.state_dict())
@@ -114,6 +142,9 @@ class FlashSACAgent:
             strict=a.categorical_target_strict,
         )
         self.update_step = 0
+        self._host_batch: torch.Tensor | None = None  # reused (pinned on CUDA) host buffer of the flat batch
+        self._copy_done: torch.cuda.Event | None = None  # recorded after the last host -> device batch copy
+        self._widths = [observation_dim, action_dim, 1, 1, observation_dim]  # flat batch columns, BATCH_KEYS order
 
     # ------------------------------------------------------------------------------------------------ acting
     @torch.no_grad()
@@ -128,24 +159,41 @@ class FlashSACAgent:
             (E, A) float32 numpy actions in [-1, 1].
         """
         obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
-        mean, std = self.actor.module.get_mean_and_std(obs, training=False)  # (E, A), (E, A)
         if noise is None:
-            action = torch.tanh(mean)  # (E, A)
+            inputs: tuple[torch.Tensor, ...] = (obs,)
         else:
-            eps = torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)  # (E, A)
-            action = torch.tanh(mean + std * eps)  # (E, A)
+            inputs = (obs, torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device))  # + (E, A)
+        if self.graphs is not None:
+            action = self.graphs(("act", obs.shape, noise is None), self._act, *inputs)
+        else:
+            action = self._act(*inputs)
         return action.float().cpu().numpy()
 
+    def _act(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
+        """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A)."""
+        mean, std = self.actor.module.get_mean_and_std(obs, training=False)  # (E, A), (E, A)
+        return torch.tanh(mean) if eps is None else torch.tanh(mean + std * eps)
+
     # ------------------------------------------------------------------------------------------------ update
-    def _to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
-        """Numpy batch -> float32 tensors on the device (one pinned host buffer and one copy on CUDA)."""
-        keys = ("observation", "action", "reward", "terminated", "next_observation")
-        arrays = [np.asarray(batch[k], dtype=np.float32).reshape(len(batch["reward"]), -1) for k in keys]
-        widths = [a.shape[1] for a in arrays]
-        flat = torch.from_numpy(np.concatenate(arrays, axis=1))  # (B, 2O + A + 2)
-        if self.device.type == "cuda":
-            flat = flat.pin_memory().to(self.device, non_blocking=True)
-        parts = torch.split(flat, widths, dim=1)
+    def _flat_batch(self, batch: dict[str, np.ndarray]) -> torch.Tensor:
+        """Numpy batch -> one (B, 2O + A + 2) float32 device tensor (through a reused pinned host buffer on CUDA)."""
+        arrays = [np.asarray(batch[k], dtype=np.float32).reshape(len(batch["reward"]), -1) for k in BATCH_KEYS]
+        shape = (arrays[0].shape[0], sum(a.shape[1] for a in arrays))
+        if self._host_batch is None or tuple(self._host_batch.shape) != shape:
+            self._host_batch = torch.empty(shape, dtype=torch.float32, pin_memory=self.device.type == "cuda")
+        if self._copy_done is not None:
+            self._copy_done.synchronize()  # the previous asynchronous copy has read the buffer
+        np.concatenate(arrays, axis=1, out=self._host_batch.numpy())
+        if self.device.type != "cuda":
+            return self._host_batch.clone()
+        flat = self._host_batch.to(self.device, non_blocking=True)
+        self._copy_done = torch.cuda.Event()
+        self._copy_done.record()
+        return flat
+
+    def _split(self, flat: torch.Tensor) -> Batch:
+        """Views of a flat (B, 2O + A + 2) device batch, columns in ``BATCH_KEYS`` order."""
+        parts = torch.split(flat, self._widths, dim=1)
         return Batch(
             observation=parts[0],  # (B, O)
             action=parts[1],  # (B, A)
@@ -154,8 +202,29 @@ class FlashSACAgent:
             next_observation=parts[4],  # (B, O)
         )
 
+    def _to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
+        """Numpy batch -> float32 tensors on the device (views of one flat copy)."""
+        return self._split(self._flat_batch(batch))
+
+    def _update_step(self, flat: torch.Tensor, do_actor: bool) -> tuple[tuple[str, ...], torch.Tensor]:
+        """The update on a flat device batch, without LR-scheduler steps; returns metric names and their values
+        stacked in one fp32 tensor (the function a CUDA graph captures)."""
+        b = self._split(flat)
+        info: dict[str, torch.Tensor] = {}
+        if do_actor:
+            info.update(update_actor(self.actor, self.critic, self.temperature, b, self.ctx, self.scaler))
+            info.update(update_temperature(self.temperature, info["actor/entropy"], self.ctx))
+        info.update(
+            update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx, self.scaler)
+        )
+        info.update(update_target(self.critic, self.target_critic, self.ctx.tau))
+        return tuple(info), torch.stack([v.float().reshape(()) for v in info.values()])
+
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One FlashSAC update in upstream order: [actor → temperature] (every actor_update_period) → critic → EMA.
+
+        With ``agent.use_cuda_graph`` on CUDA the step replays a captured graph (one per actor/critic-only variant
+        and target backend); the LR schedulers step afterwards, on the host, in both modes.
 
         Args:
             batch: numpy batch with ``agent_common.buffer.BATCH_KEYS``; ``reward`` already normalised.
@@ -166,19 +235,19 @@ class FlashSACAgent:
         Raises:
             FloatingPointError: a non-finite loss or metric (the update is not silently continued).
         """
-        b = self._to_batch(batch)
-        info: dict[str, torch.Tensor] = {}
-        if self.update_step % self.cfg.agent.actor_update_period == 0:
-            info.update(update_actor(self.actor, self.critic, self.temperature, b, self.ctx, self.scaler))
-            info.update(update_temperature(self.temperature, info["actor/entropy"], self.ctx))
-        info.update(
-            update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx, self.scaler)
-        )
-        info.update(update_target(self.critic, self.target_critic, self.ctx.tau))
+        flat = self._flat_batch(batch)
+        do_actor = self.update_step % self.cfg.agent.actor_update_period == 0
+        if self.graphs is not None:
+            step = functools.partial(self._update_step, do_actor=do_actor)
+            keys, values = self.graphs(("update", do_actor, self.ctx), step, flat)
+        else:
+            keys, values = self._update_step(flat, do_actor)
+        stepped = (self.actor, self.temperature, self.critic) if do_actor else (self.critic,)
+        for net in stepped:
+            assert net.scheduler is not None
+            net.scheduler.step()
         self.update_step += 1
-        keys = list(info)
-        values = torch.stack([info[k].float().reshape(()) for k in keys]).tolist()  # one host sync
-        metrics = dict(zip(keys, values, strict=True))
+        metrics = dict(zip(keys, values.tolist(), strict=True))  # one host sync
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
         if bad:
             raise FloatingPointError(
@@ -224,6 +293,8 @@ class FlashSACAgent:
             net.load_state_dict(state, load_optimizer=load_optimizer)
         agent_state = torch.load(os.path.join(directory, "agent_state.pt"), map_location="cpu", weights_only=False)
         self.update_step = int(agent_state["update_step"])
+        if self.graphs is not None:
+            self.graphs.clear()  # optimizer state tensors were replaced
         if load_optimizer and self.scaler is not None and agent_state["grad_scaler_state_dict"] is not None:
             self.scaler.load_state_dict(agent_state["grad_scaler_state_dict"])
         torch.set_rng_state(agent_state["torch_rng_state"])

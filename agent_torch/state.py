@@ -51,6 +51,7 @@ class Network:
     scheduler: torch.optim.lr_scheduler.LambdaLR | None
     project: bool
     project_fn: Callable[[], None] | None = None
+    graph_safe: bool = False  # Adam is capturable with a device-tensor LR (CUDA-graph capture of the update step)
 
     def normalize(self) -> None:
         """Unit-norm weight projection (no-op if ``project`` is False); compiled when the network is compiled."""
@@ -62,11 +63,11 @@ class Network:
             normalize_parameters(self.module)
 
     def state_dict(self) -> dict[str, Any]:
-        """Upstream per-network checkpoint layout."""
+        """Upstream per-network checkpoint layout (learning rates as Python floats, whatever the optimizer holds)."""
         return {
             "network_state_dict": self.module.state_dict(),
-            "optimizer_state_dict": self.optimizer.state_dict() if self.optimizer is not None else None,
-            "scheduler_state_dict": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "optimizer_state_dict": _lr_floats(self.optimizer.state_dict()) if self.optimizer is not None else None,
+            "scheduler_state_dict": _lr_floats(self.scheduler.state_dict()) if self.scheduler is not None else None,
             "update_step": 0,
         }
 
@@ -77,6 +78,34 @@ class Network:
             self.optimizer.load_state_dict(state["optimizer_state_dict"])
         if load_optimizer and self.scheduler is not None and state["scheduler_state_dict"] is not None:
             self.scheduler.load_state_dict(state["scheduler_state_dict"])
+        if self.graph_safe and self.optimizer is not None:
+            _lr_tensors(self.optimizer)
+
+
+_LR_KEYS = ("lr", "initial_lr")
+
+
+def _lr_floats(state: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an optimizer / LR-scheduler state dict whose learning rates are floats (portable checkpoints)."""
+    out = dict(state)
+    if "param_groups" in out:
+        out["param_groups"] = [
+            {k: float(v) if k in _LR_KEYS and isinstance(v, torch.Tensor) else v for k, v in g.items()}
+            for g in out["param_groups"]
+        ]
+    for key in ("base_lrs", "_last_lr"):
+        if key in out:
+            out[key] = [float(v) for v in out[key]]
+    return out
+
+
+def _lr_tensors(optimizer: torch.optim.Optimizer) -> None:
+    """Each group's LR as a 0-d fp32 device tensor, so a captured optimizer step reads the LR that the scheduler
+    writes in place (``LRScheduler`` fills tensor LRs); ``initial_lr`` and the scheduler's base LRs stay floats."""
+    device = optimizer.param_groups[0]["params"][0].device
+    for group in optimizer.param_groups:
+        if not isinstance(group["lr"], torch.Tensor):
+            group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
 
 
 def _lr_lambda(step: int, cfg: AgentConfig) -> float:
@@ -97,6 +126,7 @@ def make_network(
     trainable: bool = True,
     project: bool = True,
     compile_mode: str = "off",
+    graph_safe: bool = False,
 ) -> Network:
     """Builds a ``Network`` around ``module`` (moved to ``device``).
 
@@ -110,6 +140,7 @@ def make_network(
         trainable: create Adam + scheduler.
         project: run ``normalize_parameters`` after each step.
         compile_mode: ``"off"`` or a torch.compile mode.
+        graph_safe: capturable Adam with a device-tensor LR (CUDA only), for CUDA-graph capture of the update.
 
     Returns:
         The bundle.
@@ -132,8 +163,17 @@ def make_network(
             eps=1e-8,
             fused=device.type == "cuda",
             foreach=None if device.type == "cuda" else True,
+            capturable=graph_safe,
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(_lr_lambda, cfg=cfg))
+        if graph_safe:
+            _lr_tensors(optimizer)  # after the scheduler is built: its base LRs stay floats
     return Network(
-        module=module, apply=apply, optimizer=optimizer, scheduler=scheduler, project=project, project_fn=project_fn
+        module=module,
+        apply=apply,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        project=project,
+        project_fn=project_fn,
+        graph_safe=graph_safe and trainable,
     )

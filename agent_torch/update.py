@@ -65,7 +65,11 @@ class UpdateContext:
 
 
 def _step(net: Network, loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> None:
-    """Backward, optimizer step (through the shared GradScaler if given), LR step, then weight projection."""
+    """Backward, optimizer step (through the shared GradScaler if given), then weight projection.
+
+    The LR scheduler is stepped by the caller after the update (outside any captured CUDA graph): the agent steps
+    the scheduler of every network this update stepped.
+    """
     assert net.optimizer is not None and net.scheduler is not None
     net.optimizer.zero_grad(set_to_none=True)
     if scaler is not None:
@@ -75,7 +79,6 @@ def _step(net: Network, loss: torch.Tensor, scaler: torch.amp.GradScaler | None)
     else:
         loss.backward()
         net.optimizer.step()
-    net.scheduler.step()
     net.normalize()
 
 

@@ -21,7 +21,8 @@ What it measures (``bench/agent_parity.py`` is the harness, shared with ``tests/
    2nd update): per-update losses, gradient norms (torch ``.grad``; JAX through a pass-through optax slot) and the
    parameter drift (max |difference| and 99.9th percentile per network, BN running statistics included).
 
-Precision: torch runs eager (``agent.use_compile=false``; compiling would not change the op) with TF32 switched
+Precision: torch runs eager (``agent.use_compile=false``, ``agent.use_cuda_graph=false``: neither would change the
+op, and the gradients are read from ``.grad``, which a captured graph's replays do not refresh) with TF32 switched
 off after the agent is built (the agent enables it on CUDA, as upstream does); JAX with
 ``jax_default_matmul_precision=highest``. Both are therefore true fp32; TF32 would add ~1e-3 relative differences to
 every matmul and say nothing about the frameworks.
@@ -128,7 +129,8 @@ def run_pair(torch_backend: str, jax_backend: str, updates: int, seed: int, batc
     )
 
     overrides = [*RECIPE, f"agent.sample_batch_size={batch_size}", f"seed={seed}", f"agent.device_type={device}",
-                 "agent.use_compile=false"] + (["num_threads=1"] if device == "cpu" else [])
+                 "agent.use_compile=false", "agent.use_cuda_graph=false"]
+    overrides += ["num_threads=1"] if device == "cpu" else []
     t0 = time.perf_counter()
     torch_agent, jax_agent = make_agent_pair(overrides, OBS_DIM, ACT_DIM, torch_backend, jax_backend)
     _fp32_matmuls()  # the torch agent turned TF32 on (upstream's setting); parity is measured in true fp32

@@ -28,73 +28,186 @@ env, so 100k env steps take ~35 minutes of loop time: 5 calls at the default 400
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
+import os
 import statistics
 import time
 
 from bench.agent_run import AgentBench, build_parser, load_final_agent_and_batch, make_recipe, run_with_state
 
 RECIPE = make_recipe("triton") + [
-    # Measured on the H200 (2026-11-29): eager 17-20 ms per update; with upstream's compile_mode=auto
-    # (max-autotune) the GEMM autotuning alone ran past 5.5 minutes, and every call of a split run recompiles, so
-    # this benchmark runs eager. Try `--overrides agent.use_compile=true --overrides agent.compile_mode=default`.
+    # Measured on the H200 (2026-11-29): eager 17-20 ms per update, launch-bound; with upstream's compile_mode=auto
+    # (max-autotune) the GEMM autotuning alone ran past 5.5 minutes, and every call of a split run recompiles. This
+    # benchmark runs without torch.compile and captures the update step in CUDA graphs (agent.use_cuda_graph).
     "agent.use_compile=false",
+    "agent.use_cuda_graph=true",
 ]
+MODES = ("eager", "graph")
+OBS_DIM, ACT_DIM = 17, 6  # HalfCheetah-v4
 
 
-def paired_update_timing(run_dir: str, overrides: list[str], repeats: int = 7, iters: int = 50) -> dict:
-    """Median ms per full agent update and per target op, backend torch vs triton, interleaved in one process.
+def time_update_variants(agents: dict, batch: dict, repeats: int, iters: int) -> dict:
+    """Median ms per full agent update for every (mode, backend) pair, interleaved blocks, strict backends.
 
-    The agent is the run's final checkpoint; batches come from its saved replay buffer (normalised rewards).
+    Args:
+        agents: mode -> agent, for "eager" (and "graph"); the agents start from the same state.
+        batch: numpy batch (normalised rewards).
+        repeats: interleaved blocks per variant.
+        iters: updates per block.
+
+    Returns:
+        ``{"eager/torch": {"update_ms": median, "raw": [...]}, ..., "target_ms": {backend: median}, ...}``: the
+        update includes the host -> device batch copy and the one host sync that reads the metrics.
     """
     import torch
 
     from agent_torch.update import critic_target
 
-    cfg, agent, batch = load_final_agent_and_batch(BENCH, run_dir, overrides)
-    tbatch = agent._to_batch(batch)
-    base_ctx = agent.ctx
-    results: dict[str, dict[str, list[float]]] = {b: {"update_ms": [], "target_ms": []} for b in ("torch", "triton")}
-
     def sync() -> None:
-        if agent.device.type == "cuda":
+        if torch.cuda.is_available():
             torch.cuda.synchronize()
 
-    for backend in ("torch", "triton"):  # warm-up (compilation, autotuning) outside the timed region
-        agent.ctx = dataclasses.replace(base_ctx, backend=backend, strict=True)
-        for _ in range(max(2, min(10, iters))):
+    base = {mode: agent.ctx for mode, agent in agents.items()}
+    variants = [(mode, backend) for mode in agents for backend in ("torch", "triton")]
+    raw: dict[str, list[float]] = {f"{m}/{b}": [] for m, b in variants}
+    target_raw: dict[str, list[float]] = {b: [] for b in ("torch", "triton")}
+    eager = agents["eager"]
+    tbatch = eager._to_batch(batch)
+
+    def block(mode: str, backend: str, n: int) -> float:
+        agent = agents[mode]
+        agent.ctx = dataclasses.replace(base[mode], backend=backend, strict=True)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
             agent.update(batch)
+        sync()
+        return 1e3 * (time.perf_counter() - t0) / n
+
+    for mode, backend in variants:  # warm-up: both update variants, graph capture, Triton compilation
+        block(mode, backend, max(10, min(20, iters)))
     for _ in range(repeats):
+        for mode, backend in variants:
+            raw[f"{mode}/{backend}"].append(block(mode, backend, iters))
         for backend in ("torch", "triton"):
-            agent.ctx = dataclasses.replace(base_ctx, backend=backend, strict=True)
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                agent.update(batch)
-            sync()
-            results[backend]["update_ms"].append(1e3 * (time.perf_counter() - t0) / iters)
+            ctx = dataclasses.replace(base["eager"], backend=backend, strict=True)
             with torch.no_grad():
                 sync()
                 t0 = time.perf_counter()
                 for _ in range(iters):
-                    critic_target(agent.actor, agent.target_critic, agent.temperature, tbatch, agent.ctx)
+                    critic_target(eager.actor, eager.target_critic, eager.temperature, tbatch, ctx)
                 sync()
-            results[backend]["target_ms"].append(1e3 * (time.perf_counter() - t0) / iters)
-    agent.ctx = base_ctx
-    out = {b: {k: statistics.median(v) for k, v in r.items()} | {"raw": r} for b, r in results.items()}
-    out["batch_size"] = cfg.agent.sample_batch_size
+            target_raw[backend].append(1e3 * (time.perf_counter() - t0) / iters)
+    for mode, agent in agents.items():
+        agent.ctx = base[mode]
+    out: dict = {k: {"update_ms": statistics.median(v), "raw": v} for k, v in raw.items()}
+    out["target_ms"] = {b: statistics.median(v) for b, v in target_raw.items()}
+    out["target_raw"] = target_raw
+    out["batch_size"] = int(batch["reward"].shape[0])
     out["note"] = (
-        "update_ms: one full agent.update (actor every 2nd step, so averaged over both kinds); "
-        "target_ms: actor(s') + target critic on 2B rows + categorical_td_target"
+        "update_ms: one full agent.update incl. the batch copy and the metrics sync (actor every 2nd step, so "
+        "averaged over both kinds); eager = agent.use_cuda_graph=false, graph = true; target_ms (eager): "
+        "actor(s') + target critic on 2B rows + categorical_td_target"
     )
     return out
 
 
-def _print_timing(t: dict) -> None:
-    print(
-        f"update step: torch {t['torch']['update_ms']:.3f} ms, triton {t['triton']['update_ms']:.3f} ms; "
-        f"target: torch {t['torch']['target_ms']:.3f} ms, triton {t['triton']['target_ms']:.3f} ms"
+def paired_update_timing(run_dir: str, overrides: list[str], repeats: int = 7, iters: int = 50) -> dict:
+    """Update-step timing on the run's final checkpoint and a batch from its replay buffer: backend torch vs triton,
+    eager vs CUDA graph, interleaved in one process."""
+    agents = {}
+    batch: dict = {}
+    for mode in MODES:
+        flag = f"agent.use_cuda_graph={'true' if mode == 'graph' else 'false'}"
+        _, agents[mode], batch = load_final_agent_and_batch(BENCH, run_dir, overrides + [flag])
+    return time_update_variants(agents, batch, repeats, iters)
+
+
+def synthetic_agents(overrides: list[str]) -> tuple[dict, list[dict]]:
+    """Eager and graph agents with the recipe's networks and identical initial weights, plus 40 random
+    HalfCheetah-shaped batches (no environment needed)."""
+    import gymnasium as gym
+    import numpy as np
+
+    from agent_common.config import load_config
+    from agent_torch.agent import make_agent
+
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float64)
+    act_space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+    agents = {}
+    for mode in MODES:
+        flag = f"agent.use_cuda_graph={'true' if mode == 'graph' else 'false'}"
+        cfg = load_config(RECIPE + overrides + [flag, "save_path=/tmp/unused"], "torch")
+        agents[mode] = make_agent(cfg, obs_space, act_space)
+    rng = np.random.default_rng(0)
+    batch_size = cfg.agent.sample_batch_size
+    batches = [
+        {
+            "observation": rng.standard_normal((batch_size, OBS_DIM)).astype(np.float32),
+            "action": rng.uniform(-1, 1, (batch_size, ACT_DIM)).astype(np.float32),
+            "reward": (0.3 * rng.standard_normal(batch_size)).astype(np.float32),
+            "terminated": (rng.random(batch_size) < 0.02).astype(np.float32),
+            "next_observation": rng.standard_normal((batch_size, OBS_DIM)).astype(np.float32),
+        }
+        for _ in range(40)
+    ]
+    return agents, batches
+
+
+def graph_check(overrides: list[str], repeats: int, iters: int) -> dict:
+    """CUDA-graph agent vs eager agent from identical weights on the same 40 batches and the same RNG seed: max
+    metric and parameter differences after every update, acting outputs, LR values; then the timing of all four
+    (mode, backend) variants on a synthetic batch."""
+    import numpy as np
+    import torch
+
+    agents, batches = synthetic_agents(overrides)
+    metric_diff, param_diff = [], []
+    for i, batch in enumerate(batches):
+        metrics = {}
+        for mode, agent in agents.items():
+            torch.manual_seed(1000 + i)  # same actor noise in both agents
+            metrics[mode] = agent.update(batch)
+        metric_diff.append(max(abs(metrics["eager"][k] - metrics["graph"][k]) for k in metrics["eager"]))
+        diffs = [
+            (a - b).abs().max().item()
+            for name in ("actor", "critic", "target_critic", "temperature")
+            for a, b in zip(
+                getattr(agents["eager"], name).module.state_dict().values(),
+                getattr(agents["graph"], name).module.state_dict().values(),
+                strict=True,
+            )
+            if a.is_floating_point()
+        ]
+        param_diff.append(max(diffs))
+    obs = np.random.default_rng(1).standard_normal((1, OBS_DIM)).astype(np.float32)
+    noise = np.random.default_rng(2).standard_normal((1, ACT_DIM)).astype(np.float32)
+    act_diff = max(
+        float(np.abs(agents["eager"].act(obs, n) - agents["graph"].act(obs, n)).max())
+        for n in (noise, None)
+        for _ in range(5)  # the graph path warms up, captures, then replays
     )
+    lrs = {mode: [float(g["lr"]) for g in a.critic.optimizer.param_groups] for mode, a in agents.items()}
+    out = {
+        "updates": len(batches),
+        "max_metric_diff_per_update": metric_diff,
+        "max_param_diff_per_update": param_diff,
+        "bitwise_equal_params": all(d == 0.0 for d in param_diff),
+        "max_act_diff": act_diff,
+        "critic_lr": lrs,
+        "graphs_captured": len(agents["graph"].graphs or ()),
+        "cuda_graph": {mode: a.cuda_graph_reason for mode, a in agents.items()},
+    }
+    out["timing"] = time_update_variants(agents, batches[0], repeats, iters)
+    return out
+
+
+def _print_timing(t: dict) -> None:
+    parts = [f"{k} {v['update_ms']:.3f} ms" for k, v in t.items() if isinstance(v, dict) and "update_ms" in v]
+    target = ", ".join(f"{b} {ms:.3f} ms" for b, ms in t["target_ms"].items())
+    print(f"update step: {'; '.join(parts)}; target (eager): {target}", flush=True)
 
 
 BENCH = AgentBench(
@@ -109,7 +222,22 @@ BENCH = AgentBench(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(BENCH, __doc__).parse_args(argv)
+    def graph_check_arg(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--graph-check", action="store_true",
+                            help="CUDA-graph vs eager agent check and four-way update timing, synthetic batches")
+
+    args = build_parser(BENCH, __doc__, graph_check_arg).parse_args(argv)
+    if args.graph_check:
+        result = graph_check(args.overrides, args.timing_repeats, args.timing_iters)
+        print(f"graph vs eager: max param diff {max(result['max_param_diff_per_update']):.3g}, max metric diff "
+              f"{max(result['max_metric_diff_per_update']):.3g}, act diff {result['max_act_diff']:.3g}, "
+              f"graphs {result['graphs_captured']}, lr {result['critic_lr']}", flush=True)
+        _print_timing(result["timing"])
+        if args.state_out is not None:
+            os.makedirs(args.state_out, exist_ok=True)
+            with open(os.path.join(args.state_out, "graph_check_torch_agent.json"), "w") as f:
+                json.dump(result, f, indent=2)
+        return 0
     return run_with_state(BENCH, args)
 
 

@@ -20,7 +20,7 @@ from agent_common.envs import make_vec_env, step_env
 from agent_common.loop import train
 from agent_common.normalizer import RewardNormalizer
 from agent_common.schedule import warmup_cosine_decay
-from agent_torch.agent import FlashSACAgent, make_agent
+from agent_torch.agent import FlashSACAgent, make_agent, resolve_cuda_graph
 from agent_torch.networks import (
     EnsembleUnitBatchNorm,
     EnsembleUnitLinear,
@@ -30,7 +30,7 @@ from agent_torch.networks import (
     UnitLinear,
     UnitRMSNorm,
 )
-from agent_torch.state import resolve_compile_mode
+from agent_torch.state import make_network, resolve_compile_mode
 from agent_torch.update import critic_target
 from shared_spec import CategoricalSupport
 from shared_spec.reference import categorical_td_target as spec_target
@@ -291,6 +291,68 @@ def test_compile_mode_resolution():
     assert resolve_compile_mode(load_config(["agent.use_compile=false"], "torch").agent, cuda) == "off"
     assert resolve_compile_mode(load_config(["agent.compile_mode=default"], "torch").agent, cpu) == "default"
     assert resolve_compile_mode(load_config(["agent.compile_mode=off"], "torch").agent, cuda) == "off"
+
+
+def test_cuda_graph_resolution_names_the_reason():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    cfg = load_config([], "torch")
+    on = resolve_cuda_graph(cfg, cuda, "off")
+    assert on == (True, "update step and action selection captured (compile_mode=off)")
+    assert resolve_cuda_graph(cfg, cuda, "default")[0]
+    assert resolve_cuda_graph(cfg, cpu, "off") == (False, "device cpu (CUDA graphs need CUDA)")
+    assert "use_amp" in resolve_cuda_graph(load_config(["agent.use_amp=true"], "torch"), cuda, "off")[1]
+    assert "max-autotune" in resolve_cuda_graph(cfg, cuda, "max-autotune")[1]
+    off = resolve_cuda_graph(load_config(["agent.use_cuda_graph=false"], "torch"), cuda, "off")
+    assert off == (False, "agent.use_cuda_graph=false")
+    agent = _agent()  # CPU: eager, and says why
+    assert agent.graphs is None and agent.cuda_graph_reason.startswith("device cpu")
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_tensor_learning_rates_follow_the_schedule_and_save_as_floats():
+    # the CUDA-graph mode keeps each LR in a device tensor that the scheduler fills in place (a captured optimizer
+    # step reads it); checked here on CPU with the same optimizer/scheduler code (capturable Adam needs CUDA to step)
+    cfg = load_config(SMALL + ["num_env_steps=100", "agent.learning_rate_warmup_step=0"], "torch")
+    net = make_network(torch.nn.Linear(3, 2), cfg.agent, torch.device("cpu"))
+    lr_tensor = torch.tensor(float(net.optimizer.param_groups[0]["lr"]))
+    net.optimizer.param_groups[0]["lr"] = lr_tensor
+    expected = []
+    for step in range(1, 4):
+        net.scheduler.step()
+        expected.append(warmup_cosine_decay(step, cfg.agent.learning_rate_init, cfg.agent.learning_rate_peak,
+                                            cfg.agent.learning_rate_end, int(cfg.agent.learning_rate_warmup_step),
+                                            int(cfg.agent.learning_rate_decay_step)))
+        assert net.optimizer.param_groups[0]["lr"] is lr_tensor  # filled in place, never replaced
+        assert lr_tensor.item() == pytest.approx(expected[-1], rel=1e-6)
+    state = net.state_dict()
+    assert isinstance(state["optimizer_state_dict"]["param_groups"][0]["lr"], float)
+    assert all(isinstance(v, float) for v in state["scheduler_state_dict"]["_last_lr"])
+    assert isinstance(net.optimizer.param_groups[0]["lr"], torch.Tensor)  # the live optimizer is untouched
+    fresh = make_network(torch.nn.Linear(3, 2), cfg.agent, torch.device("cpu"))
+    fresh.load_state_dict(state)
+    fresh.scheduler.step()
+    net.scheduler.step()
+    assert float(fresh.optimizer.param_groups[0]["lr"]) == pytest.approx(lr_tensor.item(), rel=1e-6)
+
+
+def test_graph_check_script_plumbing_on_cpu():
+    # on CPU both agents run eagerly, so the check must report bitwise-equal agents (same init, batches and noise)
+    from bench.gpu_agent_torch import graph_check
+
+    result = graph_check(SMALL[1:] + ["agent.categorical_target_backend=torch"], repeats=1, iters=2)
+    assert result["bitwise_equal_params"] and result["max_act_diff"] == 0.0
+    assert max(result["max_metric_diff_per_update"]) == 0.0 and result["graphs_captured"] == 0
+    assert result["cuda_graph"]["graph"].startswith("device cpu")
+    assert set(result["timing"]) >= {"eager/torch", "eager/triton", "graph/torch", "graph/triton", "target_ms"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device (run on the H200)")
+def test_cuda_graph_agent_matches_eager_agent():
+    from bench.gpu_agent_torch import graph_check
+
+    result = graph_check(["agent.sample_batch_size=256"], repeats=1, iters=5)
+    assert result["graphs_captured"] == 4  # update with / without actor step, act with / without noise
+    assert max(result["max_param_diff_per_update"]) < 1e-4 and result["max_act_diff"] < 1e-5
 
 
 # ----------------------------------------------------------------------------------------------------- NaN guards

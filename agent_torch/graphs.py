@@ -1,0 +1,86 @@
+"""CUDA-graph capture of the torch agent's update step and action selection (project key ``agent.use_cuda_graph``).
+
+Upstream reaches CUDA graphs through ``torch.compile`` (reduce-overhead / max-autotune cudagraph trees). On a host
+where one kernel launch costs 10-40 us, an eager FlashSAC update (hundreds of small kernels) is launch-bound, and
+max-autotune spends minutes autotuning before the first update. ``GraphCache`` instead captures a whole Python
+function -- the full update step (forwards, backwards, fused capturable Adam, weight projection, EMA) or the action
+selection -- into one ``torch.cuda.CUDAGraph`` per variant, after a few eager warm-up calls on a side stream (lazy
+optimizer state and cuBLAS workspaces are created there), and replays it with new inputs copied into its static
+input tensors. Random draws inside a graph use PyTorch's graph-safe Philox offsets, so each replay draws fresh noise.
+
+What must hold for a captured function (the agent's code keeps to it): no host synchronisation, no Python-side
+decisions that depend on tensor values, every tensor it reads either a static input or module/optimizer state that
+is only ever updated in place, and Python scalars that change between calls (learning rates) held in device
+tensors. The caller invalidates the cache (``clear``) whenever it replaces such state, e.g. on checkpoint load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["GraphCache"]
+
+
+@dataclass
+class _Captured:
+    graph: torch.cuda.CUDAGraph
+    inputs: tuple[torch.Tensor, ...]
+    output: Any
+
+
+class GraphCache:
+    """Per-key lazily captured CUDA graphs of ``fn(*inputs)``.
+
+    The first ``warmup`` calls of a key run ``fn`` eagerly on a side stream; the next call captures ``fn`` on copies
+    of its inputs (nothing executes during capture) and replays the graph; every later call copies the new inputs
+    into the static ones and replays. The returned output is the graph's static output: read or copy it before the
+    next call of the same key.
+
+    Args:
+        warmup: eager calls per key before its capture (>= 1).
+    """
+
+    def __init__(self, warmup: int = 3) -> None:
+        if warmup < 1:
+            raise ValueError(f"warmup must be >= 1, got {warmup}")
+        self.warmup = warmup
+        self._graphs: dict[Hashable, _Captured] = {}
+        self._calls: dict[Hashable, int] = {}
+        self._stream: torch.cuda.Stream | None = None
+
+    def __len__(self) -> int:
+        return len(self._graphs)
+
+    def clear(self) -> None:
+        """Drops every graph (and restarts the warm-up count): call after replacing state the graphs read."""
+        self._graphs.clear()
+        self._calls.clear()
+
+    def __call__(self, key: Hashable, fn: Callable[..., Any], *inputs: torch.Tensor) -> Any:
+        entry = self._graphs.get(key)
+        if entry is None:
+            calls = self._calls.get(key, 0)
+            self._calls[key] = calls + 1
+            if self._stream is None:
+                self._stream = torch.cuda.Stream()
+            current = torch.cuda.current_stream()
+            self._stream.wait_stream(current)
+            if calls < self.warmup:
+                with torch.cuda.stream(self._stream):
+                    output = fn(*inputs)
+                current.wait_stream(self._stream)
+                return output
+            static = tuple(x.clone() for x in inputs)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=self._stream):
+                output = fn(*static)
+            entry = self._graphs[key] = _Captured(graph, static, output)
+        else:
+            for dst, src in zip(entry.inputs, inputs, strict=True):
+                dst.copy_(src, non_blocking=True)
+        entry.graph.replay()
+        return entry.output
