@@ -138,6 +138,8 @@ def _report(out_dir: str, res: dict) -> str:
              "", f"`{res['env']['command']}`; num_env_steps={res['config']['num_env_steps']}, seeds "
              f"{res['config']['seeds']}, repeats {res['config']['repeats']}, extra overrides "
              f"{res['config']['extra_overrides']}. Wall-clock of each training process, start to exit.", "",
+             *([] if res.get("complete", True) else ["**Partial**: written after the last finished pair; the run had "
+                                                      "more pairs to go.", ""]),
              "| framework | seed | repeat | order | reference s | kernel s | saving % |",
              "|---|---|---|---|---|---|---|"]
     for p in res["pairs"]:
@@ -212,7 +214,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     t0 = time.perf_counter()
-    pairs = []
+    pairs: list[dict] = []
+    config = {"frameworks": frameworks, "seeds": seeds, "repeats": a.repeats, "num_env_steps": a.num_env_steps,
+              "extra_overrides": a.overrides}
+
+    def report(final: bool) -> str:
+        summary = {}
+        for fw in frameworks:
+            s = [p["saving_percent"] for p in pairs if p["framework"] == fw and p["ok"]]
+            summary[fw] = summarize_savings(s, n_boot=a.n_boot) if s else "no completed pair"
+        res = {"env": _env(), "config": config, "pairs": pairs, "summary": summary, "complete": final,
+               "seconds": round(time.perf_counter() - t0, 1)}
+        return _report(out, res)
+
     for repeat in range(a.repeats):
         for seed in seeds:
             for fw in frameworks:
@@ -220,14 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  budget of {a.budget_s:.0f} s exhausted: skipping {fw} seed {seed} repeat {repeat}")
                     continue
                 pairs.append(run_pair(fw, seed, repeat, a.num_env_steps, out, a.overrides, a.timeout_s))
-    summary = {}
-    for fw in frameworks:
-        s = [p["saving_percent"] for p in pairs if p["framework"] == fw and p["ok"]]
-        summary[fw] = summarize_savings(s, n_boot=a.n_boot) if s else "no completed pair"
-    res = {"env": _env(), "config": {"frameworks": frameworks, "seeds": seeds, "repeats": a.repeats,
-                                     "num_env_steps": a.num_env_steps, "extra_overrides": a.overrides},
-           "pairs": pairs, "summary": summary, "seconds": round(time.perf_counter() - t0, 1)}
-    print(_report(out, res))
+                report(final=False)  # the report after every pair: a run cut short keeps its finished pairs
+    print(report(final=True))
     return 0 if pairs and all(p["ok"] for p in pairs) else 1
 
 

@@ -1,6 +1,9 @@
 """Regenerate README.md's "Performance" section from the committed H200 results.
 
-    python -m bench.report bench/results/h200-2026-11-29
+    python -m bench.report bench/results/h200-2026-11-29 bench/results/h200-2026-11-29-agents
+
+The first folder holds the kernel results (triton/, pallas/), the optional second one the agents' runs
+(agent_*_halfcheetah_seed0/summary.json, paired/results.json).
 
 Rewrites the text between the `<!-- performance:begin -->` and `<!-- performance:end -->` markers.
 """
@@ -44,10 +47,42 @@ def section(folder: str) -> str:
     return "\n".join(out)
 
 
+def agents_section(folder: str) -> str:
+    """The agents' 100k runs, their isolated update-step timings and the paired training benchmark."""
+    out = ["", "", "Agents (100k HalfCheetah-v4 env steps, seed 0, upstream's CPU-sim recipe; "
+           f"[`{folder}`]({folder}/README.md); the two runs trained at the same time on one GPU, so their "
+           "wall-clock includes contention; update "
+           "times are isolated, median ms per full update at B = 512 on each run's final checkpoint):", "",
+           "| agent, target backend | return at 100k | train wall s | env steps/s | update ms: reference | "
+           "update ms: fused kernel |", "|---|---|---|---|---|---|"]
+    for fw, name in (("torch", "torch + Triton, CUDA graphs"), ("jax", "JAX + Pallas")):
+        path = os.path.join(folder, f"agent_{fw}_halfcheetah_seed0", "summary.json")
+        if not os.path.exists(path):
+            continue
+        s = json.load(open(path))
+        t = s["paired_update_timing"]
+        ref, ker = (t["graph/torch"], t["graph/triton"]) if fw == "torch" else (t["jax"], t["pallas"])
+        out.append(f"| {name} | {s['final_return']:,.0f} | {s['train_wall_seconds']:.0f} | "
+                   f"{s['env_steps_per_second']:.0f} | {ref['update_ms']:.3f} | {ker['update_ms']:.3f} |")
+        if fw == "torch":
+            eager = (t["eager/torch"]["update_ms"], t["eager/triton"]["update_ms"])
+            out.append(f"| torch eager (`agent.use_cuda_graph=false`), same checkpoint | | | | {eager[0]:.2f} | "
+                       f"{eager[1]:.2f} |")
+    paired = os.path.join(folder, "paired", "results.json")
+    if os.path.exists(paired):
+        summary = json.load(open(paired))["summary"]
+        parts = [f"{fw} {v['n']} pairs, mean {v['mean']:+.2f} %, range {v['min']:+.2f} .. {v['max']:+.2f} %"
+                 for fw, v in summary.items() if isinstance(v, dict)]
+        out += ["", "Paired end-to-end training benchmark (wall-clock saving of the fused kernel over the reference "
+                f"backend, short runs): {'; '.join(parts)}."]
+    return "\n".join(out)
+
+
 def main() -> None:
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results/h200-2026-11-29"
     text = open("README.md").read()
-    new = f"{BEGIN}\n{section(folder)}\n{END}"
+    body = section(folder) + (agents_section(sys.argv[2]) if len(sys.argv) > 2 else "")
+    new = f"{BEGIN}\n{body}\n{END}"
     if BEGIN in text:
         text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: new, text, flags=re.S)
     else:

@@ -68,3 +68,27 @@ def test_commands_pin_backend_seed_and_strict_mode():
 def test_user_overrides_replace_the_short_run_defaults():
     merged = merge_overrides(("agent.buffer_min_length=1000", "num_eval_episodes=1"), ["agent.buffer_min_length=50"])
     assert merged == ["num_eval_episodes=1", "agent.buffer_min_length=50"]
+
+
+def test_report_is_written_after_every_pair(tmp_path, monkeypatch):
+    # a benchmark cut short (device-call timeout) must keep the pairs it finished: the report is rewritten after each
+    import json
+
+    import bench.paired_training as pt
+
+    calls = []
+
+    def fake_pair(fw, seed, repeat, steps, out, overrides, timeout_s):
+        calls.append((fw, seed))
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # stands in for the kill
+        return {"framework": fw, "seed": seed, "repeat": repeat, "order": ["a", "b"], "ok": True, "runs": {},
+                "t_reference_s": 10.0, "t_kernel_s": 9.0, "saving_percent": 10.0}
+
+    monkeypatch.setattr(pt, "run_pair", fake_pair)
+    with pytest.raises(KeyboardInterrupt):
+        pt.main(["--out", str(tmp_path), "--seeds", "0,1", "--frameworks", "torch"])
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert len(res["pairs"]) == 2 and res["complete"] is False
+    assert res["summary"]["torch"]["n"] == 2
+    assert "**Partial**" in (tmp_path / "results.md").read_text()
