@@ -73,6 +73,12 @@ class AgentBench:
     summary_extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # after "recipe" in summary.json
     call_line_wall: bool = False  # per-call line also reports the loop wall seconds
     update_ms_note: str = ""  # appended to the per-call line's update ms
+    # replaces agent_module's make_agent (e.g. a JAX agent started from the torch agent's initial weights)
+    make_agent: Callable[..., Any] | None = None
+
+    def agent_factory(self) -> Callable[..., Any]:
+        """``make_agent`` if set, else ``agent_module``'s."""
+        return self.make_agent or importlib.import_module(self.agent_module).make_agent
 
 
 # ------------------------------------------------------------------------------------------------------ run state
@@ -174,7 +180,7 @@ def load_final_agent_and_batch(bench: AgentBench, run_dir: str, overrides: list[
     from agent_common.loop import BUFFER_FILE, LOOP_STATE_FILE
     from agent_common.normalizer import RewardNormalizer
 
-    make_agent = importlib.import_module(bench.agent_module).make_agent
+    make_agent = bench.agent_factory()
     ckpt = latest_checkpoint(run_dir)
     assert ckpt is not None, f"no checkpoint in {run_dir}"
     cfg = load_config(bench.recipe + overrides + [f"save_path={run_dir}"], bench.framework)
@@ -248,10 +254,8 @@ def run(bench: AgentBench, args: argparse.Namespace, run_dir: str) -> int:
         if latest_checkpoint(run_dir) is not None:
             overrides.append(f"agent_load_path={run_dir}")
         cfg = load_config(overrides, bench.framework)
-        make_agent = importlib.import_module(bench.agent_module).make_agent
-
         t0 = time.time()
-        result = train(cfg, make_agent)
+        result = train(cfg, bench.agent_factory())
         call = {
             "status": result.status,
             "env_step": result.env_step,

@@ -32,6 +32,7 @@ checkpoints.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -134,6 +135,24 @@ def synthetic_update_timing(batch_size: int, repeats: int, iters: int) -> dict:
     return _time_backends(agent, batch, repeats, iters)
 
 
+def make_agent_from_torch_init(cfg: Any, observation_space: Any, action_space: Any) -> Any:
+    """The JAX agent, started from the torch agent's initial state for the same config and seed (``torch_to_jax``:
+    weights, BN statistics, log alpha, target critic, fresh optimizer state). Its PRNG key (policy noise) stays its
+    own, and the environment, buffer and exploration streams are shared numpy code anyway, so a run from here differs
+    from the torch agent's run only in the update's random draws and the frameworks' arithmetic: the experiment that
+    tells an initialisation outcome from a defect when the two agents' returns differ."""
+    from agent_jax.agent import make_agent
+    from agent_jax.convert import torch_to_jax
+    from agent_torch.agent import make_agent as make_torch_agent
+
+    torch_agent_cfg = dataclasses.replace(cfg.agent, categorical_target_backend="torch",
+                                          categorical_target_strict=False, device_type="cpu")
+    torch_agent = make_torch_agent(dataclasses.replace(cfg, agent=torch_agent_cfg), observation_space, action_space)
+    agent = make_agent(cfg, observation_space, action_space)
+    torch_to_jax(torch_agent, agent)
+    return agent
+
+
 def _print_timing(t: dict) -> None:
     print(f"update step: jax {t['jax']['update_ms']:.3f} ms, pallas {t['pallas']['update_ms']:.3f} ms; "
           f"target: jax {t['jax']['target_ms']:.3f} ms, pallas {t['pallas']['target_ms']:.3f} ms "
@@ -155,10 +174,12 @@ BENCH = AgentBench(
 
 
 def main(argv: list[str] | None = None) -> int:
-    def timing_only_arg(parser: argparse.ArgumentParser) -> None:
+    def extra_args(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--timing-only", action="store_true", help="synthetic-batch jax vs pallas timing only")
+        parser.add_argument("--init-from-torch", action="store_true",
+                            help="start a new run from the torch agent's initial weights for the same seed")
 
-    args = build_parser(BENCH, __doc__, timing_only_arg).parse_args(argv)
+    args = build_parser(BENCH, __doc__, extra_args).parse_args(argv)
     if args.timing_only:
         timing = synthetic_update_timing(512, args.timing_repeats, args.timing_iters)
         _print_timing(timing)
@@ -167,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
             with open(os.path.join(args.state_out, "timing_jax_agent.json"), "w") as f:
                 json.dump(timing, f, indent=2)
         return 0
+    if args.init_from_torch:
+        bench = dataclasses.replace(BENCH, make_agent=make_agent_from_torch_init,
+                                    summary_extra={"agent": "jax", "init": "torch agent's initial weights"})
+        return run_with_state(bench, args)
     return run_with_state(BENCH, args)
 
 

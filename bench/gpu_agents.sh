@@ -9,7 +9,9 @@
 #                                     # timing on its final checkpoint, the paired training benchmark (PAIRED_SEEDS)
 #                                     # and the kernel harness, each on what is left of the budget
 #
-# RUNS lists framework:seed pairs (default "torch:0 jax:0"); run k trains in /tmp/agents/<framework>_seed<seed>.
+# RUNS lists kind:seed pairs (default "torch:0 jax:0"); kind is torch, jax or jax-torchinit (the JAX agent started
+# from the torch agent's initial weights, bench/gpu_agent_jax.py --init-from-torch); a run trains in
+# /tmp/agents/<kind>_seed<seed>.
 # Every phase ends by packing what exists into $OUT/results.tgz (logs, checks, parity, run folders without their
 # checkpoints); unpack it into bench/results/<gpu>-<date>-agents/. DEADLINE (seconds, default 570) bounds a phase.
 # The machine goes back 30 s after a call: issue the next call at once, or the detached runs are lost.
@@ -26,7 +28,8 @@ R=/tmp/agents
 mkdir -p "$R/checks" "$R/logs"
 START=$SECONDS
 left() { echo $(( DEADLINE - (SECONDS - START) )); }
-running() { pgrep -f "bench.gpu_agent_$1 --run-dir $R/$1_seed$2 " > /dev/null; }
+running() { pgrep -f -- "--run-dir $R/$1_seed$2 " > /dev/null; }
+module() { echo "bench.gpu_agent_${1%%-*}"; }  # torch / jax / jax-torchinit -> its benchmark module
 any_running() {
   for run in $RUNS; do running "${run%:*}" "${run#*:}" && return 0; done
   return 1
@@ -76,7 +79,8 @@ jax.__version__)" | tee -a "$R/gpu.txt"
   for run in $RUNS; do
     fw=${run%:*}; seed=${run#*:}
     extra=(); [ "$fw" = torch ] && extra=(--overrides "agent.use_cuda_graph=$GRAPH")
-    setsid nohup python3 -m "bench.gpu_agent_$fw" --run-dir "$R/${fw}_seed$seed" --seed "$seed" --budget 3000 \
+    [ "$fw" = jax-torchinit ] && extra=(--init-from-torch)
+    setsid nohup python3 -m "$(module "$fw")" --run-dir "$R/${fw}_seed$seed" --seed "$seed" --budget 3000 \
       --skip-timing "${extra[@]}" > "$R/logs/${fw}_seed$seed.log" 2>&1 < /dev/null &
   done
   sleep 5
@@ -94,8 +98,9 @@ finish)
   if any_running; then echo "runs still training: no isolated benchmarks this call"; exit 0; fi
   for run in $RUNS; do  # the runs are complete: summary + paired update timing on the final checkpoint
     fw=${run%:*}; seed=${run#*:}
-    timeout 150 python3 -m "bench.gpu_agent_$fw" --run-dir "$R/${fw}_seed$seed" --seed "$seed" --timing-repeats 5 \
-      --timing-iters 40 2>&1 | noise > "$R/logs/${fw}_seed${seed}_final.log"
+    flags=(); [ "$fw" = jax-torchinit ] && flags=(--init-from-torch)  # the summary records the start
+    timeout 150 python3 -m "$(module "$fw")" --run-dir "$R/${fw}_seed$seed" --seed "$seed" "${flags[@]}" \
+      --timing-repeats 5 --timing-iters 40 2>&1 | noise > "$R/logs/${fw}_seed${seed}_final.log"
     tail -n 2 "$R/logs/${fw}_seed${seed}_final.log"
   done
   PAIRED=$(( $(left) * ${PAIRED_SHARE:-60} / 100 ))

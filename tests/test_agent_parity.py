@@ -450,3 +450,22 @@ def test_parameter_shape_mismatch_names_the_parameter():
     with pytest.raises(ConversionError, match=r"only in the JAX agent: \['head_bias'\]; only in the torch agent: "
                                               r"\['extra_bias'\]"):
         torch_to_jax(bad, jax_agent)
+
+
+def test_jax_agent_started_from_the_torch_initialisation():
+    # bench/gpu_agent_jax.py --init-from-torch: the JAX agent starts from the torch agent's seed-s initial state
+    # (the experiment that separates initialisation from the rest when the two agents' returns differ)
+    from agent_common.config import load_config
+    from bench.gpu_agent_jax import make_agent_from_torch_init
+
+    cfg = load_config([*SIZES, "agent.categorical_target_backend=jax"], "jax")
+    started = make_agent_from_torch_init(cfg, *make_spaces(OBS_DIM, ACT_DIM))
+    back = _torch_agent()
+    with torch.no_grad():  # so that only the conversion can make it equal again
+        for name in ("actor", "critic", "target_critic", "temperature"):
+            for p in getattr(back, name).module.parameters():
+                p.zero_()
+    jax_to_torch(started, back)
+    _assert_torch_identical(back, _torch_agent())  # == the torch agent's own seed-0 initial state
+    plain = _flat_named(_jax_agent().state.actor.params)
+    assert any(not np.array_equal(v, _flat_named(started.state.actor.params)[k]) for k, v in plain.items())
