@@ -9,9 +9,11 @@ pallas (strict mode on, so a kernel run can never silently become a reference ru
 subprocess, `python -m agent_<framework>.train --overrides key=value ...` (upstream FlashSAC's CLI convention);
 its wall-clock is measured around the process (start to exit), so nothing depends on the agents' internals. Within a
 pair the two runs use the same seed and overrides; the order alternates between repeats (reference first, then
-kernel first) so a warm-cache or thermal drift does not favour one side. The saving of a pair is
-100 * (t_reference - t_kernel) / t_reference percent; per framework the report gives every pair, the mean, median,
-range and percentile-bootstrap 95% intervals of the mean and of the median (`summarize_savings`).
+kernel first) so a warm-cache or thermal drift does not favour one side. Before the pairs, one untimed short run per
+backend (``--no-warm-up`` skips it) fills Triton's on-disk kernel cache and a persistent JAX compilation cache under
+``--out`` that every JAX run uses, so the pairs time training rather than first-time compilation. The saving of a
+pair is 100 * (t_reference - t_kernel) / t_reference percent; per framework the report gives every pair, the mean,
+median, range and percentile-bootstrap 95% intervals of the mean and of the median (`summarize_savings`).
 The seed project reported 6 paired torch/Triton runs over 3 seeds: mean 3.23%, median 2.39%, range -2.26%..+9.87%.
 """
 
@@ -92,10 +94,24 @@ def _command(framework: str, backend: str, seed: int, num_env_steps: int, run_di
     return [sys.executable, "-m", module] + [arg for o in overrides for arg in ("--overrides", o)]
 
 
-def _timed_run(cmd: list[str], log_path: str, timeout_s: float) -> dict:
+def jax_cache_env(out_dir: str) -> dict[str, str]:
+    """A persistent JAX compilation cache under ``out_dir`` that keeps every executable: the JAX counterpart of
+    Triton's on-disk kernel cache, which the torch runs get for free (``--warm-up`` fills both)."""
+    return {"JAX_COMPILATION_CACHE_DIR": os.path.join(out_dir, "jax_cache"),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def warmup_steps(extra: list[str]) -> int:
+    """Env steps of a warm-up run: 50 past ``agent.buffer_min_length`` (so both update variants and the evaluation
+    compile), from the merged overrides."""
+    values = [o.split("=", 1)[1] for o in extra if o.split("=", 1)[0].strip() == "agent.buffer_min_length"]
+    return int(str(values[-1]).replace("_", "")) + 50 if values else 10_050
+
+
+def _timed_run(cmd: list[str], log_path: str, timeout_s: float, extra_env: dict[str, str] | None = None) -> dict:
     """Run one training process; wall-clock from start to exit (the whole end-to-end run, imports and compiles
     included, identical for both sides of a pair)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     t0 = time.perf_counter()
     try:
@@ -121,7 +137,8 @@ def run_pair(framework: str, seed: int, repeat: int, num_env_steps: int, out_dir
         run_dir = os.path.join(out_dir, "runs", tag)
         os.makedirs(run_dir, exist_ok=True)
         cmd = _command(framework, backend, seed, num_env_steps, run_dir, extra)
-        runs[backend] = _timed_run(cmd, os.path.join(out_dir, "logs", tag + ".log"), timeout_s)
+        env = jax_cache_env(out_dir) if framework == "jax" else None
+        runs[backend] = _timed_run(cmd, os.path.join(out_dir, "logs", tag + ".log"), timeout_s, env)
         print(f"  {tag}: rc={runs[backend]['returncode']} {runs[backend]['wall_s']:.1f} s", flush=True)
     rec = {"framework": framework, "seed": seed, "repeat": repeat, "order": list(order), "reference": ref,
            "kernel": kern, "runs": runs}
@@ -198,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=None, help="start no new pair after this many seconds")
     ap.add_argument("--n-boot", type=int, default=10_000)
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                    help="skip the untimed run per backend that fills the JAX compilation and Triton caches first")
     a = ap.parse_args(argv)
     frameworks = [f for f in a.frameworks.split(",") if f]
     bad = [f for f in frameworks if f not in PAIRS]
@@ -214,9 +233,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     t0 = time.perf_counter()
+    warm_ups = []
+    if a.warm_up:  # untimed: compile every executable / kernel once, so the pairs time training, not compilers
+        for fw in frameworks:
+            for backend in PAIRS[fw][1:]:
+                tag = f"warmup-{fw}-{backend}"
+                cmd = _command(fw, backend, seeds[0], warmup_steps(a.overrides), os.path.join(out, "runs", tag),
+                               a.overrides)
+                env = jax_cache_env(out) if fw == "jax" else None
+                run = _timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s, env)
+                print(f"  {tag}: rc={run['returncode']} {run['wall_s']:.1f} s (untimed)", flush=True)
+                warm_ups.append({"tag": tag, "returncode": run["returncode"], "wall_s": run["wall_s"]})
     pairs: list[dict] = []
     config = {"frameworks": frameworks, "seeds": seeds, "repeats": a.repeats, "num_env_steps": a.num_env_steps,
-              "extra_overrides": a.overrides}
+              "extra_overrides": a.overrides, "warm_ups": warm_ups}
 
     def report(final: bool) -> str:
         summary = {}

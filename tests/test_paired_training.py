@@ -87,8 +87,34 @@ def test_report_is_written_after_every_pair(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pt, "run_pair", fake_pair)
     with pytest.raises(KeyboardInterrupt):
-        pt.main(["--out", str(tmp_path), "--seeds", "0,1", "--frameworks", "torch"])
+        pt.main(["--out", str(tmp_path), "--seeds", "0,1", "--frameworks", "torch", "--no-warm-up"])
     res = json.loads((tmp_path / "results.json").read_text())
     assert len(res["pairs"]) == 2 and res["complete"] is False
     assert res["summary"]["torch"]["n"] == 2
     assert "**Partial**" in (tmp_path / "results.md").read_text()
+
+
+def test_warm_up_runs_first_and_jax_runs_share_a_compilation_cache(tmp_path, monkeypatch):
+    import json
+
+    import bench.paired_training as pt
+
+    runs = []
+
+    def fake_run(cmd, log_path, timeout_s, extra_env=None):
+        runs.append((cmd, extra_env or {}))
+        return {"cmd": " ".join(cmd), "returncode": 0, "wall_s": 1.0, "log": log_path, "log_tail": ""}
+
+    monkeypatch.setattr(pt, "_timed_run", fake_run)
+    assert pt.main(["--out", str(tmp_path), "--seeds", "0", "--repeats", "1"]) == 0
+    warm, timed = runs[:4], runs[4:]
+    assert [c[c.index("-m") + 1] for c, _ in warm] == ["agent_torch.train"] * 2 + ["agent_jax.train"] * 2
+    assert all("num_env_steps=1050" in c for c, _ in warm)  # buffer_min_length 1000 + 50: updates and eval compile
+    assert len(timed) == 4 and all("num_env_steps=5000" in c for c, _ in timed)
+    for cmd, env in runs:
+        is_jax = "agent_jax.train" in cmd
+        assert ("JAX_COMPILATION_CACHE_DIR" in env) == is_jax
+        if is_jax:
+            assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax_cache")
+    assert len(json.loads((tmp_path / "results.json").read_text())["config"]["warm_ups"]) == 4
+    assert pt.warmup_steps(["agent.buffer_min_length=2_000"]) == 2050 and pt.warmup_steps([]) == 10_050
