@@ -94,10 +94,10 @@ def _command(framework: str, backend: str, seed: int, num_env_steps: int, run_di
     return [sys.executable, "-m", module] + [arg for o in overrides for arg in ("--overrides", o)]
 
 
-def jax_cache_env(out_dir: str) -> dict[str, str]:
-    """A persistent JAX compilation cache under ``out_dir`` that keeps every executable: the JAX counterpart of
-    Triton's on-disk kernel cache, which the torch runs get for free (``--warm-up`` fills both)."""
-    return {"JAX_COMPILATION_CACHE_DIR": os.path.join(out_dir, "jax_cache"),
+def jax_cache_env(cache_dir: str) -> dict[str, str]:
+    """Environment for a persistent JAX compilation cache in ``cache_dir`` that keeps every executable: the JAX
+    counterpart of Triton's on-disk kernel cache, which torch runs get for free (the warm-up fills both)."""
+    return {"JAX_COMPILATION_CACHE_DIR": str(cache_dir),
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
 
@@ -137,7 +137,7 @@ def run_pair(framework: str, seed: int, repeat: int, num_env_steps: int, out_dir
         run_dir = os.path.join(out_dir, "runs", tag)
         os.makedirs(run_dir, exist_ok=True)
         cmd = _command(framework, backend, seed, num_env_steps, run_dir, extra)
-        env = jax_cache_env(out_dir) if framework == "jax" else None
+        env = jax_cache_env(os.path.join(out_dir, "jax_cache")) if framework == "jax" else None
         runs[backend] = _timed_run(cmd, os.path.join(out_dir, "logs", tag + ".log"), timeout_s, env)
         print(f"  {tag}: rc={runs[backend]['returncode']} {runs[backend]['wall_s']:.1f} s", flush=True)
     rec = {"framework": framework, "seed": seed, "repeat": repeat, "order": list(order), "reference": ref,
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                 tag = f"warmup-{fw}-{backend}"
                 cmd = _command(fw, backend, seeds[0], warmup_steps(a.overrides), os.path.join(out, "runs", tag),
                                a.overrides)
-                env = jax_cache_env(out) if fw == "jax" else None
+                env = jax_cache_env(os.path.join(out, "jax_cache")) if fw == "jax" else None
                 run = _timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s, env)
                 print(f"  {tag}: rc={run['returncode']} {run['wall_s']:.1f} s (untimed)", flush=True)
                 warm_ups.append({"tag": tag, "returncode": run["returncode"], "wall_s": run["wall_s"]})

@@ -56,15 +56,6 @@ def run_module(
     )
 
 
-def jax_cache_env(cache_dir: str) -> dict[str, str]:
-    """Environment for a persistent JAX compilation cache that keeps every executable (later runs reuse them)."""
-    return {
-        "JAX_COMPILATION_CACHE_DIR": str(cache_dir),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-    }
-
-
 def run_agent_bench(
     module: str, run_dir, budget: float, overrides: Iterable[str], *extra: str, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
-from tests.agent_test_utils import BENCH_TINY, jax_cache_env, run_agent_bench
+from bench.paired_training import jax_cache_env
+from tests.agent_test_utils import BENCH_TINY, run_agent_bench
 
 
 def _bench(run_dir, budget: float, cache_dir, *extra: str):

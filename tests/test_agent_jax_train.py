@@ -14,7 +14,8 @@ import pytest
 from agent_common.config import load_config
 from agent_jax.agent import FlashSACAgent
 from agent_jax.train import main
-from tests.agent_test_utils import REPO, assert_nested_equal, jax_cache_env, run_module
+from bench.paired_training import jax_cache_env
+from tests.agent_test_utils import REPO, assert_nested_equal, run_module
 
 OBS_DIM, ACT_DIM, BATCH = 17, 6, 16
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
