@@ -468,6 +468,7 @@ def jax_to_torch(jax_agent: Any, torch_agent: Any, check_hyperparameters: bool =
             _copy_into_torch("target_critic", "parameters", tt_params, js.target_params)
             _copy_into_torch("target_critic", "running statistics", tt_stats, js.target_batch_stats)
     torch_agent.update_step = int(jax_agent.update_step)
+    torch_agent.state_replaced()  # new Adam state tensors and float LRs: CUDA graphs must be captured again
 
 
 # ---------------------------------------------------------------------------------------------------------------

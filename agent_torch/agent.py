@@ -256,6 +256,14 @@ class FlashSACAgent:
             )
         return metrics
 
+    def state_replaced(self) -> None:
+        """Call after anything replaced optimizer state or learning rates (``load``, ``agent_jax.convert``): the
+        learning rates go back into device tensors and the CUDA graphs are captured again from the new state."""
+        for net in (self.actor, self.critic, self.temperature):
+            net.ensure_lr_tensors()
+        if self.graphs is not None:
+            self.graphs.clear()
+
     def info(self) -> dict[str, float | str]:
         """``backend/fallback_count`` and ``backend/selected`` (backend that runs, what was requested and why)."""
         d = self.backend_decision
@@ -293,8 +301,7 @@ class FlashSACAgent:
             net.load_state_dict(state, load_optimizer=load_optimizer)
         agent_state = torch.load(os.path.join(directory, "agent_state.pt"), map_location="cpu", weights_only=False)
         self.update_step = int(agent_state["update_step"])
-        if self.graphs is not None:
-            self.graphs.clear()  # optimizer state tensors were replaced
+        self.state_replaced()
         if load_optimizer and self.scaler is not None and agent_state["grad_scaler_state_dict"] is not None:
             self.scaler.load_state_dict(agent_state["grad_scaler_state_dict"])
         torch.set_rng_state(agent_state["torch_rng_state"])

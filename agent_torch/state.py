@@ -78,6 +78,11 @@ class Network:
             self.optimizer.load_state_dict(state["optimizer_state_dict"])
         if load_optimizer and self.scheduler is not None and state["scheduler_state_dict"] is not None:
             self.scheduler.load_state_dict(state["scheduler_state_dict"])
+        self.ensure_lr_tensors()
+
+    def ensure_lr_tensors(self) -> None:
+        """For a ``graph_safe`` network: learning rates back into device tensors after something wrote floats
+        (``load_state_dict``, ``agent_jax.convert``); a no-op otherwise."""
         if self.graph_safe and self.optimizer is not None:
             _lr_tensors(self.optimizer)
 

@@ -469,3 +469,24 @@ def test_jax_agent_started_from_the_torch_initialisation():
     _assert_torch_identical(back, _torch_agent())  # == the torch agent's own seed-0 initial state
     plain = _flat_named(_jax_agent().state.actor.params)
     assert any(not np.array_equal(v, _flat_named(started.state.actor.params)[k]) for k, v in plain.items())
+
+
+def test_conversion_into_a_graph_mode_torch_agent_restores_lr_tensors_and_recaptures():
+    # jax_to_torch replaces the Adam state tensors and writes float LRs: a torch agent that replays CUDA graphs must
+    # get device-tensor LRs back and drop its graphs (captured on the old tensors). CUDA graphs need CUDA, so the
+    # graph-mode bookkeeping is switched on by hand here on CPU (nothing is captured or stepped).
+    from agent_torch.graphs import GraphCache
+    from agent_torch.state import _lr_tensors
+
+    jax_agent = _jax_agent()
+    dest = _torch_agent()
+    dest.graphs = GraphCache()
+    dest.graphs._graphs["stale"] = object()  # stands in for a graph captured on the old state
+    for net in (dest.actor, dest.critic, dest.temperature):
+        net.graph_safe = True
+        _lr_tensors(net.optimizer)
+    jax_to_torch(jax_agent, dest)
+    assert len(dest.graphs) == 0
+    for net in (dest.actor, dest.critic, dest.temperature):
+        lr = net.optimizer.param_groups[0]["lr"]
+        assert isinstance(lr, torch.Tensor) and lr.item() == pytest.approx(net.scheduler.get_last_lr()[0])
