@@ -7,7 +7,9 @@ backend and with the fused kernel, same seeds, and the wall-clock saving of each
 Pairs: the PyTorch agent with agent.categorical_target_backend=torch vs =triton, and the JAX agent with jax vs
 pallas (strict mode on, so a kernel run can never silently become a reference run). Each run is a separate
 subprocess, `python -m agent_<framework>.train --overrides key=value ...` (upstream FlashSAC's CLI convention);
-its wall-clock is measured around the process (start to exit), so nothing depends on the agents' internals. Within a
+its wall-clock is measured around the process (start to exit), so nothing depends on the agents' internals; the
+training loop's own wall time, printed by the CLI (``[completed] ... wall=...s``), is reported beside it (the process
+time adds imports, environment creation and, for JAX, loading executables from the compilation cache). Within a
 pair the two runs use the same seed and overrides; the order alternates between repeats (reference first, then
 kernel first) so a warm-cache or thermal drift does not favour one side. Before the pairs, one untimed short run per
 backend (``--no-warm-up`` skips it) fills Triton's on-disk kernel cache and a persistent JAX compilation cache under
@@ -24,6 +26,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -39,6 +42,7 @@ PAIRS = {"torch": ("agent_torch.train", "torch", "triton"), "jax": ("agent_jax.t
 # Short-run defaults (a --overrides with the same key replaces them): updates start after 1000 transitions (upstream's
 # 10000 would leave a short run with no updates at all), and one evaluation episode.
 DEFAULT_OVERRIDES = ("agent.buffer_min_length=1000", "num_eval_episodes=1")
+LOOP_WALL = re.compile(r"^\[completed\] .*?\bwall=([0-9.]+)s", re.M)  # agent_common.loop.run_cli's result line
 
 
 def merge_overrides(defaults: tuple[str, ...] | list[str], extra: list[str]) -> list[str]:
@@ -122,8 +126,10 @@ def _timed_run(cmd: list[str], log_path: str, timeout_s: float, extra_env: dict[
         rc = "timeout"
     wall = time.perf_counter() - t0
     with open(log_path) as f:
-        tail = f.read()[-1500:]
-    return {"cmd": " ".join(cmd), "returncode": rc, "wall_s": wall, "log": log_path, "log_tail": tail}
+        text = f.read()
+    loop = LOOP_WALL.findall(text)
+    return {"cmd": " ".join(cmd), "returncode": rc, "wall_s": wall, "loop_s": float(loop[-1]) if loop else None,
+            "log": log_path, "log_tail": text[-1500:]}
 
 
 def run_pair(framework: str, seed: int, repeat: int, num_env_steps: int, out_dir: str, extra: list[str],
@@ -147,6 +153,10 @@ def run_pair(framework: str, seed: int, repeat: int, num_env_steps: int, out_dir
     if ok:
         rec["t_reference_s"], rec["t_kernel_s"] = runs[ref]["wall_s"], runs[kern]["wall_s"]
         rec["saving_percent"] = pair_saving_percent(rec["t_reference_s"], rec["t_kernel_s"])
+        loops = runs[ref].get("loop_s"), runs[kern].get("loop_s")
+        if all(loops):
+            rec["t_reference_loop_s"], rec["t_kernel_loop_s"] = loops
+            rec["loop_saving_percent"] = pair_saving_percent(*loops)
     return rec
 
 
@@ -154,29 +164,34 @@ def _report(out_dir: str, res: dict) -> str:
     lines = [f"# Paired end-to-end training benchmark ({res['env'].get('gpu') or 'CPU'}, {res['env']['date_utc']})",
              "", f"`{res['env']['command']}`; num_env_steps={res['config']['num_env_steps']}, seeds "
              f"{res['config']['seeds']}, repeats {res['config']['repeats']}, extra overrides "
-             f"{res['config']['extra_overrides']}. Wall-clock of each training process, start to exit.", "",
+             f"{res['config']['extra_overrides']}. "
+             "Wall-clock of each training process, start to exit, and of its training loop (the CLI's `wall=`).", "",
              *([] if res.get("complete", True) else ["**Partial**: written after the last finished pair; the run had "
                                                       "more pairs to go.", ""]),
-             "| framework | seed | repeat | order | reference s | kernel s | saving % |",
-             "|---|---|---|---|---|---|---|"]
+             "| framework | seed | repeat | order | reference s | kernel s | saving % | reference loop s | "
+             "kernel loop s | loop saving % |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for p in res["pairs"]:
         if p["ok"]:
+            loop = (f"{p['t_reference_loop_s']:.1f} | {p['t_kernel_loop_s']:.1f} | {p['loop_saving_percent']:+.2f}"
+                    if "loop_saving_percent" in p else " | | ")
             lines.append(f"| {p['framework']} | {p['seed']} | {p['repeat']} | {' then '.join(p['order'])} | "
-                         f"{p['t_reference_s']:.1f} | {p['t_kernel_s']:.1f} | {p['saving_percent']:+.2f} |")
+                         f"{p['t_reference_s']:.1f} | {p['t_kernel_s']:.1f} | {p['saving_percent']:+.2f} | {loop} |")
         else:
             rcs = {b: r["returncode"] for b, r in p["runs"].items()}
             lines.append(f"| {p['framework']} | {p['seed']} | {p['repeat']} | {' then '.join(p['order'])} | "
-                         f"failed {rcs} | | |")
-    lines += ["", "| framework | pairs | mean % | median % | range % | mean 95% CI | median 95% CI |",
-              "|---|---|---|---|---|---|---|"]
-    for fw, s in res["summary"].items():
-        if isinstance(s, dict):
-            lines.append(f"| {fw} ({PAIRS[fw][1]} vs {PAIRS[fw][2]}) | {s['n']} | {s['mean']:+.2f} | "
-                         f"{s['median']:+.2f} | {s['min']:+.2f} .. {s['max']:+.2f} | "
-                         f"[{s['mean_ci'][0]:+.2f}, {s['mean_ci'][1]:+.2f}] | "
-                         f"[{s['median_ci'][0]:+.2f}, {s['median_ci'][1]:+.2f}] |")
-        else:
-            lines.append(f"| {fw} | 0 | {s} | | | | |")
+                         f"failed {rcs} | | | | | |")
+    lines += ["", "| framework | time | pairs | mean % | median % | range % | mean 95% CI | median 95% CI |",
+              "|---|---|---|---|---|---|---|---|"]
+    for key, what in (("summary", "process"), ("summary_loop", "training loop")):
+        for fw, s in res.get(key, {}).items():
+            if isinstance(s, dict):
+                lines.append(f"| {fw} ({PAIRS[fw][1]} vs {PAIRS[fw][2]}) | {what} | {s['n']} | {s['mean']:+.2f} | "
+                             f"{s['median']:+.2f} | {s['min']:+.2f} .. {s['max']:+.2f} | "
+                             f"[{s['mean_ci'][0]:+.2f}, {s['mean_ci'][1]:+.2f}] | "
+                             f"[{s['median_ci'][0]:+.2f}, {s['median_ci'][1]:+.2f}] |")
+            else:
+                lines.append(f"| {fw} | {what} | 0 | {s} | | | | |")
     if not res["env"].get("gpu"):
         lines += ["", "**No GPU: the kernels ran in their CPU interpreters; these savings test the script, they say "
                   "nothing about the kernels.**"]
@@ -248,12 +263,16 @@ def main(argv: list[str] | None = None) -> int:
     config = {"frameworks": frameworks, "seeds": seeds, "repeats": a.repeats, "num_env_steps": a.num_env_steps,
               "extra_overrides": a.overrides, "warm_ups": warm_ups}
 
-    def report(final: bool) -> str:
-        summary = {}
+    def summary(key: str) -> dict:
+        out = {}
         for fw in frameworks:
-            s = [p["saving_percent"] for p in pairs if p["framework"] == fw and p["ok"]]
-            summary[fw] = summarize_savings(s, n_boot=a.n_boot) if s else "no completed pair"
-        res = {"env": _env(), "config": config, "pairs": pairs, "summary": summary, "complete": final,
+            s = [p[key] for p in pairs if p["framework"] == fw and p["ok"] and key in p]
+            out[fw] = summarize_savings(s, n_boot=a.n_boot) if s else "no completed pair"
+        return out
+
+    def report(final: bool) -> str:
+        res = {"env": _env(), "config": config, "pairs": pairs, "summary": summary("saving_percent"),
+               "summary_loop": summary("loop_saving_percent"), "complete": final,
                "seconds": round(time.perf_counter() - t0, 1)}
         return _report(out, res)
 

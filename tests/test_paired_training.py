@@ -118,3 +118,32 @@ def test_warm_up_runs_first_and_jax_runs_share_a_compilation_cache(tmp_path, mon
             assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax_cache")
     assert len(json.loads((tmp_path / "results.json").read_text())["config"]["warm_ups"]) == 4
     assert pt.warmup_steps(["agent.buffer_min_length=2_000"]) == 2050 and pt.warmup_steps([]) == 10_050
+
+
+def test_training_loop_time_is_read_from_the_cli_result_line(tmp_path, monkeypatch):
+    # the loop's wall time (agent_common.loop.run_cli prints "[completed] ... wall=12.3s ...") is reported beside the
+    # process time, and its saving summarised separately; a run without that line has no loop time
+    import json
+    import sys
+
+    import bench.paired_training as pt
+
+    script = ("import sys; print('[completed] env_step=3000 wall=' + sys.argv[1] + 's env_steps/s=1.0 "
+              "update_ms=1.00 last_eval_return=0.0')")
+    run = pt._timed_run([sys.executable, "-c", script, "12.5"], str(tmp_path / "a.log"), 60)
+    assert run["returncode"] == 0 and run["loop_s"] == 12.5 and run["wall_s"] > 0
+    silent = pt._timed_run([sys.executable, "-c", "print('no result line')"], str(tmp_path / "b.log"), 60)
+    assert silent["loop_s"] is None
+
+    loops = iter(["10.0", "9.0", "20.0", "20.0"])
+
+    def fake_command(fw, backend, seed, steps, run_dir, extra):
+        return [sys.executable, "-c", script, next(loops)]
+
+    monkeypatch.setattr(pt, "_command", fake_command)
+    assert pt.main(["--out", str(tmp_path / "out"), "--seeds", "0,1", "--frameworks", "torch", "--repeats", "1",
+                    "--no-warm-up"]) == 0
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [p["loop_saving_percent"] for p in res["pairs"]] == pytest.approx([10.0, 0.0])
+    assert res["summary_loop"]["torch"]["mean"] == pytest.approx(5.0)
+    assert "training loop" in (tmp_path / "out" / "results.md").read_text()
