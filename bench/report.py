@@ -1,19 +1,25 @@
 """Regenerate README.md's "Performance" section from the committed H200 results.
 
-    python -m bench.report bench/results/h200-2026-11-29 bench/results/h200-2026-11-29-agents
+    python -m bench.report bench/results/h200-2026-11-29 bench/results/h200-2026-11-29-agents \\
+        bench/results/h200x2-2026-11-29-agents
 
-The first folder holds the kernel results (triton/, pallas/), the optional second one the agents' runs
-(agent_*_halfcheetah_seed0/summary.json, paired/results.json).
+The first folder holds the kernel results (triton/, pallas/), the optional second one the agents' seed-0 runs
+(agent_*_halfcheetah_seed0/summary.json), any further ones more JAX runs (agent_jax*_halfcheetah_seed*/); the kernel
+harness (harness/results.json) and the paired training benchmark (paired/results.json) come from the last agents
+folder that has them.
 
 Rewrites the text between the `<!-- performance:begin -->` and `<!-- performance:end -->` markers.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
 import sys
+
+from bench.harness import _fast_p_table, fast_p_summary
 
 BEGIN, END = "<!-- performance:begin -->", "<!-- performance:end -->"
 
@@ -47,15 +53,27 @@ def section(folder: str) -> str:
     return "\n".join(out)
 
 
-def agents_section(folder: str) -> str:
-    """The agents' 100k runs, their isolated update-step timings and the paired training benchmark."""
-    out = ["", "", "Agents (100k HalfCheetah-v4 env steps, seed 0, upstream's CPU-sim recipe; "
-           f"[`{folder}`]({folder}/README.md); the two runs trained at the same time on one GPU, so their "
-           "wall-clock includes contention; update "
-           "times are isolated, median ms per full update at B = 512 on each run's final checkpoint):", "",
+def _jax_runs(folder: str) -> list[tuple[str, dict]]:
+    """(label, summary) of the extra JAX 100k runs in ``folder`` (agent_jax*_halfcheetah_seed*/summary.json)."""
+    runs = []
+    for path in sorted(glob.glob(os.path.join(folder, "agent_jax*_halfcheetah_seed*", "summary.json"))):
+        s = json.load(open(path))
+        init = ", torch agent's initial weights" if "torchinit" in path else ""
+        runs.append((f"JAX + Pallas, seed {s['seed']}{init} (*)", s))
+    return runs
+
+
+def agents_section(folder: str, *more: str) -> str:
+    """The agents' 100k runs (seed 0 of both from ``folder``, further JAX runs from ``more``), their isolated
+    update-step timings, the kernel harness and the paired training benchmark (each from the last folder that has
+    it)."""
+    out = ["", "", "Agents (100k HalfCheetah-v4 env steps, upstream's CPU-sim recipe; seed 0 of both agents in "
+           f"[`{folder}`]({folder}/README.md), trained at the same time on one GPU, so their wall-clock includes "
+           "contention; update times are isolated, median ms per full update at B = 512 on each run's final "
+           "checkpoint):", "",
            "| agent, target backend | return at 100k | train wall s | env steps/s | update ms: reference | "
            "update ms: fused kernel |", "|---|---|---|---|---|---|"]
-    for fw, name in (("torch", "torch + Triton, CUDA graphs"), ("jax", "JAX + Pallas")):
+    for fw, name in (("torch", "torch + Triton, CUDA graphs, seed 0"), ("jax", "JAX + Pallas, seed 0")):
         path = os.path.join(folder, f"agent_{fw}_halfcheetah_seed0", "summary.json")
         if not os.path.exists(path):
             continue
@@ -68,20 +86,51 @@ def agents_section(folder: str) -> str:
             eager = (t["eager/torch"]["update_ms"], t["eager/triton"]["update_ms"])
             out.append(f"| torch eager (`agent.use_cuda_graph=false`), same checkpoint | | | | {eager[0]:.2f} | "
                        f"{eager[1]:.2f} |")
-    paired = os.path.join(folder, "paired", "results.json")
-    if os.path.exists(paired):
-        summary = json.load(open(paired))["summary"]
-        parts = [f"{fw} {v['n']} pairs, mean {v['mean']:+.2f} %, range {v['min']:+.2f} .. {v['max']:+.2f} %"
-                 for fw, v in summary.items() if isinstance(v, dict)]
+    for extra in more:
+        runs = _jax_runs(extra)
+        for label, s in runs:
+            out.append(f"| {label} | {s['final_return']:,.0f} | {s['train_wall_seconds']:.0f} | "
+                       f"{s['env_steps_per_second']:.0f} | | |")
+        if runs:
+            out += ["", f"(*) [`{extra}`]({extra}/README.md): {len(runs)} runs trained at the same time on one GPU."]
+    folders = (folder, *more)
+    harness = [f for f in folders if os.path.exists(os.path.join(f, "harness", "results.json"))]
+    if harness:
+        out += ["", harness_section(harness[-1])]
+    paired = [f for f in folders if os.path.exists(os.path.join(f, "paired", "results.json"))]
+    if paired:
+        res = json.load(open(os.path.join(paired[-1], "paired", "results.json")))
+        parts = []
+        for key, what in (("summary", "process"), ("summary_loop", "training loop")):
+            parts += [f"{fw} {what} {v['n']} pairs, mean {v['mean']:+.2f} %, median {v['median']:+.2f} %, range "
+                      f"{v['min']:+.2f} .. {v['max']:+.2f} %" for fw, v in res.get(key, {}).items()
+                      if isinstance(v, dict)]
         out += ["", "Paired end-to-end training benchmark (wall-clock saving of the fused kernel over the reference "
-                f"backend, short runs): {'; '.join(parts)}."]
+                f"backend, {res['config']['num_env_steps']}-step runs, [`{paired[-1]}/paired`]"
+                f"({paired[-1]}/paired/results.md)): {'; '.join(parts)}."]
     return "\n".join(out)
+
+
+def harness_section(folder: str) -> str:
+    """The kernel harness's fast_p summaries (bench.harness: direct calls, and device time) and its speedup plot."""
+    res = json.load(open(os.path.join(folder, "harness", "results.json")))
+    env = res["env"]
+    lines = [f"Kernel harness (`python -m bench.harness`, {len(res['cases'])} cases, every implementation through "
+             f"compile -> correctness -> determinism -> integration -> performance; {env['gpu']}, "
+             f"{env['date_utc'][:10]}, [`{folder}/harness`]({folder}/harness/results.md)). fast_p: share of cases "
+             "correct and faster than upstream's compiled path by more than p. Direct calls (torch sides timed "
+             "per call, launch overhead included; JAX sides as a jitted loop against the compiled path's CUDA "
+             "graph):", ""]
+    lines += _fast_p_table(res["fast_p"], "")[2:]
+    lines += ["Device time (torch sides by CUDA-graph replay on both sides):", ""]
+    lines += _fast_p_table(res.get("fast_p_device") or fast_p_summary(res["records"], device_time=True), "")[2:]
+    return "\n".join(lines + [f"![harness speedup]({folder}/harness/speedup.png)"])
 
 
 def main() -> None:
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results/h200-2026-11-29"
     text = open("README.md").read()
-    body = section(folder) + (agents_section(sys.argv[2]) if len(sys.argv) > 2 else "")
+    body = section(folder) + (agents_section(*sys.argv[2:]) if len(sys.argv) > 2 else "")
     new = f"{BEGIN}\n{body}\n{END}"
     if BEGIN in text:
         text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: new, text, flags=re.S)
