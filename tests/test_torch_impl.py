@@ -140,6 +140,21 @@ class TestDispatch:
     def teardown_method(self):
         dispatch.reset_dispatch()
 
+    def test_compiles_fullgraph_without_dynamo_cache_warnings(self):
+        # the dispatcher's cached validation must not make dynamo warn (once per process, in users' training logs)
+        import warnings
+
+        t = to_torch(make_inputs(9, kind="mixed", seed=3))
+        eager = torch_impl.categorical_td_target(**t, gamma=0.99, backend="torch")
+        torch._dynamo.reset()
+        fn = torch.compile(lambda **kw: torch_impl.categorical_td_target(**kw, gamma=0.99, backend="torch"),
+                           fullgraph=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled = fn(**t)
+        assert torch.allclose(compiled, eager, atol=1e-6, equal_nan=True)
+        assert not [w for w in caught if "lru_cache" in str(w.message)]
+
     def test_unknown_backend_lists_the_valid_ones(self):
         with pytest.raises(ValueError, match=r"\('auto', 'torch', 'triton'\)"):
             torch_impl.categorical_td_target(**to_torch(make_inputs(3)), gamma=0.9, backend="cuda")

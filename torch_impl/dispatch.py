@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,7 +10,7 @@ import torch
 
 from shared_spec.reference import check_gamma, check_shapes
 from shared_spec.support import validate_support
-from torch_impl.reference import categorical_td_target_reference
+from torch_impl.reference import categorical_td_target_reference, compile_safe_cache
 
 __all__ = ["BACKENDS", "KERNEL_DTYPES", "BackendUnavailable", "Decision", "backend_info", "categorical_td_target",
            "dispatch_stats", "reset_dispatch", "resolve_backend"]
@@ -130,7 +129,7 @@ def _validate(args: tuple, gamma: object, min_v: object, max_v: object) -> None:
 
 
 _LOG_PROB_DTYPES = KERNEL_DTYPES + (torch.float64,)
-_check_support = functools.lru_cache(maxsize=64)(validate_support)
+_check_support = compile_safe_cache(validate_support)
 
 
 def categorical_td_target(

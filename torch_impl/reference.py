@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 
 from shared_spec.support import CategoricalSupport
 
-__all__ = ["categorical_td_target_reference", "support_constants"]
+T = TypeVar("T")
+
+__all__ = ["categorical_td_target_reference", "compile_safe_cache", "support_constants"]
 
 
-@functools.lru_cache(maxsize=64)
+def compile_safe_cache(fn: Callable[..., T]) -> Callable[..., T]:
+    """``functools.lru_cache`` for eager calls; under ``torch.compile`` the plain function, which dynamo traces
+    (dynamo ignores a cache wrapper anyway, with a UserWarning in every compiling process)."""
+    cached = functools.lru_cache(maxsize=64)(fn)
+
+    @functools.wraps(fn)
+    def call(*args: Any) -> T:
+        return fn(*args) if torch.compiler.is_compiling() else cached(*args)
+
+    return call
+
+
+@compile_safe_cache
 def support_constants(num_bins: int, min_v: float, max_v: float) -> tuple[float, float]:
     """(min_v, 1 / Delta) as the Python floats every torch/Triton path rounds to fp32 (SPEC.md section 3)."""
     sup = CategoricalSupport(num_bins, float(min_v), float(max_v))
