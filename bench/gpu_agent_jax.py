@@ -103,8 +103,9 @@ def paired_update_timing(run_dir: str, overrides: list[str], repeats: int = 7, i
     return _time_backends(agent, batch, repeats, iters)
 
 
-def synthetic_update_timing(batch_size: int, repeats: int, iters: int) -> dict:
-    """The same timing without gymnasium / omegaconf: recipe-sized networks, a random HalfCheetah-shaped batch."""
+def synthetic_agent_and_batch(batch_size: int, backend: str = "pallas") -> tuple[Any, dict]:
+    """Recipe-sized JAX agent (strict ``backend``) and a random HalfCheetah-shaped batch, without gymnasium or an
+    environment (omegaconf is still imported, by agent_common)."""
     import types
 
     import numpy as np
@@ -112,7 +113,7 @@ def synthetic_update_timing(batch_size: int, repeats: int, iters: int) -> dict:
     from agent_jax.agent import FlashSACAgent
 
     agent_cfg = types.SimpleNamespace(
-        use_amp=False, device_type="auto", categorical_target_backend="pallas", categorical_target_strict=True,
+        use_amp=False, device_type="auto", categorical_target_backend=backend, categorical_target_strict=True,
         critic_num_bins=101, critic_min_v=-5.0, critic_max_v=5.0, gamma=0.99, n_step=1, actor_bc_alpha=0.0,
         critic_target_update_tau=0.01, temp_target_entropy=-2.869, temp_target_sigma=0.15, actor_num_blocks=2,
         actor_hidden_dim=128, critic_num_blocks=2, critic_hidden_dim=256, temp_initial_value=0.01,
@@ -132,6 +133,12 @@ def synthetic_update_timing(batch_size: int, repeats: int, iters: int) -> dict:
         "terminated": np.zeros(batch_size, np.float32),
         "next_observation": rng.standard_normal((batch_size, OBS_DIM)).astype(np.float32),
     }
+    return agent, batch
+
+
+def synthetic_update_timing(batch_size: int, repeats: int, iters: int) -> dict:
+    """The same timing without gymnasium: recipe-sized networks, a random HalfCheetah-shaped batch."""
+    agent, batch = synthetic_agent_and_batch(batch_size)
     return _time_backends(agent, batch, repeats, iters)
 
 
