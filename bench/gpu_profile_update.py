@@ -14,6 +14,14 @@ temperature step and the one without (actor_update_period 2), so an even ``--upd
 ``--summarize`` reads ncu's CSV: kernels and summed kernel time per update, then the kernels that take the most
 time. The summed kernel time is the GPU's busy time; the rest of a measured update time is gaps between kernels.
 ncu serialises kernels, so only the per-kernel durations are meaningful, not the wall-clock under ncu.
+
+The JAX process crashed under ncu on the H200 (bench/results/h200-2026-11-29-profile), so for JAX there is a second
+way, without ncu: ``--jax-trace DIR`` records the profiled updates with ``jax.profiler.trace`` (CUPTI kernel events
+at normal clocks, kernels not serialised), and ``--summarize-trace DIR`` gives the same table from its
+``*.trace.json.gz``, plus the device span per update (first kernel start to last kernel end):
+
+    python3 -m bench.gpu_profile_update --framework jax --jax-trace $OUT/jax_trace
+    python3 -m bench.gpu_profile_update --summarize-trace $OUT/jax_trace --updates 2
 """
 
 from __future__ import annotations
@@ -21,10 +29,32 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
+import glob
+import gzip
 import io
+import json
+import os
 import sys
 
 TIME_METRIC = "gpu__time_duration.sum"
+
+
+def _jax_trace_updates(backend: str, warmup: int, updates: int, trace_dir: str) -> None:
+    """``updates`` JAX updates after ``warmup`` ones, recorded by ``jax.profiler.trace`` into ``trace_dir``."""
+    import jax
+
+    from bench.gpu_agent_jax import synthetic_agent_and_batch
+
+    agent, batch = synthetic_agent_and_batch(512, backend)
+    for _ in range(warmup):
+        agent.update(batch)
+    jax.block_until_ready(agent.state)
+    with jax.profiler.trace(trace_dir):
+        for _ in range(updates):
+            agent.update(batch)
+        jax.block_until_ready(agent.state)
+    agent.flush_metrics()
+    print(f"traced {updates} jax updates ({backend}) after {warmup} warm-up updates into {trace_dir}", flush=True)
 
 
 def _profiled_updates(framework: str, warmup: int, updates: int) -> None:
@@ -60,6 +90,42 @@ def _profiled_updates(framework: str, warmup: int, updates: int) -> None:
     print(f"profiled {updates} {framework} updates after {warmup} warm-up updates", flush=True)
 
 
+def _table(by_name: dict[str, list[float]], updates: int, top: int) -> list[str]:
+    total = sum(sum(v) for v in by_name.values())
+    lines = ["| kernel | calls per update | us per update | share |", "|---|---|---|---|"]
+    for name, t in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        lines.append(f"| `{name[:90]}` | {len(t) / updates:g} | {sum(t) / updates:.1f} | "
+                     f"{100 * sum(t) / total:.1f} % |")
+    return lines
+
+
+def summarize_trace(path: str, updates: int, top: int = 20) -> str:
+    """The ``summarize`` table from a ``jax.profiler.trace`` directory (or one ``*.trace.json.gz`` in it): kernel
+    events are the complete ("X") events on the device processes' ``Stream`` threads (XLA's derived "XLA Ops" /
+    "XLA Modules" lines repeat them, so they are left out), plus the device span per update."""
+    files = [path] if path.endswith(".json.gz") else sorted(glob.glob(os.path.join(path, "**", "*.trace.json.gz"),
+                                                                        recursive=True))
+    if not files:
+        raise ValueError(f"{path}: no *.trace.json.gz (a jax.profiler.trace directory was expected)")
+    events = json.load(gzip.open(files[-1]))["traceEvents"]
+    meta = [e for e in events if e.get("ph") == "M"]
+    procs = {e["pid"]: e["args"].get("name", "") for e in meta if e.get("name") == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"].get("name", "") for e in meta if e.get("name") == "thread_name"}
+    device = [e for e in events if e.get("ph") == "X" and procs.get(e["pid"], "").startswith("/device:")]
+    kernels = [e for e in device if threads.get((e["pid"], e["tid"]), "").startswith("Stream")]
+    if not kernels:
+        raise ValueError(f"{files[-1]}: no kernel events on a device stream (processes {sorted(set(procs.values()))}"
+                         "; a CPU-only trace has none)")
+    by_name: dict[str, list[float]] = collections.defaultdict(list)
+    for e in kernels:
+        by_name[e["name"]].append(float(e["dur"]))  # us
+    busy = sum(sum(v) for v in by_name.values())
+    span = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
+    return "\n".join([f"{files[-1]}: {len(kernels)} kernels over {updates} updates: {len(kernels) / updates:.0f} "
+                      f"kernels, {busy / updates:.1f} us of kernel time and {span / updates:.1f} us of device span "
+                      f"per update (busy {100 * busy / span:.0f} %)", ""] + _table(by_name, updates, top))
+
+
 def summarize(path: str, updates: int, top: int = 20) -> str:
     """Kernel count and summed GPU time per update, and the ``top`` kernels by total time, from ncu's raw CSV."""
     text = open(path).read()
@@ -75,13 +141,8 @@ def summarize(path: str, updates: int, top: int = 20) -> str:
     for r in rows:
         by_name[r["Kernel Name"]].append(float(r[TIME_METRIC].replace(",", "")) / 1e3)  # ns -> us
     total = sum(sum(v) for v in by_name.values())
-    lines = [f"{path}: {len(rows)} kernels over {updates} updates: {len(rows) / updates:.0f} kernels and "
-             f"{total / updates:.1f} us of kernel time per update", "",
-             "| kernel | calls per update | us per update | share |", "|---|---|---|---|"]
-    for name, t in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]:
-        lines.append(f"| `{name[:90]}` | {len(t) / updates:g} | {sum(t) / updates:.1f} | "
-                     f"{100 * sum(t) / total:.1f} % |")
-    return "\n".join(lines)
+    return "\n".join([f"{path}: {len(rows)} kernels over {updates} updates: {len(rows) / updates:.0f} kernels and "
+                      f"{total / updates:.1f} us of kernel time per update", ""] + _table(by_name, updates, top))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,10 +151,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=10, help="updates before profiling (compile, capture)")
     ap.add_argument("--updates", type=int, default=2, help="profiled updates (even: both update variants)")
     ap.add_argument("--summarize", metavar="CSV", help="summarise an ncu CSV instead of running updates")
+    ap.add_argument("--jax-trace", metavar="DIR", help="JAX only: record the updates with jax.profiler.trace, no ncu")
+    ap.add_argument("--summarize-trace", metavar="DIR", help="summarise a jax.profiler.trace directory")
+    ap.add_argument("--backend", default="pallas", help="JAX target backend for --jax-trace (strict)")
     ap.add_argument("--top", type=int, default=20)
     a = ap.parse_args(argv)
     if a.summarize:
         print(summarize(a.summarize, a.updates, a.top))
+        return 0
+    if a.summarize_trace:
+        print(summarize_trace(a.summarize_trace, a.updates, a.top))
+        return 0
+    if a.jax_trace:
+        if a.framework != "jax":
+            ap.error("--jax-trace records JAX updates: use it with --framework jax")
+        _jax_trace_updates(a.backend, a.warmup, a.updates, a.jax_trace)
         return 0
     _profiled_updates(a.framework, a.warmup, a.updates)
     return 0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.gpu_profile_update import summarize
+from bench.gpu_profile_update import summarize, summarize_trace
 
 NCU_CSV = '''==PROF== Connected to process 1234 (/usr/bin/python3)
 ==PROF== Profiling "fusion_12": 0%....50%....100% - 1 pass
@@ -31,3 +31,43 @@ def test_summary_refuses_output_without_kernels(tmp_path):
     path.write_text("==PROF== No kernels were profiled.\n")
     with pytest.raises(ValueError, match="no ncu CSV header"):
         summarize(str(path), updates=2)
+
+
+def _trace(tmp_path, events):
+    import gzip
+    import json
+
+    folder = tmp_path / "plugins" / "profile" / "run"
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "vm.trace.json.gz", "wt") as f:
+        json.dump({"displayTimeUnit": "ns", "traceEvents": events}, f)
+    return str(tmp_path)
+
+
+def test_trace_summary_counts_stream_kernels_once(tmp_path):
+    # the device process holds the kernels on its "Stream" threads and XLA's derived op lines, which repeat them
+    meta = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
+            {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+            {"ph": "M", "name": "thread_name", "pid": 2, "tid": 7, "args": {"name": "Stream #7(Compute)"}},
+            {"ph": "M", "name": "thread_name", "pid": 2, "tid": 9, "args": {"name": "XLA Ops"}}]
+    kernels = [{"ph": "X", "pid": 2, "tid": 7, "name": n, "ts": ts, "dur": d}
+               for n, ts, d in (("gemm", 0.0, 6.0), ("fusion", 10.0, 2.0), ("gemm", 20.0, 4.0), ("fusion", 30.0, 2.0))]
+    derived = [dict(k, tid=9) for k in kernels]
+    host = [{"ph": "X", "pid": 1, "tid": 3, "name": "PjitFunction", "ts": 0.0, "dur": 40.0}]
+    text = summarize_trace(_trace(tmp_path, meta + kernels + derived + host), updates=2)
+    assert "4 kernels over 2 updates: 2 kernels, 7.0 us of kernel time and 16.0 us of device span" in text
+    assert "(busy 44 %)" in text
+    assert "| `gemm` | 1 | 5.0 | 71.4 % |" in text
+
+
+def test_cpu_trace_of_real_updates_is_refused_clearly(tmp_path, monkeypatch):
+    # the real recording path (the JAX agent's updates under jax.profiler.trace), on CPU: no device kernels
+    import bench.gpu_agent_jax as gj
+    import bench.gpu_profile_update as gp
+
+    real = gj.synthetic_agent_and_batch
+    monkeypatch.setattr(gj, "synthetic_agent_and_batch", lambda batch_size, backend: real(32, backend))
+    assert gp.main(["--framework", "jax", "--backend", "jax", "--warmup", "1", "--updates", "2",
+                    "--jax-trace", str(tmp_path)]) == 0
+    with pytest.raises(ValueError, match="no kernel events on a device stream"):
+        summarize_trace(str(tmp_path), updates=2)
