@@ -171,9 +171,7 @@ class Config(_Freezable):
     save_checkpoint_per_interaction_step: int | None = None  # null -> N (one checkpoint at the end)
     save_buffer_per_interaction_step: int | None = None  # null -> buffer saved only if save_buffer
     # project keys
-    save_buffer: bool = (
-        False  # write the replay buffer with every checkpoint (always done on Ctrl-C / max_wall_seconds)
-    )
+    save_buffer: bool = False  # buffer in every checkpoint (always on Ctrl-C / max_wall_seconds)
     max_wall_seconds: float | None = None  # checkpoint and exit cleanly once this much wall time has passed
     deterministic: bool = False  # deterministic algorithms (bitwise reproducible on CPU)
     progress_bar: bool = True  # tqdm bar with env steps/s, updates/s and the latest eval return

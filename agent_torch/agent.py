@@ -217,7 +217,7 @@ class FlashSACAgent:
         info.update(
             update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx, self.scaler)
         )
-        info.update(update_target(self.critic, self.target_critic, self.ctx.tau))
+        update_target(self.critic, self.target_critic, self.ctx.tau)
         return tuple(info), torch.stack([v.float().reshape(()) for v in info.values()])
 
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:

@@ -222,13 +222,8 @@ def update_critic(
 
 
 @torch.no_grad()
-def update_target(critic: Network, target_critic: Network, tau: float) -> dict[str, torch.Tensor]:
-    """EMA of parameters only: θ̄ ← θ̄ + τ(θ − θ̄). BN running stats are not averaged; no projection.
-
-    Returns:
-        An empty info dict (upstream logs nothing for the EMA); kept for a uniform update-function signature.
-    """
+def update_target(critic: Network, target_critic: Network, tau: float) -> None:
+    """EMA of parameters only: θ̄ ← θ̄ + τ(θ − θ̄). BN running stats are not averaged; no projection."""
     target_params = list(target_critic.module.parameters())
     online_params = list(critic.module.parameters())
     torch._foreach_lerp_(target_params, online_params, tau)
-    return {}

@@ -111,6 +111,7 @@ def synthetic_agent_and_batch(batch_size: int, backend: str = "pallas") -> tuple
     import numpy as np
 
     from agent_jax.agent import FlashSACAgent
+    from bench.agent_parity import make_batch, make_spaces
 
     agent_cfg = types.SimpleNamespace(
         use_amp=False, device_type="auto", categorical_target_backend=backend, categorical_target_strict=True,
@@ -121,18 +122,8 @@ def synthetic_agent_and_batch(batch_size: int, backend: str = "pallas") -> tuple
         learning_rate_decay_step=100_000, actor_update_period=2,
     )
     cfg = types.SimpleNamespace(agent=agent_cfg, seed=0)
-    box = types.SimpleNamespace
-    obs_space = box(shape=(OBS_DIM,), low=-np.inf * np.ones(OBS_DIM), high=np.inf * np.ones(OBS_DIM))
-    act_space = box(shape=(ACT_DIM,), low=-np.ones(ACT_DIM, np.float32), high=np.ones(ACT_DIM, np.float32))
-    agent = FlashSACAgent(cfg, obs_space, act_space)  # type: ignore[arg-type]
-    rng = np.random.default_rng(0)
-    batch = {
-        "observation": rng.standard_normal((batch_size, OBS_DIM)).astype(np.float32),
-        "action": rng.uniform(-1, 1, (batch_size, ACT_DIM)).astype(np.float32),
-        "reward": (0.3 * rng.standard_normal(batch_size)).astype(np.float32),
-        "terminated": np.zeros(batch_size, np.float32),
-        "next_observation": rng.standard_normal((batch_size, OBS_DIM)).astype(np.float32),
-    }
+    agent = FlashSACAgent(cfg, *make_spaces(OBS_DIM, ACT_DIM))  # type: ignore[arg-type]
+    batch = make_batch(np.random.default_rng(0), batch_size, OBS_DIM, ACT_DIM)
     return agent, batch
 
 

@@ -128,31 +128,19 @@ def paired_update_timing(run_dir: str, overrides: list[str], repeats: int = 7, i
 def synthetic_agents(overrides: list[str]) -> tuple[dict, list[dict]]:
     """Eager and graph agents with the recipe's networks and identical initial weights, plus 40 random
     HalfCheetah-shaped batches (no environment needed)."""
-    import gymnasium as gym
     import numpy as np
 
     from agent_common.config import load_config
     from agent_torch.agent import make_agent
+    from bench.agent_parity import make_batch, make_spaces
 
-    obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float64)
-    act_space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
     agents = {}
     for mode in MODES:
         flag = f"agent.use_cuda_graph={'true' if mode == 'graph' else 'false'}"
         cfg = load_config(RECIPE + overrides + [flag, "save_path=/tmp/unused"], "torch")
-        agents[mode] = make_agent(cfg, obs_space, act_space)
+        agents[mode] = make_agent(cfg, *make_spaces(OBS_DIM, ACT_DIM))
     rng = np.random.default_rng(0)
-    batch_size = cfg.agent.sample_batch_size
-    batches = [
-        {
-            "observation": rng.standard_normal((batch_size, OBS_DIM)).astype(np.float32),
-            "action": rng.uniform(-1, 1, (batch_size, ACT_DIM)).astype(np.float32),
-            "reward": (0.3 * rng.standard_normal(batch_size)).astype(np.float32),
-            "terminated": (rng.random(batch_size) < 0.02).astype(np.float32),
-            "next_observation": rng.standard_normal((batch_size, OBS_DIM)).astype(np.float32),
-        }
-        for _ in range(40)
-    ]
+    batches = [make_batch(rng, cfg.agent.sample_batch_size, OBS_DIM, ACT_DIM) for _ in range(40)]
     return agents, batches
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import csv
 import glob
 import gzip
@@ -35,59 +36,64 @@ import io
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 TIME_METRIC = "gpu__time_duration.sum"
 
 
-def _jax_trace_updates(backend: str, warmup: int, updates: int, trace_dir: str) -> None:
-    """``updates`` JAX updates after ``warmup`` ones, recorded by ``jax.profiler.trace`` into ``trace_dir``."""
-    import jax
-
-    from bench.gpu_agent_jax import synthetic_agent_and_batch
-
-    agent, batch = synthetic_agent_and_batch(512, backend)
-    for _ in range(warmup):
-        agent.update(batch)
-    jax.block_until_ready(agent.state)
-    with jax.profiler.trace(trace_dir):
-        for _ in range(updates):
-            agent.update(batch)
-        jax.block_until_ready(agent.state)
-    agent.flush_metrics()
-    print(f"traced {updates} jax updates ({backend}) after {warmup} warm-up updates into {trace_dir}", flush=True)
-
-
-def _profiled_updates(framework: str, warmup: int, updates: int) -> None:
-    import torch
-
+def _agent(framework: str, backend: str | None) -> tuple[Any, dict, Callable[[], None]]:
+    """The recipe-sized agent (strict ``backend``, default: Pallas for JAX, the recipe's Triton for torch with CUDA
+    graphs), a synthetic batch and a device sync."""
     if framework == "jax":
         import jax
 
         from bench.gpu_agent_jax import synthetic_agent_and_batch
 
-        agent, batch = synthetic_agent_and_batch(512)
+        agent, batch = synthetic_agent_and_batch(512, backend or "pallas")
+        return agent, batch, lambda: jax.block_until_ready(agent.state)
+    import torch
 
-        def sync() -> None:
-            jax.block_until_ready(agent.state)
-    else:
-        from bench.gpu_agent_torch import synthetic_agents
+    from bench.gpu_agent_torch import synthetic_agents
 
-        agents, batches = synthetic_agents([])
-        agent, batch = agents["graph"], batches[0]
+    agents, batches = synthetic_agents([f"agent.categorical_target_backend={backend}"] if backend else [])
+    return agents["graph"], batches[0], torch.cuda.synchronize
 
-        def sync() -> None:
-            torch.cuda.synchronize()
 
-    torch.cuda.init()  # the runtime's primary context, which XLA uses too: the profiler calls below apply to both
+@contextlib.contextmanager
+def _cuda_profiler() -> Iterator[None]:
+    """cudaProfilerStart / Stop, for ncu's --profile-from-start off. Through torch's runtime, which uses the primary
+    context, as XLA does, so the calls apply to both frameworks."""
+    import torch
+
+    torch.cuda.init()
+    torch.cuda.cudart().cudaProfilerStart()
+    try:
+        yield
+    finally:
+        torch.cuda.cudart().cudaProfilerStop()
+
+
+def _profiled_updates(framework: str, backend: str | None, warmup: int, updates: int,
+                      trace_dir: str | None = None) -> None:
+    """``updates`` updates after ``warmup`` ones, between cudaProfilerStart / Stop, or (``trace_dir``, JAX only)
+    recorded by ``jax.profiler.trace``."""
+    agent, batch, sync = _agent(framework, backend)
     for _ in range(warmup):
         agent.update(batch)
     sync()
-    torch.cuda.cudart().cudaProfilerStart()
-    for _ in range(updates):
-        agent.update(batch)
-    sync()
-    torch.cuda.cudart().cudaProfilerStop()
-    print(f"profiled {updates} {framework} updates after {warmup} warm-up updates", flush=True)
+    if trace_dir is not None:
+        import jax
+
+        recorder = jax.profiler.trace(trace_dir)
+    else:
+        recorder = _cuda_profiler()
+    with recorder:
+        for _ in range(updates):
+            agent.update(batch)
+        sync()
+    print(f"profiled {updates} {framework} updates after {warmup} warm-up updates"
+          + (f" into {trace_dir}" if trace_dir else ""), flush=True)
 
 
 def _table(by_name: dict[str, list[float]], updates: int, top: int) -> list[str]:
@@ -153,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summarize", metavar="CSV", help="summarise an ncu CSV instead of running updates")
     ap.add_argument("--jax-trace", metavar="DIR", help="JAX only: record the updates with jax.profiler.trace, no ncu")
     ap.add_argument("--summarize-trace", metavar="DIR", help="summarise a jax.profiler.trace directory")
-    ap.add_argument("--backend", default="pallas", help="JAX target backend for --jax-trace (strict)")
+    ap.add_argument("--backend", default=None,
+                    help="target backend, strict (default: pallas for jax, the recipe's triton for torch)")
     ap.add_argument("--top", type=int, default=20)
     a = ap.parse_args(argv)
     if a.summarize:
@@ -162,12 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.summarize_trace:
         print(summarize_trace(a.summarize_trace, a.updates, a.top))
         return 0
-    if a.jax_trace:
-        if a.framework != "jax":
-            ap.error("--jax-trace records JAX updates: use it with --framework jax")
-        _jax_trace_updates(a.backend, a.warmup, a.updates, a.jax_trace)
-        return 0
-    _profiled_updates(a.framework, a.warmup, a.updates)
+    if a.jax_trace and a.framework != "jax":
+        ap.error("--jax-trace records JAX updates: use it with --framework jax")
+    _profiled_updates(a.framework, a.backend, a.warmup, a.updates, a.jax_trace)
     return 0
 
 
