@@ -8,10 +8,32 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BATCH_KEYS", "ReplayBuffer"]
+__all__ = ["BATCH_KEYS", "UPDATE_KEYS", "ReplayBuffer", "flat_batch", "flat_widths"]
 
 BATCH_KEYS: tuple[str, ...] = ("observation", "action", "reward", "terminated", "truncated", "next_observation")
 """Keys of a sampled batch, all float32: (B, O), (B, A), (B,), (B,), (B,), (B, O)."""
+
+UPDATE_KEYS: tuple[str, ...] = ("observation", "action", "reward", "terminated", "next_observation")
+"""The batch entries an update reads (truncated transitions bootstrap, so ``truncated`` is not one of them)."""
+
+
+def flat_widths(observation_dim: int, action_dim: int) -> list[int]:
+    """Column widths of ``flat_batch``'s entries, in ``UPDATE_KEYS`` order: [O, A, 1, 1, O]."""
+    return [observation_dim, action_dim, 1, 1, observation_dim]
+
+
+def flat_batch(batch: dict[str, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """The ``UPDATE_KEYS`` entries of a sampled batch side by side, as one (B, 2O + A + 2) float32 array.
+
+    The agents move a batch to the device in one copy of this array and split it there.
+
+    Args:
+        batch: a sampled batch (``BATCH_KEYS``).
+        out: optional (B, 2O + A + 2) float32 array to write into (e.g. a pinned host buffer).
+    """
+    num_rows = len(batch["reward"])
+    arrays = [np.asarray(batch[k], dtype=np.float32).reshape(num_rows, -1) for k in UPDATE_KEYS]
+    return np.concatenate(arrays, axis=1, out=out)
 
 
 class ReplayBuffer:

@@ -12,9 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agent_common.buffer import flat_batch
 from agent_common.checkpoint import atomic_pickle, load_pickle
 from agent_jax.state import AgentState, build_networks, create_agent_state
-from agent_jax.update import Batch, UpdateContext, update_networks
+from agent_jax.update import Batch, UpdateContext, metric_names, update_networks_flat
 from jax_impl import backend_info, dispatch_stats, resolve_backend
 
 if TYPE_CHECKING:  # gymnasium and omegaconf (agent_common.config) are not needed to build and update the agent
@@ -125,9 +126,11 @@ class FlashSACAgent:
         # uncommitted initial state would compile each update variant twice.
         self.state: AgentState = jax.device_put(state, self.device)
         self.ctx = jax.device_put(self.ctx, self.device)
+        self.observation_dim = observation_dim
         self.action_dim = action_dim
         self.update_step = 0
-        self._pending: dict[str, jax.Array] | None = None  # info of the last update, not yet returned
+        self._pending: tuple[tuple[str, ...], jax.Array] | None = None  # (names, stacked metrics) of the last
+        # update, not yet returned
         log.info("categorical_td_target backend: %s", self.info()["backend/selected"])
 
     # ------------------------------------------------------------------------------------------------ acting
@@ -141,10 +144,11 @@ class FlashSACAgent:
         Returns:
             (E, A) float32 numpy actions in [-1, 1]. Consumes no JAX RNG.
         """
-        obs = jax.device_put(np.asarray(observation, dtype=np.float32), self.device)  # (E, O)
+        # numpy in, as for the update: jit copies it to the parameters' device
+        obs = np.asarray(observation, dtype=np.float32)  # (E, O)
         deterministic = noise is None
         eps = np.zeros((obs.shape[0], self.action_dim), np.float32) if noise is None else noise  # (E, A)
-        eps = jax.device_put(np.asarray(eps, dtype=np.float32), self.device)  # (E, A)
+        eps = np.asarray(eps, dtype=np.float32)  # (E, A)
         actor = self.state.actor
         action = _policy(self._actor_def, actor.params, actor.batch_stats, obs, eps,
                          deterministic=deterministic)  # (E, A)
@@ -152,16 +156,8 @@ class FlashSACAgent:
 
     # ------------------------------------------------------------------------------------------------ update
     def _to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
-        def array(key: str) -> jax.Array:
-            return jax.device_put(np.ascontiguousarray(batch[key], dtype=np.float32), self.device)
-
-        return Batch(
-            observation=array("observation"),  # (B, O)
-            action=array("action"),  # (B, A)
-            reward=array("reward"),  # (B,)
-            terminated=array("terminated"),  # (B,)
-            next_observation=array("next_observation"),  # (B, O)
-        )
+        """Numpy batch -> float32 device arrays (slices of one flat copy; for tests and benchmarks)."""
+        return Batch.from_flat(jax.device_put(flat_batch(batch), self.device), self.observation_dim)
 
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One FlashSAC update in upstream order: [actor -> temperature] (every actor_update_period) -> critic -> EMA.
@@ -177,8 +173,13 @@ class FlashSACAgent:
         """
         do_actor_update = self.update_step % self.cfg.agent.actor_update_period == 0
         previous = self._pending
-        self.state, self._pending = update_networks(self.state, self._to_batch(batch), self.ctx,
-                                                    do_actor_update=do_actor_update)
+        # The numpy batch goes to jit as it is: jit's C++ dispatch copies it to the device, without the Python
+        # path of jax.device_put (bench/results/h200-2026-11-29-update-speed).
+        self.state, values = update_networks_flat(self.state, flat_batch(batch), self.ctx,
+                                                  observation_dim=self.observation_dim,
+                                                  do_actor_update=do_actor_update)
+        values.copy_to_host_async()  # queued behind the update, so the next call's read-back finds it on the host
+        self._pending = (metric_names(do_actor_update), values)
         self.update_step += 1
         return self._metrics(previous, self.update_step - 1)
 
@@ -188,10 +189,11 @@ class FlashSACAgent:
         return self._metrics(pending, self.update_step)
 
     @staticmethod
-    def _metrics(info: dict[str, jax.Array] | None, update_step: int) -> dict[str, float]:
-        if info is None:
+    def _metrics(pending: tuple[tuple[str, ...], jax.Array] | None, update_step: int) -> dict[str, float]:
+        if pending is None:
             return {}
-        metrics = {k: float(v) for k, v in jax.device_get(info).items()}
+        names, values = pending
+        metrics = dict(zip(names, np.asarray(values).tolist(), strict=True))  # one read-back
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
         if bad:
             raise FloatingPointError(f"non-finite {', '.join(bad)} at update step {update_step}: "
@@ -226,8 +228,10 @@ class FlashSACAgent:
         os.makedirs(directory, exist_ok=True)
         for name, tree in self._network_states().items():
             atomic_pickle(os.path.join(directory, f"{name}.pkl"), _to_numpy(tree))
-        pending = None if self._pending is None else {k: np.asarray(v) for k, v in jax.device_get(self._pending)
-                                                       .items()}
+        pending = None
+        if self._pending is not None:
+            names, values = self._pending
+            pending = dict(zip(names, np.asarray(values), strict=True))  # {name: f32 scalar}
         state = {"update_step": self.update_step, "rng": np.asarray(jax.device_get(self.state.rng)),
                  "pending_metrics": pending, "backend": self.ctx.backend}
         atomic_pickle(os.path.join(directory, AGENT_STATE_FILE), state)
@@ -263,7 +267,8 @@ class FlashSACAgent:
                                 temperature=net(s.temperature, "temperature"), rng=rng)
         self.update_step = int(agent_state["update_step"])
         pending = agent_state["pending_metrics"]
-        self._pending = None if pending is None else {k: jax.device_put(v, self.device) for k, v in pending.items()}
+        self._pending = None if pending is None else (
+            tuple(pending), jax.device_put(np.asarray(list(pending.values()), np.float32), self.device))
 
 
 def _target_entropy(agent_cfg: Any, action_space: Any) -> float:

@@ -12,7 +12,9 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from agent_common.buffer import flat_widths
 from agent_jax.networks import normalize_parameters
 from agent_jax.state import AgentState, RLTrainState
 from jax_impl import categorical_td_target
@@ -21,9 +23,11 @@ __all__ = [
     "Batch",
     "UpdateContext",
     "critic_target",
+    "metric_names",
     "update_actor",
     "update_critic",
     "update_networks",
+    "update_networks_flat",
     "update_target",
     "update_temperature",
 ]
@@ -48,6 +52,15 @@ class Batch:
     reward: Array
     terminated: Array
     next_observation: Array
+
+    @classmethod
+    def from_flat(cls, flat: Array, observation_dim: int) -> Batch:
+        """Slices of a flat (B, 2O + A + 2) batch, columns as ``agent_common.buffer.flat_batch`` lays them out."""
+        action_dim = flat.shape[1] - 2 * observation_dim - 2
+        bounds = np.cumsum(flat_widths(observation_dim, action_dim))[:-1]
+        observation, action, reward, terminated, next_observation = jnp.split(flat, bounds, axis=1)
+        return cls(observation=observation, action=action, reward=reward[:, 0], terminated=terminated[:, 0],
+                   next_observation=next_observation)  # (B, O), (B, A), (B,), (B,), (B, O)
 
 
 @flax.struct.dataclass
@@ -82,6 +95,13 @@ class UpdateContext:
         f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
         return cls(discount=f32(discount), target_entropy=f32(target_entropy), bc_alpha=f32(bc_alpha), tau=f32(tau),
                    min_v=float(min_v), max_v=float(max_v), backend=str(backend))
+
+
+def metric_names(do_actor_update: bool) -> tuple[str, ...]:
+    """The info keys of ``update_networks``: actor and temperature metrics (when due), then critic (the order of the
+    agent's stacked metrics)."""
+    actor = ("actor/loss", "actor/entropy", "actor/mean_action", "temperature/value", "temperature/loss")
+    return (actor if do_actor_update else ()) + ("critic/loss", "critic/max_entropy_bonus")
 
 
 def _step(state: RLTrainState, grads: Any, batch_stats: Any, project: bool = True) -> RLTrainState:
@@ -282,3 +302,28 @@ def update_networks(state: AgentState, batch: Batch, ctx: UpdateContext, *,
     info.update(critic_info)
     critic = update_target(critic, ctx.tau)
     return AgentState(actor=actor, critic=critic, temperature=temperature, rng=rng), info
+
+
+@functools.partial(jax.jit, static_argnames=("observation_dim", "do_actor_update"), donate_argnums=(0,))
+def update_networks_flat(state: AgentState, flat: Array, ctx: UpdateContext, *, observation_dim: int,
+                         do_actor_update: bool) -> tuple[AgentState, Array]:
+    """``update_networks`` on a flat batch, with the metrics stacked: what the agent runs each update.
+
+    The twin of the torch agent's ``_update_step``: the batch arrives in one host -> device copy
+    (``agent_common.buffer.flat_batch``) and the metrics go back in one read-back.
+
+    Args:
+        state: AgentState (donated).
+        flat: (B, 2O + A + 2) batch, columns in ``agent_common.buffer.UPDATE_KEYS`` order.
+        ctx: update constants.
+        observation_dim: O (static).
+        do_actor_update: whether this step first updates the actor and the temperature (static).
+
+    Returns:
+        (new AgentState, (M,) f32 metrics in ``metric_names(do_actor_update)`` order).
+    """
+    state, info = update_networks(state, Batch.from_flat(flat, observation_dim), ctx, do_actor_update=do_actor_update)
+    names = metric_names(do_actor_update)
+    if set(info) != set(names):  # trace time: keeps metric_names in step with update_networks
+        raise AssertionError(f"update_networks returned metrics {sorted(info)}, metric_names says {names}")
+    return state, jnp.stack([info[k] for k in names])

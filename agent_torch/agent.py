@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from agent_common.buffer import flat_batch, flat_widths
 from agent_common.checkpoint import atomic_write
 from agent_common.config import Config, target_entropy
 from agent_torch.graphs import GraphCache
@@ -24,7 +25,6 @@ from torch_impl import dispatch_stats, resolve_backend
 __all__ = ["FlashSACAgent", "make_agent", "resolve_device"]
 
 NETWORK_FILES = ("actor", "critic", "target_critic", "temperature")
-BATCH_KEYS = ("observation", "action", "reward", "terminated", "next_observation")
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class FlashSACAgent:
         self.update_step = 0
         self._host_batch: torch.Tensor | None = None  # reused (pinned on CUDA) host buffer of the flat batch
         self._copy_done: torch.cuda.Event | None = None  # recorded after the last host -> device batch copy
-        self._widths = [observation_dim, action_dim, 1, 1, observation_dim]  # flat batch columns, BATCH_KEYS order
+        self._widths = flat_widths(observation_dim, action_dim)  # flat batch columns, UPDATE_KEYS order
 
     # ------------------------------------------------------------------------------------------------ acting
     @torch.no_grad()
@@ -177,13 +177,12 @@ class FlashSACAgent:
     # ------------------------------------------------------------------------------------------------ update
     def _flat_batch(self, batch: dict[str, np.ndarray]) -> torch.Tensor:
         """Numpy batch -> one (B, 2O + A + 2) float32 device tensor (through a reused pinned host buffer on CUDA)."""
-        arrays = [np.asarray(batch[k], dtype=np.float32).reshape(len(batch["reward"]), -1) for k in BATCH_KEYS]
-        shape = (arrays[0].shape[0], sum(a.shape[1] for a in arrays))
+        shape = (len(batch["reward"]), sum(self._widths))
         if self._host_batch is None or tuple(self._host_batch.shape) != shape:
             self._host_batch = torch.empty(shape, dtype=torch.float32, pin_memory=self.device.type == "cuda")
         if self._copy_done is not None:
             self._copy_done.synchronize()  # the previous asynchronous copy has read the buffer
-        np.concatenate(arrays, axis=1, out=self._host_batch.numpy())
+        flat_batch(batch, out=self._host_batch.numpy())
         if self.device.type != "cuda":
             return self._host_batch.clone()
         flat = self._host_batch.to(self.device, non_blocking=True)
@@ -192,7 +191,7 @@ class FlashSACAgent:
         return flat
 
     def _split(self, flat: torch.Tensor) -> Batch:
-        """Views of a flat (B, 2O + A + 2) device batch, columns in ``BATCH_KEYS`` order."""
+        """Views of a flat (B, 2O + A + 2) device batch, columns in ``UPDATE_KEYS`` order."""
         parts = torch.split(flat, self._widths, dim=1)
         return Batch(
             observation=parts[0],  # (B, O)

@@ -1,12 +1,12 @@
 """Regenerate README.md's "Performance" section from the committed H200 results.
 
     python -m bench.report bench/results/h200-2026-11-29 bench/results/h200-2026-11-29-agents \\
-        bench/results/h200x2-2026-11-29-agents
+        bench/results/h200x2-2026-11-29-agents bench/results/h200-2026-11-29-update-speed
 
 The first folder holds the kernel results (triton/, pallas/), the optional second one the agents' seed-0 runs
 (agent_*_halfcheetah_seed0/summary.json), any further ones more JAX runs (agent_jax*_halfcheetah_seed*/); the kernel
-harness (harness/results.json) and the paired training benchmark (paired/results.json) come from the last agents
-folder that has them.
+harness (harness/results.json), the paired training benchmark (paired/results.json) and the torch vs JAX update
+comparison (compare/*.json, bench/gpu_update_compare.py) come from the last agents folder that has them.
 
 Rewrites the text between the `<!-- performance:begin -->` and `<!-- performance:end -->` markers.
 """
@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import re
+import statistics
 import sys
 
 from bench.harness import _fast_p_table, fast_p_summary
@@ -108,6 +110,34 @@ def agents_section(folder: str, *more: str) -> str:
         out += ["", "Paired end-to-end training benchmark (wall-clock saving of the fused kernel over the reference "
                 f"backend, {res['config']['num_env_steps']}-step runs, [`{paired[-1]}/paired`]"
                 f"({paired[-1]}/paired/results.md)): {'; '.join(parts)}."]
+    compare = [f for f in folders if glob.glob(os.path.join(f, "compare", "*.json"))]
+    if compare:
+        out += ["", compare_section(compare[-1])]
+    return "\n".join(out)
+
+
+def compare_section(folder: str) -> str:
+    """The torch vs JAX agent update-step comparison (bench.gpu_update_compare): one row per run, then the JAX /
+    torch ratio pooled over every repeat of every run."""
+    runs = [(os.path.splitext(os.path.basename(p))[0], json.load(open(p)))
+            for p in sorted(glob.glob(os.path.join(folder, "compare", "*.json")))]
+    names = list(runs[0][1]["update_ms"])
+    out = ["Update step, torch vs JAX agent (`python -m bench.gpu_update_compare`: both agents in one process, "
+           f"interleaved blocks of {runs[0][1]['iters']} `agent.update` calls on random batches, B = "
+           f"{runs[0][1]['batch_size']}, strict backends, median ms per update; torch with CUDA graphs; "
+           f"[`{folder}`]({folder}/README.md)):", "",
+           "| run | repeats | " + " | ".join(names) + f" | {runs[0][1]['ratio']['pair']}, median per repeat |",
+           "|---|---|" + "---|" * (len(names) + 1)]
+    ratios: list[float] = []
+    for run, r in runs:
+        ratios += r["ratio"]["per_repeat"]
+        out.append(f"| {run} | {r['repeats']} | " + " | ".join(f"{r['update_ms'][n]:.3f}" for n in names)
+                   + f" | {r['ratio']['median']:.3f} |")
+    faster = sum(x < 1 for x in ratios)
+    pair = runs[0][1]["ratio"]["pair"]
+    geomean = math.exp(statistics.fmean(map(math.log, ratios)))
+    out += ["", f"Over all {len(ratios)} repeats: {pair} median {statistics.median(ratios):.3f}, geometric mean "
+            f"{geomean:.3f}, range {min(ratios):.2f} .. {max(ratios):.2f}; JAX faster in {faster} of {len(ratios)}."]
     return "\n".join(out)
 
 

@@ -19,7 +19,9 @@ from agent_jax.update import (
     Batch,
     UpdateContext,
     critic_target,
+    metric_names,
     update_networks,
+    update_networks_flat,
     update_target,
     update_temperature,
 )
@@ -238,6 +240,30 @@ def test_update_step_keys_projection_and_no_recompile(real_batch):
     jax.monitoring.unregister_event_duration_listener(listener)
     assert compiles == [], "changing run-time scalars recompiled the update step"
     assert np.isfinite(float(info["critic/loss"]))
+
+
+def test_flat_update_equals_update_networks(real_batch):
+    """The agent's step (one flat batch in, stacked metrics out) is update_networks, bit for bit, metrics in
+    metric_names order; the flat batch splits back into the batch entries exactly."""
+    from agent_common.buffer import UPDATE_KEYS, flat_batch
+
+    flat = flat_batch(real_batch)
+    assert flat.shape == (BATCH, 2 * OBS_DIM + ACT_DIM + 2) and flat.dtype == np.float32
+    split = Batch.from_flat(jnp.asarray(flat), OBS_DIM)
+    for key in UPDATE_KEYS:
+        np.testing.assert_array_equal(np.asarray(getattr(split, key)), real_batch[key], err_msg=key)
+    cfg = _cfg()
+    batch = Batch(**{k: jnp.asarray(v) for k, v in real_batch.items()})
+    for do_actor_update in (True, False):
+        a = create_agent_state(cfg.agent, OBS_DIM, ACT_DIM, seed=0)
+        b = create_agent_state(cfg.agent, OBS_DIM, ACT_DIM, seed=0)
+        a, info = update_networks(a, batch, _ctx(), do_actor_update=do_actor_update)
+        b, values = update_networks_flat(b, flat, _ctx(), observation_dim=OBS_DIM, do_actor_update=do_actor_update)
+        names = metric_names(do_actor_update)
+        assert set(names) == set(info) and values.shape == (len(names),)
+        np.testing.assert_array_equal(np.asarray(values), [float(info[k]) for k in names])
+        for (path, x), (_, y) in zip(_leaves_with_path(a), _leaves_with_path(b), strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=path)
 
 
 def test_temperature_and_target_ema():

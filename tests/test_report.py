@@ -25,7 +25,8 @@ def test_readme_performance_section_is_current():
 def test_report_uses_every_committed_result_folder():
     # a result folder the report can read (kernels, agent runs, harness, paired benchmark), committed but left out
     # of the generating command, would never reach the README
-    kinds = ("triton/results.json", "agent_*/summary.json", "harness/results.json", "paired/results.json")
+    kinds = ("triton/results.json", "agent_*/summary.json", "harness/results.json", "paired/results.json",
+             "compare/*.json")
     folders = {f for f in glob.glob("bench/results/h200*") if any(glob.glob(os.path.join(f, k)) for k in kinds)}
     assert folders and folders == set(_report_args())
 
@@ -44,5 +45,17 @@ def test_agents_section_reports_every_committed_run():
     assert len(summaries) >= 2
     for path in summaries:
         assert f"| {json.load(open(path))['final_return']:,.0f} |" in text, path
-    harness = json.load(open(f"{args[-1]}/harness/results.json"))
-    assert f"| triton | {len(harness['cases'])} |" in text
+    harness = [f for f in args[1:] if os.path.exists(f"{f}/harness/results.json")][-1]
+    assert f"| triton | {len(json.load(open(f'{harness}/harness/results.json'))['cases'])} |" in text
+
+
+def test_update_comparison_reports_every_run_and_pools_the_ratios():
+    folder = [f for f in _report_args() if glob.glob(f"{f}/compare/*.json")][-1]
+    text = agents_section(*_report_args()[1:])
+    ratios = []
+    for path in sorted(glob.glob(f"{folder}/compare/*.json")):
+        run = json.load(open(path))
+        ratios += run["ratio"]["per_repeat"]
+        assert f"| {run['update_ms']['torch/triton']:.3f} |" in text and f"| {run['ratio']['median']:.3f} |" in text
+    assert f"Over all {len(ratios)} repeats:" in text
+    assert f"JAX faster in {sum(x < 1 for x in ratios)} of {len(ratios)}" in text

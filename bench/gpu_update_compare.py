@@ -1,0 +1,132 @@
+"""Torch vs JAX agent update step in one process (issue 6's speed goal: the JAX agent at least as fast per update).
+
+    python -m bench.gpu_update_compare --out $OUT/compare
+
+Both agents are recipe-sized (HalfCheetah shapes, B = 512, strict target backends): the torch agent with CUDA
+graphs (``bench.gpu_agent_torch.synthetic_agents``), the JAX agent as it trains
+(``bench.gpu_agent_jax.synthetic_agent_and_batch``). Each block times ``iters`` consecutive ``agent.update`` calls
+on the same 40 random batches, from the host batch to the metrics on the host, and ends with a device sync. Blocks
+of every variant are interleaved, ``repeats`` times, so all variants see the same machine state; the summary gives
+each variant's median and, per repeat, the JAX / torch ratio (below 1: JAX is faster).
+
+The torch agent reads its metrics back at the end of every update; the JAX agent returns the previous update's
+(``agent_jax.agent.FlashSACAgent``), so its host work overlaps the device's. Both are what training runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def _variants(torch_backends: list[str], jax_backends: list[str], batch_size: int
+              ) -> tuple[dict[str, tuple[Callable[[dict], Any], Callable[[], None]]], list[dict], dict]:
+    """name -> (update, sync) for every requested backend, the shared batches, and the setup facts."""
+    import jax
+    import torch
+
+    from bench.gpu_agent_jax import synthetic_agent_and_batch
+    from bench.gpu_agent_torch import synthetic_agents
+
+    torch_agents, batches = synthetic_agents([f"agent.sample_batch_size={batch_size}",
+                                              f"agent.categorical_target_backend={torch_backends[0]}"])
+    torch_agent = torch_agents["graph"]
+    jax_agent, _ = synthetic_agent_and_batch(batch_size, jax_backends[0])
+    variants: dict[str, tuple[Callable[[dict], Any], Callable[[], None]]] = {}
+
+    def torch_sync() -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    for backend in torch_backends:
+        ctx = dataclasses.replace(torch_agent.ctx, backend=backend, strict=True)
+
+        def torch_update(batch: dict, ctx: Any = ctx) -> Any:
+            torch_agent.ctx = ctx
+            return torch_agent.update(batch)
+
+        variants[f"torch/{backend}"] = (torch_update, torch_sync)
+
+    def jax_sync() -> None:
+        jax.block_until_ready(jax_agent.state)
+        jax_agent.flush_metrics()
+
+    for backend in jax_backends:
+        ctx = jax_agent.ctx.replace(backend=backend)
+
+        def jax_update(batch: dict, ctx: Any = ctx) -> Any:
+            jax_agent.ctx = ctx
+            return jax_agent.update(batch)
+
+        variants[f"jax/{backend}"] = (jax_update, jax_sync)
+    facts = {"batch_size": batch_size, "torch_device": str(torch_agent.device),
+             "torch_cuda_graph": torch_agent.cuda_graph_reason, "jax_device": str(jax_agent.device),
+             "torch": torch.__version__, "jax": jax.__version__}
+    return variants, batches, facts
+
+
+def compare(torch_backends: list[str], jax_backends: list[str], batch_size: int = 512, repeats: int = 7,
+            iters: int = 40) -> dict:
+    """Median ms per update of every variant over interleaved blocks, and the JAX / torch ratio per repeat.
+
+    The ratio pairs the first backend of each framework (by default the kernels: triton and pallas).
+    """
+    variants, batches, facts = _variants(torch_backends, jax_backends, batch_size)
+
+    def block(name: str, n: int) -> float:
+        update, sync = variants[name]
+        sync()
+        t0 = time.perf_counter()
+        for i in range(n):
+            update(batches[i % len(batches)])
+        sync()
+        return 1e3 * (time.perf_counter() - t0) / n
+
+    for name in variants:  # warm-up: compilation, graph capture, both update variants
+        block(name, max(4, min(20, iters)))
+    raw: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name in variants:
+            raw[name].append(block(name, iters))
+    first_torch, first_jax = f"torch/{torch_backends[0]}", f"jax/{jax_backends[0]}"
+    ratios = [j / t for j, t in zip(raw[first_jax], raw[first_torch], strict=True)]
+    return {
+        "update_ms": {name: statistics.median(v) for name, v in raw.items()},
+        "ratio": {"pair": f"{first_jax} / {first_torch}", "median": statistics.median(ratios), "per_repeat": ratios},
+        "raw_ms": raw,
+        "repeats": repeats,
+        "iters": iters,
+        **facts,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.gpu_update_compare", description=__doc__.split("\n")[0])
+    ap.add_argument("--torch-backends", default="triton,torch", help="comma-separated, strict (first: the ratio)")
+    ap.add_argument("--jax-backends", default="pallas,jax", help="comma-separated, strict (first: the ratio)")
+    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--iters", type=int, default=40)
+    ap.add_argument("--out", default=None, help="directory for compare.json")
+    a = ap.parse_args(argv)
+    result = compare(a.torch_backends.split(","), a.jax_backends.split(","), a.batch_size, a.repeats, a.iters)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "compare.json"), "w") as f:
+            json.dump(result, f, indent=2)
+    ms = result["update_ms"]
+    print("update step (median ms, interleaved blocks): "
+          + "; ".join(f"{name} {v:.3f}" for name, v in ms.items())
+          + f"; {result['ratio']['pair']} = {result['ratio']['median']:.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
