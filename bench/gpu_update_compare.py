@@ -27,8 +27,9 @@ from typing import Any
 
 
 def _variants(torch_backends: list[str], jax_backends: list[str], batch_size: int
-              ) -> tuple[dict[str, tuple[Callable[[dict], Any], Callable[[], None]]], list[dict], dict]:
-    """name -> (update, sync) for every requested backend, the shared batches, and the setup facts."""
+              ) -> tuple[dict[str, tuple[Any, Any, Callable[[], None]]], list[dict], dict]:
+    """name -> (agent, its context for that backend, sync) for every requested backend, the shared batches, and the
+    setup facts."""
     import jax
     import torch
 
@@ -39,33 +40,18 @@ def _variants(torch_backends: list[str], jax_backends: list[str], batch_size: in
                                               f"agent.categorical_target_backend={torch_backends[0]}"])
     torch_agent = torch_agents["graph"]
     jax_agent, _ = synthetic_agent_and_batch(batch_size, jax_backends[0])
-    variants: dict[str, tuple[Callable[[dict], Any], Callable[[], None]]] = {}
 
     def torch_sync() -> None:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
 
-    for backend in torch_backends:
-        ctx = dataclasses.replace(torch_agent.ctx, backend=backend, strict=True)
-
-        def torch_update(batch: dict, ctx: Any = ctx) -> Any:
-            torch_agent.ctx = ctx
-            return torch_agent.update(batch)
-
-        variants[f"torch/{backend}"] = (torch_update, torch_sync)
-
     def jax_sync() -> None:
         jax.block_until_ready(jax_agent.state)
         jax_agent.flush_metrics()
 
-    for backend in jax_backends:
-        ctx = jax_agent.ctx.replace(backend=backend)
-
-        def jax_update(batch: dict, ctx: Any = ctx) -> Any:
-            jax_agent.ctx = ctx
-            return jax_agent.update(batch)
-
-        variants[f"jax/{backend}"] = (jax_update, jax_sync)
+    variants = {f"torch/{b}": (torch_agent, dataclasses.replace(torch_agent.ctx, backend=b, strict=True), torch_sync)
+                for b in torch_backends}
+    variants |= {f"jax/{b}": (jax_agent, jax_agent.ctx.replace(backend=b), jax_sync) for b in jax_backends}
     facts = {"batch_size": batch_size, "torch_device": str(torch_agent.device),
              "torch_cuda_graph": torch_agent.cuda_graph_reason, "jax_device": str(jax_agent.device),
              "torch": torch.__version__, "jax": jax.__version__}
@@ -81,11 +67,12 @@ def compare(torch_backends: list[str], jax_backends: list[str], batch_size: int 
     variants, batches, facts = _variants(torch_backends, jax_backends, batch_size)
 
     def block(name: str, n: int) -> float:
-        update, sync = variants[name]
+        agent, ctx, sync = variants[name]
+        agent.ctx = ctx
         sync()
         t0 = time.perf_counter()
         for i in range(n):
-            update(batches[i % len(batches)])
+            agent.update(batches[i % len(batches)])
         sync()
         return 1e3 * (time.perf_counter() - t0) / n
 
