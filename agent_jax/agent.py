@@ -16,7 +16,7 @@ from agent_common.buffer import flat_batch
 from agent_common.checkpoint import atomic_pickle, load_pickle
 from agent_jax.state import AgentState, build_networks, create_agent_state
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks_flat
-from jax_impl import backend_info, dispatch_stats, resolve_backend
+from jax_impl import dispatch_stats, resolve_backend
 
 if TYPE_CHECKING:  # gymnasium and omegaconf (agent_common.config) are not needed to build and update the agent
     import gymnasium as gym
@@ -100,14 +100,9 @@ class FlashSACAgent:
         self.cfg = cfg
         self.device = resolve_device(a.device_type)
         # Decide the TD-target backend once, outside jit (strict mode raises here, at construction).
-        backend = resolve_backend(a.categorical_target_backend, strict=a.categorical_target_strict,
-                                  num_bins=a.critic_num_bins, platform=self.device.platform)
-        # backend_info() explains the decision for the default platform (cached, so no second fallback is counted).
-        self.backend_decision: dict[str, Any] = {"requested": a.categorical_target_backend, "backend": backend,
-                                                 "reason": f"resolved for platform {self.device.platform}"}
-        if self.device.platform == jax.default_backend():
-            self.backend_decision = backend_info(num_bins=a.critic_num_bins,
-                                                 backend=a.categorical_target_backend)["decision"]
+        self.backend_decision = resolve_backend(a.categorical_target_backend, strict=a.categorical_target_strict,
+                                                num_bins=a.critic_num_bins, platform=self.device.platform)
+        backend = self.backend_decision.backend
         observation_dim = int(observation_space.shape[0])
         action_dim = int(action_space.shape[0])
         self.ctx = UpdateContext.create(
@@ -205,7 +200,7 @@ class FlashSACAgent:
         d = self.backend_decision
         return {
             "backend/fallback_count": float(dispatch_stats()["fallback_count"]),
-            "backend/selected": f"{self.ctx.backend} (requested {d.get('requested')}: {d.get('reason')})",
+            "backend/selected": f"{self.ctx.backend} (requested {d.requested}: {d.reason})",
         }
 
     # ------------------------------------------------------------------------------------------------ save/load

@@ -51,10 +51,12 @@ import jax.numpy as jnp  # noqa: E402
 
 import jax_impl  # noqa: E402
 import torch_impl  # noqa: E402
+from jax_impl import ops as pallas_ops  # noqa: E402
 from jax_impl import pallas_kernel as pk  # noqa: E402
 from jax_impl.reference import categorical_td_target_reference  # noqa: E402
 from shared_spec import make_inputs  # noqa: E402
 from shared_spec import reference as R  # noqa: E402
+from shared_spec.launch_config import kernel_config  # noqa: E402
 from shared_spec.tolerances import ATOL_BETWEEN, ATOL_FLOAT64, ATOL_MASS, max_abs_error, max_mass_error  # noqa: E402
 
 GAMMA = 0.99
@@ -98,7 +100,7 @@ def device_inputs(x: dict, dtype: str = "float32") -> list[jax.Array]:
 
 def pallas(args, gamma=GAMMA, exp_mode=None) -> jax.Array:
     """The Pallas kernel (jitted wrapper, interpret mode only if FLASHSAC_PALLAS_INTERPRET=1). (B, N) f32."""
-    return pk.categorical_td_target_pallas(*args, jnp.float32(gamma), exp_mode=exp_mode)
+    return pallas_ops.categorical_td_target_pallas(*args, jnp.float32(gamma), exp_mode=exp_mode)
 
 
 _ref_jit = jax.jit(categorical_td_target_reference, static_argnums=(6, 7))
@@ -156,7 +158,7 @@ def env_info() -> dict:
             "triton_pip": triton.__version__, "jax_device": str(dev), "jax_device_kind": dev.device_kind,
             "compute_capability": getattr(dev, "compute_capability", None),
             "torch_cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "pallas_interpret": pk.interpret_mode(), "command": " ".join([sys.executable] + sys.argv),
+            "pallas_interpret": pallas_ops.interpret_mode(), "command": " ".join([sys.executable] + sys.argv),
             "XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")}
     try:
         import jaxlib
@@ -170,15 +172,15 @@ def env_info() -> dict:
         pass
     t = time.time()
     try:
-        info["pallas_decision"] = jax_impl.resolve_backend("pallas", strict=True, num_bins=101, num_critics=2)
+        info["pallas_decision"] = jax_impl.resolve_backend("pallas", strict=True, num_bins=101, num_critics=2).as_dict()
     except Exception as exc:  # noqa: BLE001  recorded; the kernel is still measured directly below
         info["pallas_decision"] = f"FAILED: {type(exc).__name__}: {exc}"[:1000]
     info["self_test_seconds"] = round(time.time() - t, 2)
     info["jax_backend_info"] = jax_impl.backend_info()
-    info["exp_mode"] = pk._exp_mode_choice[0]
-    info["self_tests"] = {str(k): v for k, v in pk._self_tests.items()}
-    info["self_test_errors"] = {str(k): v for k, v in pk.self_test_errors.items()}
-    info["kernel_config_B2048_N101"] = pk.kernel_config(2048, 101, pk.interpret_mode())
+    info["exp_mode"] = pallas_ops.exp_mode()
+    info["self_tests"] = {str(k): v for k, v in pallas_ops.self_test_results().items()}
+    info["self_test_errors"] = {str(k): v for k, v in pallas_ops.self_test_errors().items()}
+    info["kernel_config_B2048_N101"] = kernel_config(2048, 101, pallas_ops.interpret_mode())
     try:
         info["torch_backend_info"] = torch_impl.backend_info()
     except Exception as exc:  # noqa: BLE001
@@ -294,7 +296,7 @@ def parity(cases) -> list[dict]:
                 row.update({f"{k}_{mode}": v for k, v in c.items()})
             n = min(B, F64_ROWS)
             row["triton_max_abs_vs_float64"] = float64_check(x, np.asarray(tri[:n]), n, dtype)[0]
-            row["meets_bar_1e-6"] = bool(row[f"max_abs_{pk._exp_mode_choice[0]}"] <= 1e-6)
+            row["meets_bar_1e-6"] = bool(row[f"max_abs_{pallas_ops.exp_mode()}"] <= 1e-6)
         except Exception as exc:  # noqa: BLE001
             row = {"B": B, "kind": kind, "dtype": dtype, "error": f"{type(exc).__name__}: {exc}"[:800]}
         rows.append(row)
@@ -330,7 +332,7 @@ def _time_loop(fn, args, reps: int = 5) -> float:
 def timing(sizes) -> list[dict]:
     rows = []
     ops = {
-        "pallas": lambda q, lp, r, d, s, g, base: pk.categorical_td_target_pallas(q, lp, r, d, s, g),
+        "pallas": lambda q, lp, r, d, s, g, base: pallas_ops.categorical_td_target_pallas(q, lp, r, d, s, g),
         "jnp_ref": lambda q, lp, r, d, s, g, base: categorical_td_target_reference(q, lp, r, d, s, g),
         "loop_baseline": lambda q, lp, r, d, s, g, base: base * g,  # the consumer + loop overhead alone
     }

@@ -28,8 +28,7 @@ from bench.common import run_sections
 from shared_spec import make_inputs
 from shared_spec import reference as R
 from shared_spec.tolerances import max_abs_error, max_mass_error
-from torch_impl.ops import launch
-from triton_kernels import categorical_td_target_kernel
+from triton_kernels import categorical_td_target_kernel, launch
 
 GAMMA = 0.99
 KINDS = ("random", "strided", "clamp_high", "clamp_low", "terminated", "peaked", "nonfinite", "mixed")

@@ -613,9 +613,9 @@ def _availability(impl: Impl, case: HarnessCase) -> tuple[str, str]:
             d = torch_dispatch.resolve_backend(impl.backend, True, device=torch_device(),
                                                dtype=TORCH_DTYPES[case.dtype], num_bins=case.N, num_critics=case.E)
             return "ok", f"decision: {d.backend} ({d.reason})"
-        name = jax_dispatch.resolve_backend(impl.backend, True, num_bins=case.N, num_critics=case.E,
-                                            dtype=jnp.dtype(case.dtype))
-        return "ok", f"decision: {name}"
+        d = jax_dispatch.resolve_backend(impl.backend, True, num_bins=case.N, num_critics=case.E,
+                                         dtype=jnp.dtype(case.dtype))
+        return "ok", f"decision: {d.backend} ({d.reason})"
     except (torch_dispatch.BackendUnavailable, _JaxUnavailable) as exc:
         reason = str(exc)
         return ("fail" if "self-test" in reason else "skip"), reason

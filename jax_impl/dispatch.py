@@ -1,75 +1,62 @@
-"""Backend dispatch for the JAX categorical TD target; decided in Python, outside jit, and logged once."""
+"""Backend dispatch for the JAX categorical TD target: JAX validation on top of the shared dispatcher.
+
+The backend is decided in Python (outside jit, or at trace time), once per configuration, and a fallback is logged
+once; pass the result of `resolve_backend` into jitted code to decide it once, up front.
+"""
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jax_impl.reference import categorical_td_target_reference
+from shared_spec.dispatch import BackendUnavailable, Decision, Dispatcher
 from shared_spec.reference import check_gamma, check_shapes
 from shared_spec.support import validate_support
 
-__all__ = ["BACKENDS", "KERNEL_DTYPES", "BackendUnavailable", "Decision", "backend_info", "categorical_td_target",
-           "dispatch_stats", "reset_dispatch", "resolve_backend"]
+__all__ = ["BACKENDS", "DISPATCHER", "KERNEL_DTYPES", "BackendUnavailable", "Decision", "backend_info",
+           "categorical_td_target", "dispatch_stats", "reset_dispatch", "resolve_backend"]
 
-log = logging.getLogger("flashsac.jax_impl")
-
-BACKENDS = ("auto", "jax", "pallas")
 KERNEL_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+_KERNEL_DTYPE_NAMES = tuple(jnp.dtype(t).name for t in KERNEL_DTYPES)
 _ARG_NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
+_Tracer = jax.core.Tracer
 
 
-class BackendUnavailable(RuntimeError):
-    """A requested kernel backend cannot run here (raised in strict mode instead of a fallback)."""
+def _describe(config: tuple) -> str:
+    platform, dtype_name, E, N = config
+    return f"platform={platform}, dtype={dtype_name}, E={E}, N={N}"
 
 
-@dataclass(frozen=True)
-class Decision:
-    """Which backend runs for one input configuration, and why."""
-
-    requested: str
-    backend: str
-    reason: str
-
-
-# name -> callable(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v, max_v)
-IMPLEMENTATIONS: dict[str, Callable[..., jax.Array]] = {"jax": categorical_td_target_reference}
-# name -> callable(key) returning None if the backend can run this configuration, else the reason it cannot.
-GATES: dict[str, Callable[[tuple], str | None]] = {}
-IMPORT_ERRORS: dict[str, str] = {}
-_decisions: dict[tuple, Decision] = {}
-_stats = {"fallback_count": 0}
-
-
-def _gate_reason(name: str, key: tuple) -> str | None:
-    if name not in IMPLEMENTATIONS:
-        return f"the {name} backend failed to import ({IMPORT_ERRORS.get(name, 'not registered')})"
-    gate = GATES.get(name)
-    return gate(key) if gate is not None else None
+# A configuration is (platform, log-prob dtype name, E, N): what the Pallas gate decides on.
+DISPATCHER = Dispatcher(reference="jax", kernel="pallas", reference_impl=categorical_td_target_reference,
+                        logger="flashsac.jax_impl", describe=_describe)
+BACKENDS = DISPATCHER.backends
+# The registries (plain dicts; tests and the benchmark harness wrap or replace entries).
+IMPLEMENTATIONS: dict[str, Callable[..., jax.Array]] = DISPATCHER.implementations
+GATES = DISPATCHER.gates
+IMPORT_ERRORS = DISPATCHER.import_errors
 
 
 def _register_pallas() -> None:
     """Register the fused Pallas kernel; an import failure becomes the fallback reason (IMPORT_ERRORS)."""
     try:
-        from jax_impl.pallas_kernel import categorical_td_target_pallas, pallas_gate
+        from jax_impl.ops import categorical_td_target_pallas, pallas_gate
     except Exception as exc:  # ImportError, or a Pallas/Triton module that fails to initialise
-        IMPORT_ERRORS["pallas"] = f"{type(exc).__name__}: {exc}"
+        DISPATCHER.register_import_error("pallas", exc)
         return
-    IMPLEMENTATIONS["pallas"] = categorical_td_target_pallas
-    GATES["pallas"] = pallas_gate
+    DISPATCHER.register("pallas", categorical_td_target_pallas, pallas_gate)
 
 
 _register_pallas()
 
 
 def resolve_backend(backend: str = "auto", strict: bool = False, *, num_bins: int = 101, num_critics: int = 2,
-                    dtype=jnp.float32, platform: str | None = None) -> str:
+                    dtype: Any = jnp.float32, platform: str | None = None) -> Decision:
     """Decide (once per configuration, in Python, outside jit) which backend runs: "jax" or "pallas".
 
     Args:
@@ -79,61 +66,82 @@ def resolve_backend(backend: str = "auto", strict: bool = False, *, num_bins: in
         platform: the JAX platform that will run the op ("cpu", "gpu", ...); default jax.default_backend().
 
     Returns:
-        The backend name that runs. The first fallback for a configuration is logged with its reason and counted.
+        The Decision (requested, backend that runs, reason). The first fallback for a configuration is logged with
+        its reason and counted.
     """
-    return _decide(backend, strict, num_bins, num_critics, dtype, platform).backend
+    DISPATCHER.check_request(backend, strict)
+    dtype_name = dtype if isinstance(dtype, str) else jnp.dtype(dtype).name
+    config = (platform or jax.default_backend(), dtype_name, int(num_critics), int(num_bins))
+    return DISPATCHER.decide(backend, strict, config)
 
 
-def _decide(backend, strict, num_bins, num_critics, dtype, platform) -> Decision:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if not isinstance(strict, bool):
-        raise TypeError(f"strict must be a bool, got {type(strict).__name__} {strict!r}")
-    platform = platform or jax.default_backend()
-    key = (backend, strict, platform, jnp.dtype(dtype).name, int(num_critics), int(num_bins))
-    hit = _decisions.get(key)
-    if hit is not None:
-        return hit
-    if backend == "jax":
-        decision = Decision(backend, "jax", "requested")
-    else:
-        reason = _gate_reason("pallas", key[2:])
-        if reason is None:
-            decision = Decision(backend, "pallas", "requested" if backend == "pallas" else "auto: kernel available")
-        elif strict:
-            raise BackendUnavailable(f"backend={backend!r} with strict=True: the pallas kernel cannot run: {reason}")
-        else:
-            decision = Decision(backend, "jax", f"fallback from pallas: {reason}")
-            _stats["fallback_count"] += 1
-            (log.warning if backend == "pallas" else log.info)(
-                "categorical_td_target: %s (platform=%s, dtype=%s, E=%d, N=%d); using the jax reference",
-                decision.reason, platform, key[3], num_critics, num_bins)
-    _decisions[key] = decision
-    return decision
+def _platform(x: object) -> str:
+    """The platform of a concrete, committed jax.Array's device; jax.default_backend() otherwise (e.g. a tracer)."""
+    if isinstance(x, jax.Array) and not isinstance(x, _Tracer):
+        return next(iter(x.devices())).platform
+    return jax.default_backend()
 
 
-def _validate(args: tuple, gamma: object, min_v: object, max_v: object) -> None:
+def _validate(args: tuple, min_v: object, max_v: object) -> tuple[str, str, int, int]:
+    """Every shape, dtype, device and support check; returns resolve_backend's configuration for these inputs."""
     for name, x in zip(_ARG_NAMES, args, strict=True):
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
             raise TypeError(f"{name} must be an array, got {type(x).__name__}")
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(f"{name} must be a floating-point array, got dtype {x.dtype}")
-    if jnp.dtype(args[1].dtype) not in [jnp.dtype(t) for t in KERNEL_DTYPES]:
+    dtype_name = jnp.dtype(args[1].dtype).name
+    if dtype_name not in _KERNEL_DTYPE_NAMES:
         raise TypeError(f"next_log_probs must be float32, bfloat16 or float16, got {args[1].dtype}")
-    check_shapes(*(tuple(x.shape) for x in args))
-    validate_support(args[1].shape[2], min_v, max_v)
-    if not isinstance(gamma, jax.core.Tracer):
-        if isinstance(gamma, jax.Array | np.ndarray):
-            if gamma.shape != ():
-                raise ValueError(f"gamma must be a scalar, got shape {gamma.shape}")
-            gamma = float(gamma)
-        check_gamma(gamma)
+    E, _, N = check_shapes(*(tuple(x.shape) for x in args))
+    validate_support(N, min_v, max_v)
     devices = {name: x.devices() for name, x in zip(_ARG_NAMES, args, strict=True)
-               if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)}
+               if isinstance(x, jax.Array) and not isinstance(x, _Tracer)}
     want = devices.get("next_log_probs")
     for name, devs in devices.items():
         if want is not None and devs != want:
             raise ValueError(f"{name} must be on the same device as next_log_probs ({want}), got {devs}")
+    return _platform(args[1]), dtype_name, E, N
+
+
+# Validated input signatures -> their configuration, so a repeat call costs one dict lookup.
+_SIGNATURES: dict[tuple, tuple[str, str, int, int]] = {}
+_MAX_SIGNATURES = 256
+
+
+def _signature(args: tuple, min_v: object, max_v: object) -> tuple | None:
+    """Everything `_validate` reads, as a hashable key (the sharding stands for the devices); None if not arrays."""
+    try:
+        key: list = [type(min_v), min_v, type(max_v), max_v]
+        for x in args:
+            key += (type(x), x.shape, x.dtype, None if isinstance(x, _Tracer) else getattr(x, "sharding", None))
+        return tuple(key)
+    except AttributeError:  # not an array: the full validation names the argument
+        return None
+
+
+def _checked_config(args: tuple, min_v: object, max_v: object) -> tuple[str, str, int, int]:
+    sig = _signature(args, min_v, max_v)
+    try:
+        hit = _SIGNATURES.get(sig) if sig is not None else None
+    except TypeError:  # an unhashable argument: the full validation names it
+        sig = hit = None
+    if hit is None:
+        hit = _validate(args, min_v, max_v)
+        if sig is not None:
+            if len(_SIGNATURES) >= _MAX_SIGNATURES:
+                _SIGNATURES.clear()
+            _SIGNATURES[sig] = hit
+    return hit
+
+
+def _check_gamma(gamma: object) -> None:
+    if isinstance(gamma, _Tracer) or (type(gamma) is float and 0.0 <= gamma <= 1.0):
+        return  # a traced gamma outside [0, 1] makes NaN rows (SPEC.md section 6)
+    if isinstance(gamma, jax.Array | np.ndarray):
+        if gamma.shape != ():
+            raise ValueError(f"gamma must be a scalar, got shape {gamma.shape}")
+        gamma = float(gamma)
+    check_gamma(gamma)
 
 
 def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, *, gamma,
@@ -141,7 +149,7 @@ def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alph
                           strict: bool = False) -> jax.Array:
     """FlashSAC's categorical TD target in JAX (Bellemare et al. 2017 projection; FlashSAC, arXiv 2604.04539).
 
-    Usable inside `jax.jit` (the backend is chosen in Python at trace time; pass the result of `resolve_backend`
+    Usable inside `jax.jit` (the backend is chosen in Python at trace time; pass `resolve_backend(...).backend`
     to choose it once, outside jit). See shared_spec/SPEC.md for the operation order and the NaN policy.
 
     Args:
@@ -156,12 +164,12 @@ def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alph
         (B, N) float32 target probabilities under stop_gradient.
     """
     args = (next_qs, next_log_probs, reward, terminated, next_alpha_log_pi)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    _validate(args, gamma, min_v, max_v)
-    E, _, N = next_log_probs.shape
-    name = resolve_backend(backend, strict, num_bins=N, num_critics=E, dtype=next_log_probs.dtype)
-    if isinstance(gamma, jax.core.Tracer) or name != "jax":
+    DISPATCHER.check_request(backend, strict)
+    # The metadata checks are cached per input signature; gamma is checked on every call (it is cheap).
+    platform, dtype_name, E, N = _checked_config(args, min_v, max_v)
+    _check_gamma(gamma)
+    name = resolve_backend(backend, strict, num_bins=N, num_critics=E, dtype=dtype_name, platform=platform).backend
+    if isinstance(gamma, _Tracer) or name != "jax":
         return IMPLEMENTATIONS[name](*args, gamma, float(min_v), float(max_v))
     return _jitted_reference(*args, jnp.float32(gamma), float(min_v), float(max_v))
 
@@ -169,31 +177,49 @@ def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alph
 _jitted_reference = jax.jit(categorical_td_target_reference, static_argnums=(6, 7))
 
 
-def backend_info(num_bins: int = 101, num_critics: int = 2, dtype=jnp.float32, backend: str = "auto") -> dict:
-    """Which backends can run, which one runs for this configuration, and why.
+def backend_info(next_log_probs: Any = None, backend: str = "auto") -> dict[str, Any]:
+    """Which backends can run on this machine's default platform and why; with inputs, also the decision for them.
+
+    Never decides, logs or counts a fallback: it reports. Same structure as `torch_impl.backend_info`.
+
+    Args:
+        next_log_probs: optional (E, B, N) log-probs (an array, or anything with shape and dtype); their platform,
+            dtype, E and N form the configuration.
+        backend: the request the decision is reported for.
 
     Returns:
-        {"platform", "backends": {name: "available" or the reason it cannot run}, "pallas_interpret": whether the
-         Pallas kernel runs in interpret mode (FLASHSAC_PALLAS_INTERPRET=1), "decision", "decisions",
-         "fallback_count"}.
+        {"device": the default platform ("gpu" or "cpu"), "probe": the configuration "backends" was checked for
+         (float32 log-probs, E = 2, N = 101 on that platform), "backends": {"jax", "pallas"}: "available" or the
+         reason it cannot run, "decision": None without inputs, else {"requested", "backend", "reason", "config"},
+         "decisions": every cached decision, "fallback_count": real fallbacks so far, "interpret": whether the
+         Pallas kernel runs in interpret mode (FLASHSAC_PALLAS_INTERPRET=1)}.
     """
-    platform = jax.default_backend()
-    key = (platform, jnp.dtype(dtype).name, num_critics, num_bins)
-    d = _decide(backend, False, num_bins, num_critics, dtype, platform)
-    return {"platform": platform,
-            "backends": {"jax": "available", "pallas": _gate_reason("pallas", key) or "available"},
-            "pallas_interpret": os.environ.get("FLASHSAC_PALLAS_INTERPRET", "0") == "1",
-            "decision": dict(d.__dict__),
-            "decisions": [dict(v.__dict__, key=str(k)) for k, v in _decisions.items()],
-            "fallback_count": _stats["fallback_count"]}
+    default = jax.default_backend()
+    config = None
+    if next_log_probs is not None:
+        shape = tuple(getattr(next_log_probs, "shape", ()))
+        if len(shape) != 3 or not hasattr(next_log_probs, "dtype"):
+            raise ValueError(f"next_log_probs must be an (E, B, N) array, got {type(next_log_probs).__name__} "
+                             f"{shape}")
+        config = (_platform(next_log_probs), jnp.dtype(next_log_probs.dtype).name, shape[0], shape[2])
+    return DISPATCHER.info(default, (default, "float32", 2, 101), config, backend, interpret=_interpreted())
 
 
-def dispatch_stats() -> dict:
+def _interpreted() -> bool:
+    """Whether the Pallas kernel runs in interpret mode (False if it failed to import)."""
+    if "pallas" not in IMPLEMENTATIONS:
+        return False
+    from jax_impl import ops
+
+    return ops.interpret_mode()
+
+
+def dispatch_stats() -> dict[str, int]:
     """Counters for logging: {"fallback_count": number of configurations that fell back}."""
-    return {"fallback_count": _stats["fallback_count"]}
+    return DISPATCHER.stats()
 
 
 def reset_dispatch() -> None:
-    """Forget cached decisions and counters (tests)."""
-    _decisions.clear()
-    _stats["fallback_count"] = 0
+    """Forget cached decisions, validated signatures and counters (tests)."""
+    DISPATCHER.reset()
+    _SIGNATURES.clear()

@@ -1,33 +1,22 @@
-"""Fused, deterministic Pallas kernel (lowered through Triton) for FlashSAC's categorical TD target.
+"""Fused, deterministic Pallas kernel (lowered through Triton) for FlashSAC's categorical TD target: the kernel and
+its `pallas_call` only (gate, self-test and registration: jax_impl/ops.py).
 
 The algorithm (SPEC.md section 8: min-Q scan, full-row pile sums, exact runs [lo, hi) of interior sources, piles and
 two-hot last), the fp32 operation order (section 3) and the NaN policy (section 6) are those of the Triton kernel
 `triton_kernels/categorical_td_target.py`, statement for statement and with the same pinned launch configuration
-(one row and one warp per 128 lanes per program on the GPU) and runtime row strides, so that Triton sees the same
-pointer divisibility, picks the same register layouts and reduces in the same order: the two kernels can agree bit
-for bit on the same GPU. `exp` is the one operation whose lowering differs: Triton lowers fp32 `tl.exp` to
+(`shared_spec.launch_config.kernel_config`) and runtime row strides, so that Triton sees the same pointer
+divisibility, picks the same register layouts and reduces in the same order: the two kernels can agree bit for bit
+on the same GPU. `exp` is the one operation whose lowering differs: Triton lowers fp32 `tl.exp` to
 `ex2.approx.f32(x * fp32(log2 e))`, Pallas lowers `jnp.exp` to libdevice `__nv_expf`. `exp_mode="ex2"` (default)
 emits Triton's instruction through inline PTX; `exp_mode="libdevice"` uses `jnp.exp`.
 
-Interpret rule (one rule, read at call and decision time): the kernel runs in Pallas interpret mode iff the
-environment variable FLASHSAC_PALLAS_INTERPRET is "1" (tests/conftest.py sets it). Without it the kernel is
-compiled for the GPU, and the dispatch gate (`pallas_gate`) refuses the CPU platform with a reason, so
-`backend="auto"` on a CPU machine uses the fast jnp reference rather than the slow interpreter.
-
 Everything Pallas-Triton specific lives behind `_pallas_forward` (one function), so another lowering (Mosaic GPU,
-jax-triton) can be added later without touching callers. JAX 0.11 deprecates the Pallas Triton backend; its
-DeprecationWarning is raised when the enclosing jit lowers for CUDA, possibly outside this module's call frames,
-so it is filtered by a module-level filter for exactly that message (nothing else is silenced).
+jax-triton) can be added later without touching callers.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
-import logging
-import os
-import traceback
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -35,69 +24,24 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
+from shared_spec.launch_config import kernel_config
 from shared_spec.support import BAND_MIN_DISCOUNT, CategoricalSupport
 
-__all__ = ["DEFAULT_EXP_MODE", "DEPRECATION_MESSAGE", "EXP_MODES", "G_BAND_MIN", "INTERPRET_ENV", "TESTED_JAX",
-           "categorical_td_target_pallas", "filter_pallas_triton_deprecation", "interpret_mode", "kernel_config",
-           "pallas_gate", "reset_self_tests", "self_test", "trace_count"]
+__all__ = ["DEFAULT_EXP_MODE", "EXP_MODES", "G_BAND_MIN", "launch", "trace_count"]
 
-DEPRECATION_MESSAGE = "The Pallas Triton backend is deprecated"
-
-
-def filter_pallas_triton_deprecation() -> None:
-    """Ignore exactly JAX 0.11's Pallas-Triton DeprecationWarning (a regex matched at the message start)."""
-    warnings.filterwarnings("ignore", message=DEPRECATION_MESSAGE, category=DeprecationWarning)
-
-
-filter_pallas_triton_deprecation()  # module level: the warning fires when the *enclosing* jit lowers for CUDA
-
-log = logging.getLogger("flashsac.jax_impl")
-
-INTERPRET_ENV = "FLASHSAC_PALLAS_INTERPRET"
-# JAX versions this kernel was validated with (CPU interpret + CUDA cross-lowering: 0.10.2; H200: 0.11.2).
-TESTED_JAX = ("0.10.", "0.11.")
-JAX_VERSION = jax.__version__  # a module attribute so tests can simulate another version
 # Rows with 0 < g < G_BAND_MIN use the full source range (W = N) instead of the band estimate (SPEC.md 8).
 G_BAND_MIN = BAND_MIN_DISCOUNT
 EXP_MODES = ("ex2", "libdevice")
 DEFAULT_EXP_MODE = "ex2"
-SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
-MAX_N, MAX_E = 4096, 16
 # Flat int32 offsets: E * B * N (+ the one-past-the-end sentinel) must fit; larger inputs are split over rows.
 MAX_FLAT = 2**31 - 2
 _LOG2E = 1.4426950408889634  # Triton's constant, rounded to fp32 exactly as Triton does
 _trace_count = [0]
 
 
-def interpret_mode() -> bool:
-    """True iff FLASHSAC_PALLAS_INTERPRET=1: run the kernel in Pallas interpret mode (any platform, slow)."""
-    return os.environ.get(INTERPRET_ENV, "0") == "1"
-
-
 def trace_count() -> int:
     """How many times the kernel wrapper has been traced (one per new shape/dtype/static configuration)."""
     return _trace_count[0]
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
-def kernel_config(B: int, N: int, interpret: bool) -> dict:
-    """Pinned launch configuration; on the GPU identical to the Triton kernel's `kernel_config` (same tiles, warps).
-
-    Returns:
-        {"BLOCK_N", "BR", "num_warps"}: BLOCK_N = next power of 2 >= N (>= 2) lanes, BR rows per program (power of
-        2). GPU: one row per program and one warp per 128 lanes (row reductions stay inside a warp). Interpret mode:
-        few, large programs (the grid runs as a sequential loop on the CPU).
-    """
-    block_n = max(_next_pow2(N), 2)
-    if interpret:
-        return {"BLOCK_N": block_n, "BR": min(64, max(1, _next_pow2(B))), "num_warps": 4}
-    return {"BLOCK_N": block_n, "BR": 1, "num_warps": max(1, min(16, block_n // 128))}
-
-
-# ----------------------------------------------------------------------------------------------------- the kernel
 
 
 def _round(x: jax.Array) -> jax.Array:
@@ -315,13 +259,10 @@ def _jitted(q, lp, r, d, s, gamma, *, min_v, max_v, interpret, block_rows, num_w
                       (interpret, block_rows, num_warps, exp_mode))
 
 
-def categorical_td_target_pallas(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma,
-                                 min_v: float = -5.0, max_v: float = 5.0, *, interpret: bool | None = None,
-                                 block_rows: int | None = None, num_warps: int | None = None,
-                                 exp_mode: str | None = None) -> jax.Array:
-    """FlashSAC's categorical TD target by the fused Pallas kernel (jit-compiled; usable inside `jax.jit`).
-
-    Inputs are validated by jax_impl/dispatch.py; call through `jax_impl.categorical_td_target(backend="pallas")`.
+def launch(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v: float = -5.0,
+           max_v: float = 5.0, *, interpret: bool, block_rows: int | None = None, num_warps: int | None = None,
+           exp_mode: str = DEFAULT_EXP_MODE) -> jax.Array:
+    """Run the fused Pallas kernel (jit-compiled; usable inside `jax.jit`) on validated inputs.
 
     Args:
         next_qs: (E, B). next_log_probs: (E, B, N) float32/bfloat16/float16 (read in its dtype, upcast in-kernel).
@@ -329,141 +270,16 @@ def categorical_td_target_pallas(next_qs, next_log_probs, reward, terminated, ne
         gamma: gamma ** n_step, a Python float or a (traced) scalar; it is a runtime input of the kernel, so
             changing it never recompiles.
         min_v, max_v: static support bounds.
-        interpret: Pallas interpret mode; None -> `interpret_mode()` (FLASHSAC_PALLAS_INTERPRET=1).
+        interpret: Pallas interpret mode (any platform, slow) instead of the GPU compilation.
         block_rows, num_warps: launch overrides (power-of-2 rows per program, Triton warps); None -> pinned config.
-        exp_mode: "ex2" or "libdevice"; None -> the mode the self-test selected (default "ex2").
+        exp_mode: "ex2" or "libdevice".
 
     Returns:
         (B, N) float32; a stop-gradient quantity (custom_vjp with zero cotangents); invalid rows are NaN.
     """
-    interpret = interpret_mode() if interpret is None else bool(interpret)
-    exp_mode = _exp_mode_choice[0] if exp_mode is None else exp_mode
     if exp_mode not in EXP_MODES:
         raise ValueError(f"exp_mode must be one of {EXP_MODES}, got {exp_mode!r}")
     gamma = jnp.asarray(gamma, jnp.float32)  # one abstract signature for Python floats and (traced) arrays
     return _jitted(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v=float(min_v),
-                   max_v=float(max_v), interpret=interpret, block_rows=block_rows, num_warps=num_warps,
+                   max_v=float(max_v), interpret=bool(interpret), block_rows=block_rows, num_warps=num_warps,
                    exp_mode=exp_mode)
-
-
-# ------------------------------------------------------------------------------------------ gate and self-test
-
-_self_tests: dict[tuple, str | None] = {}
-self_test_errors: dict[tuple, str] = {}  # full tracebacks of failed self-tests (the GPU benchmark reports them)
-_exp_mode_choice = [DEFAULT_EXP_MODE]
-
-
-def reset_self_tests() -> None:
-    """Forget cached self-test results and the exp-mode choice (tests)."""
-    _self_tests.clear()
-    self_test_errors.clear()
-    _exp_mode_choice[0] = DEFAULT_EXP_MODE
-
-
-def _self_test_once(platform: str, dtype_name: str, E: int, N: int, interpret: bool, exp_mode: str) -> str | None:
-    from jax_impl.reference import categorical_td_target_reference
-    from shared_spec.cases import make_inputs
-
-    B = 19  # not a multiple of the rows per program: exercises the masked tail rows
-    x = make_inputs(B, N, E, seed=1234, kind="nonfinite")
-    device = jax.devices(platform)[0]
-    args = [jax.device_put(np.asarray(x[name]), device) for name in
-            ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
-    args[1] = args[1].astype(jnp.dtype(dtype_name))
-    with jax.default_device(device):
-        got = np.asarray(categorical_td_target_pallas(*args, 0.99, interpret=interpret, exp_mode=exp_mode))
-        want = np.asarray(jax.jit(categorical_td_target_reference, static_argnums=(6, 7))(
-            *args, jnp.float32(0.99), -5.0, 5.0))
-    if got.shape != want.shape or got.dtype != np.float32:
-        return f"self-test: output {got.dtype}{got.shape}, expected float32{want.shape}"
-    if not np.array_equal(np.isnan(got), np.isnan(want)):
-        return "self-test: NaN rows differ from the jnp reference"
-    ok = ~np.isnan(want)
-    err = float(np.abs(got[ok] - want[ok]).max()) if ok.any() else 0.0
-    tol = 3e-5 * max(1.0, (N - 1) / 100)
-    if not err <= tol:
-        return f"self-test: max abs error {err:.3g} vs the jnp reference exceeds {tol:.3g}"
-    return None
-
-
-def self_test(platform: str, dtype_name: str, E: int, N: int) -> str | None:
-    """Compile and run the kernel once per configuration on a tiny input (NaN rows, masked tail) and compare it
-    with the jnp reference. Cached. A lowering/compile error or a mismatch becomes the returned reason.
-
-    On the GPU, if the default exp_mode ("ex2", inline PTX) fails but "libdevice" passes, the process switches to
-    "libdevice" (logged once) instead of losing the kernel.
-    """
-    interpret = interpret_mode()
-    key = (platform, dtype_name, int(E), int(N), interpret)
-    if key in _self_tests:
-        return _self_tests[key]
-    modes = [_exp_mode_choice[0]] + [m for m in EXP_MODES if m != _exp_mode_choice[0]]
-    reasons = []
-    for mode in modes:
-        try:
-            # A worker thread has its own (empty) JAX trace context: the gate may be reached while the caller is
-            # tracing a jitted function, and the self-test must execute eagerly, not be staged into that trace.
-            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-                reason = pool.submit(_self_test_once, platform, dtype_name, int(E), int(N), interpret, mode).result()
-        except Exception as exc:  # a lowering or compilation failure at first use
-            reason = f"self-test: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
-            self_test_errors[key + (mode,)] = traceback.format_exc()[-6000:]
-        if reason is None:
-            if mode != _exp_mode_choice[0]:
-                log.warning("categorical_td_target pallas: exp_mode=%r failed its self-test (%s); using %r",
-                            _exp_mode_choice[0], "; ".join(reasons), mode)
-                _exp_mode_choice[0] = mode
-            break
-        reasons.append(f"exp_mode={mode}: {reason}")
-    result = None if reason is None else "; ".join(reasons)
-    _self_tests[key] = result
-    return result
-
-
-def _gpu_reason(platform: str) -> str | None:
-    try:
-        devices = jax.devices(platform)
-    except RuntimeError as exc:
-        return f"no {platform} device: {exc}"
-    dev = devices[0]
-    version = str(getattr(dev.client, "platform_version", "")).lower()
-    if "rocm" in version or "hip" in version:
-        return f"ROCm GPU ({dev.device_kind}): the kernel is validated on NVIDIA GPUs only"
-    cc = getattr(dev, "compute_capability", None)
-    if cc is None:
-        return f"cannot read the compute capability of {dev.device_kind}"
-    major, minor = (int(v) for v in str(cc).split(".")[:2])
-    if major < 8:
-        return f"compute capability {major}.{minor} < 8.0 ({dev.device_kind})"
-    return None
-
-
-def pallas_gate(key: tuple) -> str | None:
-    """Why the Pallas kernel cannot run a configuration, or None. Called once per configuration, outside jit.
-
-    Args:
-        key: (platform, dtype_name, E, N): the JAX platform ("cpu", "gpu", "cuda", ...), the log-prob dtype name,
-            the number of critics and of atoms.
-
-    Returns:
-        None if the kernel runs (after a passing self-test), else a one-line reason.
-    """
-    platform, dtype_name, E, N = key
-    if not str(JAX_VERSION).startswith(TESTED_JAX):
-        return f"jax {JAX_VERSION} is outside the tested range (0.10.x, 0.11.x)"
-    if dtype_name not in SUPPORTED_DTYPES:
-        return f"log-prob dtype {dtype_name} is not supported {SUPPORTED_DTYPES}"
-    if not 2 <= N <= MAX_N:
-        return f"N = {N} atoms is outside the supported range [2, {MAX_N}]"
-    if not 1 <= E <= MAX_E:
-        return f"E = {E} critics is outside the supported range [1, {MAX_E}]"
-    if not interpret_mode():
-        if platform == "cpu":
-            return (f"platform cpu: the Pallas-Triton kernel needs an NVIDIA GPU "
-                    f"(set {INTERPRET_ENV}=1 to run it in interpret mode on CPU)")
-        if platform not in ("gpu", "cuda"):
-            return f"platform {platform} is not supported (NVIDIA GPU, or {INTERPRET_ENV}=1 for interpret mode)"
-        reason = _gpu_reason(platform)
-        if reason is not None:
-            return reason
-    return self_test(platform, dtype_name, E, N)

@@ -10,7 +10,7 @@ from shared_spec.reference import (
     select_min_q,
 )
 from shared_spec.support import CategoricalSupport, validate_support
-from shared_spec.tolerances import ATOL_BETWEEN, ATOL_FLOAT64, ATOL_GOLDEN, ATOL_MASS
+from shared_spec.tolerances import ATOL_BETWEEN, ATOL_FLOAT64, ATOL_GOLDEN, ATOL_MASS, atol_vs_float64
 
 __all__ = [
     "ATOL_BETWEEN",
@@ -24,6 +24,7 @@ __all__ = [
     "CategoricalSupport",
     "GoldenCase",
     "Shapes",
+    "atol_vs_float64",
     "categorical_td_target",
     "categorical_td_target_hat",
     "check_gamma",

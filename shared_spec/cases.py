@@ -184,21 +184,27 @@ class Case:
     kind: str = "random"
     gamma: float = 0.99
     seed: int = 0
+    min_v: float = -5.0
+    max_v: float = 5.0
 
     @property
     def id(self) -> str:
-        return f"{self.kind}-B{self.B}-N{self.N}-E{self.E}-g{self.gamma}"
+        support = "" if (self.min_v, self.max_v) == (-5.0, 5.0) else f"-v[{self.min_v:g},{self.max_v:g}]"
+        return f"{self.kind}-B{self.B}-N{self.N}-E{self.E}-g{self.gamma}{support}"
 
     def inputs(self) -> dict[str, np.ndarray]:
-        return make_inputs(self.B, self.N, self.E, seed=self.seed, kind=self.kind)
+        return make_inputs(self.B, self.N, self.E, seed=self.seed, kind=self.kind, min_v=self.min_v, max_v=self.max_v)
 
 
-# The shared case matrix: every kind at B = 129, awkward sizes with random inputs, N in {2, 51, 101}, E in {1, 2, 3},
-# gamma in {0, 0.5, 0.99, 1}. Kept small enough for the Triton interpreter and Pallas interpret mode on CPU.
+# The shared case matrix: every kind at B = 129, awkward sizes with random inputs, N in {2, 51, 101, 256, 1024}
+# (N = 256 on an asymmetric support), E in {1, 2, 3}, gamma in {0, 0.5, 0.99, 1}. Kept small enough for the Triton
+# interpreter and Pallas interpret mode on CPU: the large supports use small B.
 CASES: list[Case] = (
     [Case(B=129, kind=k) for k in KINDS if k != "nonfinite"]
     + [Case(B=b) for b in (1, 3, 127, 128, 512)]
     + [Case(B=64, N=n, kind="mixed") for n in (2, 51)]
+    + [Case(B=b, N=256, kind=k, min_v=-3.0, max_v=11.0) for b, k in ((24, "mixed"), (16, "peaked"))]
+    + [Case(B=32, N=1024, kind="mixed"), Case(B=16, N=1024, kind="peaked")]
     + [Case(B=33, E=e, kind="mixed") for e in (1, 3)]
     + [Case(B=65, kind="mixed", gamma=g) for g in (0.0, 0.5, 1.0)]
 )

@@ -292,7 +292,7 @@ def test_backend_selection_and_fallback(caplog, monkeypatch):
     """pallas on CPU without interpret falls back to jax with a logged reason and a counted fallback; strict raises."""
     import jax_impl
     from agent_jax.agent import FlashSACAgent
-    from jax_impl.pallas_kernel import INTERPRET_ENV
+    from jax_impl.ops import INTERPRET_ENV
 
     monkeypatch.delenv(INTERPRET_ENV, raising=False)  # compiled Pallas only: not available on CPU
     jax_impl.reset_dispatch()
@@ -318,11 +318,11 @@ def test_backend_selection_and_fallback(caplog, monkeypatch):
 def test_pallas_backend_matches_jax_backend_in_the_update(real_batch, monkeypatch):
     """With Pallas interpret mode (CPU), strict pallas is selected and gives the jax backend's critic target."""
     import jax_impl
-    from jax_impl.pallas_kernel import INTERPRET_ENV
+    from jax_impl.ops import INTERPRET_ENV
 
     monkeypatch.setenv(INTERPRET_ENV, "1")
     jax_impl.reset_dispatch()
-    assert jax_impl.resolve_backend("pallas", strict=True, num_bins=101) == "pallas"
+    assert jax_impl.resolve_backend("pallas", strict=True, num_bins=101).backend == "pallas"
     cfg = _cfg()
     state = create_agent_state(cfg.agent, OBS_DIM, ACT_DIM, seed=2)
     batch = Batch(**{k: jnp.asarray(v) for k, v in real_batch.items()})

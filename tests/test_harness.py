@@ -190,7 +190,9 @@ def test_catches_a_silent_fallback(tmp_path, monkeypatch, impl):
                             lambda backend="auto", strict=False, **kw: torch_dispatch.Decision(backend, "torch",
                                                                                               "requested"))
     else:
-        monkeypatch.setattr(jax_dispatch, "resolve_backend", lambda backend="auto", strict=False, **kw: "jax")
+        monkeypatch.setattr(jax_dispatch, "resolve_backend",
+                            lambda backend="auto", strict=False, **kw: jax_dispatch.Decision(backend, "jax",
+                                                                                            "requested"))
     rec = _run_one(tmp_path, impl)
     _assert_caught(rec, "2_correctness", "the kernel never ran")
     c2 = rec["stages"]["2_correctness"]

@@ -1,5 +1,9 @@
 """The float64 spec itself: golden values, scatter == hat, invariants, input validation."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -7,6 +11,8 @@ from hypothesis import strategies as st
 
 from shared_spec import CASES, GOLDEN, CategoricalSupport, make_inputs
 from shared_spec import reference as R
+from shared_spec.launch_config import kernel_config
+from shared_spec.tolerances import ATOL_FLOAT64, atol_vs_float64
 
 
 @pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g.name)
@@ -20,8 +26,9 @@ def test_golden_cases(golden, form):
 @pytest.mark.parametrize("case", CASES + [c for c in CASES[:3]], ids=lambda c: c.id)
 def test_scatter_equals_hat(case):
     x = case.inputs()
-    a = R.categorical_td_target(**x, gamma=case.gamma)
-    b = R.categorical_td_target_hat(**x, gamma=case.gamma)
+    support = dict(gamma=case.gamma, min_v=case.min_v, max_v=case.max_v)
+    a = R.categorical_td_target(**x, **support)
+    b = R.categorical_td_target_hat(**x, **support)
     assert np.array_equal(np.isnan(a), np.isnan(b))
     np.testing.assert_allclose(np.nan_to_num(a), np.nan_to_num(b), atol=1e-12, rtol=0)
 
@@ -108,3 +115,35 @@ def test_bad_input_names_the_argument(mutate, exc, needle):
 def test_bad_scalars(kwargs, needle):
     with pytest.raises(ValueError, match=needle):
         R.categorical_td_target(**_inputs(), **dict(dict(gamma=0.99), **kwargs))
+
+
+def test_tolerance_grows_with_the_fp32_spacing_of_n_minus_1():
+    assert 2e-5 <= ATOL_FLOAT64 == atol_vs_float64(101) <= 2.5e-5  # FlashSAC's N = 101: as tight as the fixed 2e-5
+    # N = 1024: one fp32 ulp of b near 1023 is 6.1e-5 (and implementations measure 5.2e-5 on peaked rows).
+    assert atol_vs_float64(1024) > 2 * float(np.spacing(np.float32(1023)))
+    sizes = [2, 11, 101, 128, 256, 257, 1024, 4096]
+    assert all(atol_vs_float64(a) < atol_vs_float64(b) for a, b in zip(sizes, sizes[1:], strict=False))
+    assert atol_vs_float64(101, "float64") == atol_vs_float64(101, np.float32) == ATOL_FLOAT64
+    with pytest.raises(ValueError, match="bfloat16"):
+        atol_vs_float64(101, "bfloat16")
+    with pytest.raises(ValueError, match="num_bins"):
+        atol_vs_float64(1)
+
+
+@pytest.mark.parametrize("interpret", [False, True])
+def test_kernel_config_is_a_valid_launch(interpret):
+    for B in (1, 3, 129, 65536):
+        for N in (2, 51, 101, 1024, 4096):
+            cfg = kernel_config(B, N, interpret)
+            assert cfg["BLOCK_N"] >= N and cfg["BLOCK_N"] & (cfg["BLOCK_N"] - 1) == 0
+            assert cfg["BR"] >= 1 and cfg["BR"] & (cfg["BR"] - 1) == 0 and cfg["num_warps"] >= 1
+
+
+def test_launch_config_needs_neither_triton_nor_jax():
+    code = ("import sys; sys.modules.update(triton=None, jax=None, torch=None); "
+            "from shared_spec.launch_config import kernel_config; from shared_spec.dispatch import Dispatcher; "
+            "print(kernel_config(512, 101, False))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "{'BLOCK_N': 128, 'BR': 1, 'num_warps': 1}"

@@ -1,69 +1,54 @@
-"""Backend dispatch for the torch categorical TD target: validation, backend choice, one-time logged fallback."""
+"""Backend dispatch for the torch categorical TD target: torch validation on top of the shared dispatcher."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from shared_spec.dispatch import BackendUnavailable, Decision, Dispatcher
 from shared_spec.reference import check_gamma, check_shapes
 from shared_spec.support import validate_support
-from torch_impl.reference import categorical_td_target_reference, compile_safe_cache
+from torch_impl.reference import categorical_td_target_reference
 
-__all__ = ["BACKENDS", "KERNEL_DTYPES", "BackendUnavailable", "Decision", "backend_info", "categorical_td_target",
-           "dispatch_stats", "reset_dispatch", "resolve_backend"]
+__all__ = ["BACKENDS", "DISPATCHER", "KERNEL_DTYPES", "BackendUnavailable", "Decision", "backend_info",
+           "categorical_td_target", "dispatch_stats", "reset_dispatch", "resolve_backend"]
 
-log = logging.getLogger("flashsac.torch_impl")
-
-BACKENDS = ("auto", "torch", "triton")
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_LOG_PROB_DTYPES = KERNEL_DTYPES + (torch.float64,)
 _ARG_NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
 
 
-class BackendUnavailable(RuntimeError):
-    """A requested kernel backend cannot run these inputs here (raised in strict mode instead of a fallback)."""
+def _describe(config: tuple) -> str:
+    device_type, index, dtype, E, N, needs_grad = config
+    device = device_type if index is None else f"{device_type}:{index}"
+    return f"device={device}, dtype={str(dtype).removeprefix('torch.')}, E={E}, N={N}, needs_grad={needs_grad}"
 
 
-@dataclass(frozen=True)
-class Decision:
-    """Which backend runs for one input configuration, and why."""
-
-    requested: str
-    backend: str
-    reason: str
-
-
-# Registry of runnable implementations (plain module-level dicts, filled at import; see torch_impl/ops.py).
-IMPLEMENTATIONS: dict[str, Callable[..., torch.Tensor]] = {"torch": categorical_td_target_reference}
-# name -> callable(key) returning None if the backend can run inputs with this key, else the reason it cannot.
-GATES: dict[str, Callable[[tuple], str | None]] = {}
-_decisions: dict[tuple, Decision] = {}
-_stats = {"fallback_count": 0}
-
-
-def _gate_reason(name: str, key: tuple) -> str | None:
-    if name not in IMPLEMENTATIONS:
-        return f"the {name} backend failed to import ({_IMPORT_ERRORS.get(name, 'not registered')})"
-    gate = GATES.get(name)
-    return gate(key) if gate is not None else None
-
-
-_IMPORT_ERRORS: dict[str, str] = {}
+# A configuration is (device type, device index, log-prob dtype, E, N, needs_grad): what the Triton gate decides on.
+DISPATCHER = Dispatcher(reference="torch", kernel="triton", reference_impl=categorical_td_target_reference,
+                        logger="flashsac.torch_impl", describe=_describe)
+BACKENDS = DISPATCHER.backends
+# The registries (plain dicts; tests and the benchmark harness wrap or replace entries).
+IMPLEMENTATIONS: dict[str, Callable[..., torch.Tensor]] = DISPATCHER.implementations
+GATES = DISPATCHER.gates
+IMPORT_ERRORS = DISPATCHER.import_errors
 
 
 def _register_triton() -> None:
     try:
         from torch_impl.ops import categorical_td_target_triton, triton_gate
     except Exception as exc:  # ImportError, or a triton that fails to initialise: recorded as the fallback reason
-        _IMPORT_ERRORS["triton"] = f"{type(exc).__name__}: {exc}"
+        DISPATCHER.register_import_error("triton", exc)
         return
-    IMPLEMENTATIONS["triton"] = categorical_td_target_triton
-    GATES["triton"] = triton_gate
+    DISPATCHER.register("triton", categorical_td_target_triton, triton_gate)
 
 
-def _config_key(device: torch.device, dtype: torch.dtype, E: int, N: int, needs_grad: bool) -> tuple:
+_register_triton()
+
+
+def _config(device: torch.device, dtype: torch.dtype, E: int, N: int, needs_grad: bool) -> tuple:
     return (device.type, device.index, dtype, E, N, needs_grad)
 
 
@@ -81,55 +66,51 @@ def resolve_backend(backend: str = "auto", strict: bool = False, *, device: torc
     Returns:
         The Decision (requested, backend that runs, reason).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if not isinstance(strict, bool):
-        raise TypeError(f"strict must be a bool, got {type(strict).__name__} {strict!r}")
-    key = (backend, strict) + _config_key(torch.device(device), dtype, num_critics, num_bins, needs_grad)
-    hit = _decisions.get(key)
-    if hit is not None:
-        return hit
-    if backend == "torch":
-        decision = Decision(backend, "torch", "requested")
-    else:
-        reason = _gate_reason("triton", key[2:])
-        if reason is None:
-            decision = Decision(backend, "triton", "requested" if backend == "triton" else "auto: kernel available")
-        elif strict:
-            raise BackendUnavailable(f"backend={backend!r} with strict=True: the triton kernel cannot run: {reason}")
-        else:
-            decision = Decision(backend, "torch", f"fallback from triton: {reason}")
-            _stats["fallback_count"] += 1
-            (log.warning if backend == "triton" else log.info)(
-                "categorical_td_target: %s (device=%s, dtype=%s, E=%d, N=%d); using the torch reference",
-                decision.reason, device, dtype, num_critics, num_bins)
-    _decisions[key] = decision
-    return decision
+    DISPATCHER.check_request(backend, strict)
+    device = device if isinstance(device, torch.device) else torch.device(device)
+    return DISPATCHER.decide(backend, strict, _config(device, dtype, int(num_critics), int(num_bins),
+                                                      bool(needs_grad)))
 
 
-_register_triton()
-
-
-def _validate(args: tuple, gamma: object, min_v: object, max_v: object) -> None:
-    # Metadata only (no sync): this runs before every call, so it is kept lean.
-    dev = args[1].device if isinstance(args[1], torch.Tensor) else None
+def _validate(args: tuple, min_v: object, max_v: object) -> tuple[torch.device, torch.dtype, int, int]:
+    """Every metadata check (no device sync); returns (device, log-prob dtype, E, N) of these inputs."""
     for name, x in zip(_ARG_NAMES, args, strict=True):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if not x.dtype.is_floating_point:
             raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    dev = args[1].device
+    for name, x in zip(_ARG_NAMES, args, strict=True):
         if x.device != dev:
             raise ValueError(f"{name} must be on the same device as next_log_probs ({dev}), got {x.device}")
     if args[1].dtype not in _LOG_PROB_DTYPES:
         raise TypeError(f"next_log_probs must be float32, bfloat16, float16 or float64, got {args[1].dtype}")
-    check_shapes(args[0].shape, args[1].shape, args[2].shape, args[3].shape, args[4].shape)
-    _check_support(args[1].shape[2], min_v, max_v)
-    if type(gamma) is not float or not 0.0 <= gamma <= 1.0:
-        check_gamma(gamma)
+    E, _, N = check_shapes(args[0].shape, args[1].shape, args[2].shape, args[3].shape, args[4].shape)
+    validate_support(N, min_v, max_v)
+    return dev, args[1].dtype, E, N
 
 
-_LOG_PROB_DTYPES = KERNEL_DTYPES + (torch.float64,)
-_check_support = compile_safe_cache(validate_support)
+# Validated input signatures -> (device, dtype, E, N), so a repeat call costs one dict lookup (eager calls only).
+_SIGNATURES: dict[tuple, tuple[torch.device, torch.dtype, int, int]] = {}
+_MAX_SIGNATURES = 256
+
+
+def _checked(args: tuple, min_v: object, max_v: object) -> tuple[torch.device, torch.dtype, int, int]:
+    """`_validate`, cached per signature: the type, shape, dtype and device of each tensor and the support."""
+    q, lp, r, d, s = args
+    try:
+        sig = (type(q), q.shape, q.dtype, q.device, type(lp), lp.shape, lp.dtype, lp.device,
+               type(r), r.shape, r.dtype, r.device, type(d), d.shape, d.dtype, d.device,
+               type(s), s.shape, s.dtype, s.device, type(min_v), min_v, type(max_v), max_v)
+        hit = _SIGNATURES.get(sig)
+    except (AttributeError, TypeError):  # not a tensor, or an unhashable bound: the full checks name the argument
+        return _validate(args, min_v, max_v)
+    if hit is None:
+        hit = _validate(args, min_v, max_v)
+        if len(_SIGNATURES) >= _MAX_SIGNATURES:
+            _SIGNATURES.clear()
+        _SIGNATURES[sig] = hit
+    return hit
 
 
 def categorical_td_target(
@@ -166,44 +147,65 @@ def categorical_td_target(
         (B, N) float32 target probabilities (no gradient).
     """
     args = (next_qs, next_log_probs, reward, terminated, next_alpha_log_pi)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    _validate(args, gamma, min_v, max_v)
-    E, _, N = next_log_probs.shape
+    DISPATCHER.check_request(backend, strict)
+    if torch.compiler.is_compiling():  # dynamo traces the checks themselves (no cache lookups in the graph)
+        device, dtype, E, N = _validate(args, min_v, max_v)
+    else:  # eager: the metadata checks are cached per input signature
+        device, dtype, E, N = _checked(args, min_v, max_v)
+    if type(gamma) is not float or not 0.0 <= gamma <= 1.0:  # checked on every call (cheap)
+        check_gamma(gamma)
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in args)
-    decision = resolve_backend(backend, strict, device=next_log_probs.device, dtype=next_log_probs.dtype,
-                               num_bins=N, num_critics=E, needs_grad=needs_grad)
+    decision = resolve_backend(backend, strict, device=device, dtype=dtype, num_bins=N, num_critics=E,
+                               needs_grad=needs_grad)
     return IMPLEMENTATIONS[decision.backend](*args, float(gamma), float(min_v), float(max_v))
 
 
 def backend_info(next_log_probs: torch.Tensor | None = None, backend: str = "auto", *,
-                 needs_grad: bool = False) -> dict:
-    """Which backends are importable, which one runs for inputs like `next_log_probs`, and why.
+                 needs_grad: bool = False) -> dict[str, Any]:
+    """Which backends can run on this machine's default device and why; with inputs, also the decision for them.
+
+    Never decides, logs or counts a fallback: it reports. Same structure as `jax_impl.backend_info`.
+
+    Args:
+        next_log_probs: optional (E, B, N) log-probs; their device, dtype, E and N form the configuration.
+        backend: the request the decision is reported for.
+        needs_grad: whether the call would need gradients (the kernel is forward-only).
 
     Returns:
-        {"backends": {name: availability reason or "available"}, "decision": Decision as dict or None,
-         "decisions": every cached decision, "fallback_count": int}.
+        {"device": the default device ("cuda:0" or "cpu"), "probe": the configuration "backends" was checked for
+         (float32 log-probs, E = 2, N = 101 on that device), "backends": {"torch", "triton"}: "available" or the
+         reason it cannot run, "decision": None without inputs, else {"requested", "backend", "reason", "config"},
+         "decisions": every cached decision, "fallback_count": real fallbacks so far, "interpret": whether the
+         Triton kernel runs in the interpreter (TRITON_INTERPRET=1)}.
     """
-    probe = _config_key(torch.device("cuda" if torch.cuda.is_available() else "cpu"), torch.float32, 2, 101, False)
-    info = {"backends": {"torch": "available",
-                         "triton": _gate_reason("triton", probe) or "available"},
-            "decision": None,
-            "decisions": [d.__dict__ | {"key": str(k)} for k, d in _decisions.items()],
-            "fallback_count": _stats["fallback_count"]}
+    default = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    config = None
     if next_log_probs is not None:
+        if not isinstance(next_log_probs, torch.Tensor) or next_log_probs.dim() != 3:
+            raise ValueError(f"next_log_probs must be an (E, B, N) torch.Tensor, got {type(next_log_probs).__name__}"
+                             f" {tuple(getattr(next_log_probs, 'shape', ()))}")
         E, _, N = next_log_probs.shape
-        d = resolve_backend(backend, False, device=next_log_probs.device, dtype=next_log_probs.dtype, num_bins=N,
-                            num_critics=E, needs_grad=needs_grad)
-        info["decision"] = dict(d.__dict__)
-    return info
+        config = _config(next_log_probs.device, next_log_probs.dtype, E, N, bool(needs_grad))
+    ops = _kernel_module()
+    return DISPATCHER.info(str(default), _config(default, torch.float32, 2, 101, False), config, backend,
+                           interpret=bool(ops is not None and ops.INTERPRET))
 
 
-def dispatch_stats() -> dict:
+def _kernel_module() -> Any:
+    """torch_impl.ops if the Triton backend imported, else None."""
+    if "triton" not in IMPLEMENTATIONS:
+        return None
+    from torch_impl import ops
+
+    return ops
+
+
+def dispatch_stats() -> dict[str, int]:
     """Counters for logging: {"fallback_count": number of configurations that fell back}."""
-    return {"fallback_count": _stats["fallback_count"]}
+    return DISPATCHER.stats()
 
 
 def reset_dispatch() -> None:
-    """Forget cached decisions and counters (tests)."""
-    _decisions.clear()
-    _stats["fallback_count"] = 0
+    """Forget cached decisions, validated signatures and counters (tests)."""
+    DISPATCHER.reset()
+    _SIGNATURES.clear()

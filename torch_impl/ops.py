@@ -1,22 +1,22 @@
-"""The "triton" backend: the fused kernel registered as torch.ops.flashsac.categorical_td_target (triton_op)."""
+"""The "triton" backend: its gate, and the fused kernel registered as torch.ops.flashsac.categorical_td_target.
+
+The twin of jax_impl/ops.py. The kernel and its launch live in triton_kernels/; torch_impl/dispatch.py registers
+`categorical_td_target_triton` and `triton_gate` (an ImportError here becomes the fallback reason).
+"""
 
 from __future__ import annotations
 
-import os
-
 import torch
+import triton
 
+from shared_spec.launch_config import MAX_E, MAX_N
 from torch_impl.reference import support_constants
+from triton_kernels import INTERPRET, categorical_td_target_kernel, launch
 
-__all__ = ["TESTED_TRITON", "categorical_td_target_triton", "launch", "triton_gate"]
+__all__ = ["INTERPRET", "TESTED_TRITON", "categorical_td_target_triton", "triton_gate"]
 
 # The pip triton versions this kernel was validated with (CPU interpreter: 3.6.0; H200: 3.6.0 under torch 2.11).
 TESTED_TRITON = ("3.6",)
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-import triton  # noqa: E402  (ImportError here means: no triton backend; torch_impl/dispatch.py records why)
-
-from triton_kernels import categorical_td_target_kernel, kernel_config  # noqa: E402
 
 _CAPABILITY: dict[int, tuple[int, int]] = {}  # cached per device index: no runtime query inside the op
 
@@ -35,45 +35,22 @@ def triton_gate(key: tuple) -> str | None:
         return f"triton {triton.__version__} is outside the tested range {TESTED_TRITON}"
     if dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return f"log-prob dtype {dtype} is not supported (float32, bfloat16, float16)"
-    if not 2 <= N <= 4096:
-        return f"N = {N} atoms is outside the supported range [2, 4096]"
-    if not 1 <= E <= 16:
-        return f"E = {E} critics is outside the supported range [1, 16]"
+    if not 2 <= N <= MAX_N:
+        return f"N = {N} atoms is outside the supported range [2, {MAX_N}]"
+    if not 1 <= E <= MAX_E:
+        return f"E = {E} critics is outside the supported range [1, {MAX_E}]"
     if needs_grad:
         return "an input requires grad under grad mode (the kernel is forward-only; the target is stop-gradient)"
     if INTERPRET:
         return None if device_type == "cpu" else f"TRITON_INTERPRET=1 runs CPU tensors only, got {device_type}"
     if device_type != "cuda":
-        return f"inputs are on {device_type}, the kernel needs CUDA (set TRITON_INTERPRET=1 to interpret on CPU)"
+        return f"the device is {device_type}: the kernel needs CUDA (set TRITON_INTERPRET=1 to interpret on CPU)"
     if not torch.cuda.is_available():
         return "CUDA is not available"
     major, minor = _capability(index)
     if major < 8:
         return f"compute capability {major}.{minor} < 8.0"
     return None
-
-
-def launch(launcher, next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma: float, min_v: float,
-           inv_delta: float, config: dict | None = None) -> torch.Tensor:
-    """Allocate the (B, N) fp32 output and launch the kernel through `launcher` (the JIT function or wrap_triton).
-
-    `config` overrides the pinned {"BR", "num_warps"} (benchmark sweeps only; BLOCK_N is derived from N).
-    """
-    E, B, N = next_log_probs.shape
-    out = torch.empty((B, N), dtype=torch.float32, device=next_log_probs.device)
-    cfg = dict(kernel_config(B, N, INTERPRET), **(config or {}))
-    grid = (triton.cdiv(B, cfg["BR"]),)
-    launcher[grid](
-        next_qs, next_qs.stride(0), next_qs.stride(1),
-        next_log_probs, next_log_probs.stride(0), next_log_probs.stride(1), next_log_probs.stride(2),
-        reward, reward.stride(0),
-        terminated, terminated.stride(0),
-        next_alpha_log_pi, next_alpha_log_pi.stride(0),
-        out, out.stride(0),
-        B, gamma, min_v, inv_delta,
-        E=E, N=N, BLOCK_N=cfg["BLOCK_N"], BR=cfg["BR"], num_warps=cfg["num_warps"],
-    )
-    return out
 
 
 @torch.library.triton_op("flashsac::categorical_td_target", mutates_args={})

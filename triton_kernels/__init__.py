@@ -1,5 +1,7 @@
-"""Triton kernels (no registration or dispatch here: see torch_impl)."""
+"""Triton kernels and their host-side launch (no registration or dispatch here: see torch_impl)."""
 
-from triton_kernels.categorical_td_target import G_BAND_MIN, categorical_td_target_kernel, kernel_config
+from shared_spec.launch_config import kernel_config
+from triton_kernels.categorical_td_target import G_BAND_MIN, categorical_td_target_kernel
+from triton_kernels.launch import INTERPRET, launch
 
-__all__ = ["G_BAND_MIN", "categorical_td_target_kernel", "kernel_config"]
+__all__ = ["G_BAND_MIN", "INTERPRET", "categorical_td_target_kernel", "kernel_config", "launch"]

@@ -20,7 +20,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from triton_kernels.categorical_td_target import categorical_td_target_kernel, kernel_config
+from shared_spec.launch_config import kernel_config
+from triton_kernels.categorical_td_target import categorical_td_target_kernel
 
 __all__ = ["compile_for_target"]
 

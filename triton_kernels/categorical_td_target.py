@@ -1,4 +1,8 @@
-"""Fused, deterministic Triton kernel for FlashSAC's categorical TD target (SPEC.md sections 3 and 8)."""
+"""Fused, deterministic Triton kernel for FlashSAC's categorical TD target (SPEC.md sections 3 and 8).
+
+Its launch configuration is `shared_spec.launch_config.kernel_config` (shared with the Pallas kernel); the host-side
+launch is `triton_kernels.launch`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import triton.language as tl
 
 from shared_spec.support import BAND_MIN_DISCOUNT
 
-__all__ = ["categorical_td_target_kernel", "kernel_config"]
+__all__ = ["G_BAND_MIN", "categorical_td_target_kernel"]
 
 # Rows with 0 < g < G_BAND_MIN take every source between the piles instead of the estimated run (SPEC.md 8).
 G_BAND_MIN = tl.constexpr(BAND_MIN_DISCOUNT)
@@ -144,16 +148,3 @@ def categorical_td_target_kernel(
     acc = tl.where(bad, float("nan"), acc)
     tl.store(out_ptr + rows64 * out_stride_b + k, acc, mask=m2)
 
-
-def kernel_config(B: int, N: int, interpret: bool) -> dict:
-    """Pinned launch configuration (no autotuning: the reduction order must not depend on timing).
-
-    Returns:
-        {"BLOCK_N", "BR", "num_warps"}: BR rows per program; interpret mode uses few, large programs.
-    """
-    block_n = max(triton.next_power_of_2(N), 2)
-    if interpret:
-        return {"BLOCK_N": block_n, "BR": 64, "num_warps": 4}
-    # One row per program and one warp per 128 lanes: row reductions stay inside a warp (shuffles, no shared memory
-    # or barriers) and every tensor shares one layout (H200 sweep in bench/results/).
-    return {"BLOCK_N": block_n, "BR": 1, "num_warps": max(1, min(16, block_n // 128))}
