@@ -147,3 +147,40 @@ def test_launch_config_needs_neither_triton_nor_jax():
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "{'BLOCK_N': 128, 'BR': 1, 'num_warps': 1}"
+
+
+def test_dispatcher_decides_once_logs_by_request_and_counts(caplog):
+    import logging
+
+    from shared_spec.dispatch import BackendUnavailable, Decision, Dispatcher
+
+    gate_calls = []
+    d = Dispatcher(reference="ref", kernel="kern", reference_impl=lambda: "ref", logger="flashsac.test_dispatch",
+                   describe=lambda cfg: f"cfg={cfg}")
+    d.register("kern", lambda: "kern", lambda cfg: gate_calls.append(cfg) or ("no device" if cfg == ("cpu",) else None))
+    with pytest.raises(ValueError, match=r"\('auto', 'ref', 'kern'\)"):
+        d.check_request("gpu", False)
+    with pytest.raises(TypeError, match="strict"):
+        d.check_request("auto", 1)
+    assert d.info("cpu", ("cpu",))["backends"] == {"ref": "available", "kern": "no device"}
+    assert d.stats() == {"fallback_count": 0}, "info only reports"
+    with pytest.raises(BackendUnavailable, match="the kern kernel cannot run: no device"):
+        d.decide("kern", True, ("cpu",))
+    with caplog.at_level(logging.INFO, logger="flashsac.test_dispatch"):
+        for _ in range(3):
+            assert d.decide("kern", False, ("cpu",)) == Decision("kern", "ref", "fallback from kern: no device")
+            assert d.decide("auto", False, ("cpu",)).backend == "ref"
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.INFO], "once each, by request"
+    assert d.stats() == {"fallback_count": 2}
+    with pytest.raises(BackendUnavailable):  # a cached fallback still raises when strict
+        d.decide("auto", True, ("cpu",))
+    assert d.decide("auto", True, ("gpu",)) == Decision("auto", "kern", "auto: kernel available")
+    assert d.decide("ref", True, ("cpu",)) == Decision("ref", "ref", "requested")
+    n = len(gate_calls)
+    d.decide("auto", True, ("gpu",))
+    assert len(gate_calls) == n, "a cached decision does not ask the gate again"
+    info = d.info("cpu", ("cpu",), ("gpu",), "kern")
+    assert info["decision"] == {"requested": "kern", "backend": "kern", "reason": "requested", "config": "cfg=('gpu',)"}
+    assert len(info["decisions"]) == 4 and info["fallback_count"] == 2
+    d.reset()
+    assert d.stats() == {"fallback_count": 0} and d.info("cpu", ("cpu",))["decisions"] == []
