@@ -49,7 +49,7 @@ import types  # noqa: E402
 from typing import Any  # noqa: E402
 
 OBS_DIM, ACT_DIM = 17, 6  # HalfCheetah-v4 shapes (the CPU-sim recipe's first task)
-RECIPE = [  # upstream CPU-sim recipe network and batch sizes (FLASHSAC.md section 1)
+RECIPE = [  # upstream CPU-sim recipe network and batch sizes (docs/flashsac.md)
     "agent.actor_num_blocks=2", "agent.actor_hidden_dim=128", "agent.critic_num_blocks=2",
     "agent.critic_hidden_dim=256", "agent.critic_num_bins=101", "agent.sample_batch_size=512",
     "agent.use_amp=false", "gamma=0.99", "n_step=1", "num_env_steps=1_000_000",
