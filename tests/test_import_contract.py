@@ -238,12 +238,14 @@ BROKEN = [
 
 @pytest.mark.parametrize(("rel", "source", "rule"), BROKEN, ids=[f"{r}:{p}" for p, _, r in BROKEN])
 def test_walker_catches_a_planted_forbidden_import(tmp_path, rel, source, rule):
-    _plant(tmp_path, {rel: source, "agent_common/_impl.py": "", "bench/harness/__init__.py": "",
-                      "bench/harness/_report.py": "", "tests/agent_test_utils.py": "def _helper(): pass\n"}
-           if rel != "tests/agent_test_utils.py" else {rel: source})
+    # private submodules and a private helper for the planted imports to point at; the planted file wins
+    targets = {"agent_common/_impl.py": "", "bench/harness/__init__.py": "", "bench/harness/_report.py": "",
+               "tests/agent_test_utils.py": "def _helper(): pass\n"}
+    _plant(tmp_path, {**targets, rel: source})
     violations = find_violations(tmp_path)
     assert [(v.path, v.rule) for v in violations] == [(rel, rule)], violations
-    assert violations[0].line == source.count("\n", 0, source.rfind("import")) + 1  # the import's own line
+    import_line = source.count("\n", 0, source.rfind("import")) + 1  # each planted source's last import
+    assert violations[0].line == import_line
 
 
 def test_walker_accepts_the_allowed_imports(tmp_path):
