@@ -150,9 +150,11 @@ class FlashSACAgent:
         return np.asarray(action, dtype=np.float32)
 
     # ------------------------------------------------------------------------------------------------ update
-    def _to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
+    def to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
         """Numpy batch -> float32 device arrays (slices of one flat copy; for tests and benchmarks)."""
         return Batch.from_flat(jax.device_put(flat_batch(batch), self.device), self.observation_dim)
+
+    _to_batch = to_batch  # the former name, until its remaining callers use ``to_batch``
 
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One FlashSAC update in upstream order: [actor -> temperature] (every actor_update_period) -> critic -> EMA.
@@ -182,6 +184,11 @@ class FlashSACAgent:
         """The metrics of the last update, if not yet returned by ``update`` (blocks until it has finished)."""
         pending, self._pending = self._pending, None
         return self._metrics(pending, self.update_step)
+
+    def state_replaced(self) -> None:
+        """Call after something outside the agent replaced ``state`` (``agent_interop.convert``): the pending
+        metrics belong to the replaced state and are dropped, so the next ``update`` returns {}."""
+        self._pending = None
 
     @staticmethod
     def _metrics(pending: tuple[tuple[str, ...], jax.Array] | None, update_step: int) -> dict[str, float]:

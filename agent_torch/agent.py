@@ -201,9 +201,11 @@ class FlashSACAgent:
             next_observation=parts[4],  # (B, O)
         )
 
-    def _to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
-        """Numpy batch -> float32 tensors on the device (views of one flat copy)."""
+    def to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
+        """Numpy batch -> float32 tensors on the device (views of one flat copy; for tests and benchmarks)."""
         return self._split(self._flat_batch(batch))
+
+    _to_batch = to_batch  # the former name, until its remaining callers use ``to_batch``
 
     def _update_step(self, flat: torch.Tensor, do_actor: bool) -> tuple[tuple[str, ...], torch.Tensor]:
         """The update on a flat device batch, without LR-scheduler steps; returns metric names and their values
@@ -256,7 +258,7 @@ class FlashSACAgent:
         return metrics
 
     def state_replaced(self) -> None:
-        """Call after anything replaced optimizer state or learning rates (``load``, ``agent_jax.convert``): the
+        """Call after anything replaced optimizer state or learning rates (``load``, ``agent_interop.convert``): the
         learning rates go back into device tensors and the CUDA graphs are captured again from the new state."""
         for net in (self.actor, self.critic, self.temperature):
             net.ensure_lr_tensors()

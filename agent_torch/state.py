@@ -82,9 +82,32 @@ class Network:
 
     def ensure_lr_tensors(self) -> None:
         """For a ``graph_safe`` network: learning rates back into device tensors after something wrote floats
-        (``load_state_dict``, ``agent_jax.convert``); a no-op otherwise."""
+        (``load_state_dict``, ``set_schedule_step``); a no-op otherwise."""
         if self.graph_safe and self.optimizer is not None:
             _lr_tensors(self.optimizer)
+
+    @property
+    def schedule_step(self) -> int:
+        """Optimizer steps the LR schedule has counted (0 before the first step)."""
+        if self.scheduler is None:
+            raise ValueError("schedule_step: this network has no LR schedule (not trainable)")
+        return int(self.scheduler.last_epoch)
+
+    def set_schedule_step(self, step: int) -> None:
+        """Puts the LR schedule where ``step`` optimizer steps leave it: the scheduler's counters and last learning
+        rates, and each param group's ``lr`` (as floats; ``ensure_lr_tensors`` turns them back into device tensors
+        for a ``graph_safe`` network). Adam's own step counts are the optimizer state's, not touched here."""
+        if self.scheduler is None or self.optimizer is None:
+            raise ValueError("set_schedule_step: this network has no optimizer / LR schedule (not trainable)")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"set_schedule_step: step must be an int >= 0, got {step!r}")
+        scheduler = self.scheduler
+        lrs = [base_lr * fn(step) for fn, base_lr in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)]
+        state = scheduler.state_dict()
+        state.update(last_epoch=step, _step_count=step + 1, _last_lr=list(lrs))  # LambdaLR's constructor steps once
+        scheduler.load_state_dict(state)
+        for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
 
 
 _LR_KEYS = ("lr", "initial_lr")

@@ -39,6 +39,7 @@ import statistics
 import time
 from typing import Any
 
+from agent_interop.convert import make_agent_from_torch_init
 from bench.agent_run import AgentBench, build_parser, load_final_agent_and_batch, make_recipe, run_with_state
 
 RECIPE = make_recipe("pallas")  # identical to bench/gpu_agent_torch.py's but for the backend (and eager torch)
@@ -110,8 +111,8 @@ def synthetic_agent_and_batch(batch_size: int, backend: str = "pallas") -> tuple
 
     import numpy as np
 
+    from agent_interop.synthetic import make_batch, make_spaces
     from agent_jax.agent import FlashSACAgent
-    from bench.agent_parity import make_batch, make_spaces
 
     agent_cfg = types.SimpleNamespace(
         use_amp=False, device_type="auto", categorical_target_backend=backend, categorical_target_strict=True,
@@ -131,24 +132,6 @@ def synthetic_update_timing(batch_size: int, repeats: int, iters: int) -> dict:
     """The same timing without gymnasium: recipe-sized networks, a random HalfCheetah-shaped batch."""
     agent, batch = synthetic_agent_and_batch(batch_size)
     return _time_backends(agent, batch, repeats, iters)
-
-
-def make_agent_from_torch_init(cfg: Any, observation_space: Any, action_space: Any) -> Any:
-    """The JAX agent, started from the torch agent's initial state for the same config and seed (``torch_to_jax``:
-    weights, BN statistics, log alpha, target critic, fresh optimizer state). Its PRNG key (policy noise) stays its
-    own, and the environment, buffer and exploration streams are shared numpy code anyway, so a run from here differs
-    from the torch agent's run only in the update's random draws and the frameworks' arithmetic: the experiment that
-    tells an initialisation outcome from a defect when the two agents' returns differ."""
-    from agent_jax.agent import make_agent
-    from agent_jax.convert import torch_to_jax
-    from agent_torch.agent import make_agent as make_torch_agent
-
-    torch_agent_cfg = dataclasses.replace(cfg.agent, categorical_target_backend="torch",
-                                          categorical_target_strict=False, device_type="cpu")
-    torch_agent = make_torch_agent(dataclasses.replace(cfg, agent=torch_agent_cfg), observation_space, action_space)
-    agent = make_agent(cfg, observation_space, action_space)
-    torch_to_jax(torch_agent, agent)
-    return agent
 
 
 def _print_timing(t: dict) -> None:

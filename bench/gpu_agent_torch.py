@@ -131,8 +131,8 @@ def synthetic_agents(overrides: list[str]) -> tuple[dict, list[dict]]:
     import numpy as np
 
     from agent_common.config import load_config
+    from agent_interop.synthetic import make_batch, make_spaces
     from agent_torch.agent import make_agent
-    from bench.agent_parity import make_batch, make_spaces
 
     agents = {}
     for mode in MODES:

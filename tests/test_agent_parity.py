@@ -1,7 +1,7 @@
-"""Cross-framework agent parity (issue 7): the PyTorch and the JAX FlashSAC agents, given the same state, batch and
-policy noise, compute the same categorical TD target, losses, gradients and updated parameters.
+"""Cross-framework agent parity: the PyTorch and the JAX FlashSAC agents, given the same state, batch and policy
+noise, compute the same categorical TD target, losses, gradients and updated parameters.
 
-Both agents run their own update code (``bench/agent_parity.py`` only makes the inputs identical: converted
+Both agents run their own update code (``agent_interop.parity`` only makes the inputs identical: converted
 weights and optimizer state, the same numpy batches, the JAX agent's eps handed to torch). Run twice: reference
 backends (torch / jax) and the interpreted kernels (Triton under TRITON_INTERPRET=1 / Pallas interpret mode).
 
@@ -25,26 +25,28 @@ import optax
 import pytest
 import torch
 
-from agent_jax.convert import (
+from agent_interop.convert import (
     ConversionError,
     convert_jax_checkpoint,
     convert_torch_checkpoint,
     jax_path_to_torch_name,
     jax_to_torch,
+    make_agent_from_torch_init,
     torch_name_to_jax_path,
     torch_to_jax,
 )
-from bench.agent_parity import (
+from agent_interop.parity import (
     jax_named_state,
     make_agent_pair,
-    make_batch,
-    make_spaces,
+    op_parity,
     param_diff_stats,
     record_jax_gradients,
     step_pair,
     target_diagnostics,
     torch_named_state,
 )
+from agent_interop.synthetic import make_batch, make_spaces
+from agent_interop.trees import named_arrays
 
 torch.set_num_threads(1)
 
@@ -143,8 +145,6 @@ def test_td_target_from_identical_inputs_meets_kernel_bar(parity):
 def test_op_comparison_detects_a_small_input_error():
     """Negative control: the identical-inputs comparison is sharp enough to see a 1e-4 reward error (the bar is not
     trivially met because, e.g., both sides silently ran the same implementation)."""
-    from bench.agent_parity import op_parity
-
     rng = np.random.default_rng(1)
     log_probs = np.log(rng.dirichlet(np.ones(101), size=(2, BATCH))).astype(np.float32)
     next_qs = (np.exp(log_probs) * np.linspace(-5, 5, 101, dtype=np.float32)).sum(-1).astype(np.float32)
@@ -213,19 +213,11 @@ def test_jax_trained_state_converts_to_torch_bitwise(parity):
         adam = next(n for n in jax.tree_util.tree_leaves(getattr(jax_agent.state, net).opt_state,
                                                          is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
                     if isinstance(n, optax.ScaleByAdamState))
-        mu = {k: np.asarray(v) for k, v in _flat_named(adam.mu).items()}
+        mu = named_arrays(adam.mu)
         for name, p in bundle.module.named_parameters():
             state = bundle.optimizer.state[p]
             assert float(state["step"]) == steps
             np.testing.assert_array_equal(state["exp_avg"].numpy(), mu[name], err_msg=f"{net}.{name}")
-
-
-def _flat_named(tree) -> dict:
-    import flax.serialization
-
-    from agent_jax.convert import _flatten
-
-    return {jax_path_to_torch_name(p): v for p, v in _flatten(flax.serialization.to_state_dict(tree)).items()}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -380,9 +372,9 @@ def test_run_directory_checkpoint_keeps_framework_free_files(tmp_path):
 
 
 def test_command_line_converts_a_run_both_ways(tmp_path):
-    """``python -m agent_jax.convert`` (in process): widths read from the checkpoint, agents built from the run's
+    """``python -m agent_interop.convert`` (in process): widths read from the checkpoint, agents built from the run's
     overrides; torch -> JAX -> torch reproduces the original agent."""
-    from agent_jax.convert import main
+    from agent_interop.convert import main
 
     source = _torch_agent()
     _train_torch(source, 2)
@@ -453,10 +445,9 @@ def test_parameter_shape_mismatch_names_the_parameter():
 
 
 def test_jax_agent_started_from_the_torch_initialisation():
-    # bench/gpu_agent_jax.py --init-from-torch: the JAX agent starts from the torch agent's seed-s initial state
-    # (the experiment that separates initialisation from the rest when the two agents' returns differ)
+    # the JAX agent starts from the torch agent's seed-s initial state (the experiment that separates
+    # initialisation from the rest when the two agents' returns differ)
     from agent_common.config import load_config
-    from bench.gpu_agent_jax import make_agent_from_torch_init
 
     cfg = load_config([*SIZES, "agent.categorical_target_backend=jax"], "jax")
     started = make_agent_from_torch_init(cfg, *make_spaces(OBS_DIM, ACT_DIM))
@@ -467,8 +458,8 @@ def test_jax_agent_started_from_the_torch_initialisation():
                 p.zero_()
     jax_to_torch(started, back)
     _assert_torch_identical(back, _torch_agent())  # == the torch agent's own seed-0 initial state
-    plain = _flat_named(_jax_agent().state.actor.params)
-    assert any(not np.array_equal(v, _flat_named(started.state.actor.params)[k]) for k, v in plain.items())
+    plain = named_arrays(_jax_agent().state.actor.params)
+    assert any(not np.array_equal(v, named_arrays(started.state.actor.params)[k]) for k, v in plain.items())
 
 
 def test_conversion_into_a_graph_mode_torch_agent_restores_lr_tensors_and_recaptures():
@@ -476,7 +467,6 @@ def test_conversion_into_a_graph_mode_torch_agent_restores_lr_tensors_and_recapt
     # get device-tensor LRs back and drop its graphs (captured on the old tensors). CUDA graphs need CUDA, so the
     # graph-mode bookkeeping is switched on by hand here on CPU (nothing is captured or stepped).
     from agent_torch.graphs import GraphCache
-    from agent_torch.state import _lr_tensors
 
     jax_agent = _jax_agent()
     dest = _torch_agent()
@@ -484,9 +474,59 @@ def test_conversion_into_a_graph_mode_torch_agent_restores_lr_tensors_and_recapt
     dest.graphs._graphs["stale"] = object()  # stands in for a graph captured on the old state
     for net in (dest.actor, dest.critic, dest.temperature):
         net.graph_safe = True
-        _lr_tensors(net.optimizer)
+        net.ensure_lr_tensors()
     jax_to_torch(jax_agent, dest)
     assert len(dest.graphs) == 0
     for net in (dest.actor, dest.critic, dest.temperature):
         lr = net.optimizer.param_groups[0]["lr"]
         assert isinstance(lr, torch.Tensor) and lr.item() == pytest.approx(net.scheduler.get_last_lr()[0])
+
+
+def test_conversion_drops_the_jax_agents_pending_metrics():
+    """The JAX agent's pending metrics belong to the state a conversion replaces: the next update returns {}."""
+    jax_agent = _jax_agent()
+    jax_agent.update(make_batch(np.random.default_rng(2), BATCH, OBS_DIM, ACT_DIM))
+    torch_to_jax(_torch_agent(), jax_agent)
+    assert jax_agent.flush_metrics() == {}
+
+
+def test_schedule_step_accessors_check_their_argument():
+    agent = _torch_agent()
+    agent.critic.set_schedule_step(4)
+    assert agent.critic.schedule_step == 4
+    assert agent.critic.optimizer.param_groups[0]["lr"] == agent.critic.scheduler.get_last_lr()[0]
+    for bad in (-1, 2.0, True):
+        with pytest.raises(ValueError, match=r"step must be an int >= 0, got"):
+            agent.critic.set_schedule_step(bad)
+    with pytest.raises(ValueError, match=r"no optimizer / LR schedule"):
+        agent.target_critic.set_schedule_step(0)
+
+
+def test_paired_run_record_and_report():
+    """The paired run behind the GPU comparison script, on CPU with the reference backends and tiny networks: the
+    record holds the diagnostics at every checkpoint, a trace per update, and a report with the verdict."""
+    from agent_interop.parity_run import OP_BAR, passes, render_markdown, run_pair
+
+    sizes = [o for o in SIZES if not o.startswith(("agent.sample_batch_size", "seed", "agent.device_type",
+                                                   "num_threads"))]
+    pair = run_pair(sizes, OBS_DIM, ACT_DIM, "torch", "jax", updates=2, seed=SEED, batch_size=16, device="cpu",
+                    synthetic_batch_size=64)
+    assert sorted(pair["diagnostics"]) == ["0", "1", "2"]
+    assert [t["update"] for t in pair["trace"]] == [1, 2]
+    assert [t["actor_step"] for t in pair["trace"]] == [True, False]
+    s = pair["summary"]
+    assert s["td_target_same_inputs_max"] <= TOL_TD_SAME_INPUTS
+    assert pair["synthetic_op_parity"]["batch_size"] == 64
+    assert pair["synthetic_op_parity"]["max_abs"] <= TOL_TD_SAME_INPUTS
+    assert 0 < s["param_drift_final"]["critic"]["max"] <= TOL_PARAM_MAX
+    assert passes([pair])
+    assert not passes([dict(pair, summary=dict(s, td_target_same_inputs_max=2 * OP_BAR))])
+    assert not passes([dict(pair, synthetic_op_parity=dict(pair["synthetic_op_parity"], max_abs=2 * OP_BAR))])
+    env = {"date_utc": "d", "cuda_device": None, "jax_device_kind": "cpu", "torch": "t", "jax": "j", "triton": "x",
+           "torch_allow_tf32": False, "jax_default_matmul_precision": "highest"}
+    report = render_markdown({"environment": env, "command": "cmd", "cpu_smoke": True, "pairs": [pair],
+                              "pass": True})
+    assert "## torch vs jax (B = 16, 2 updates" in report and report.rstrip().endswith("Verdict: PASS (op bar "
+                                                                                         "1e-06 on identical inputs).")
+    with pytest.raises(ValueError, match=r"updates must be >= 1, got 0"):
+        run_pair(sizes, OBS_DIM, ACT_DIM, "torch", "jax", updates=0, seed=SEED, batch_size=16, device="cpu")

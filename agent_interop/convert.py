@@ -16,8 +16,9 @@ which are cleared. Torch's ``atoms`` buffer is not a trained value: it is checke
 
 Names: agent_jax uses agent_torch's module and parameter names and PyTorch's ``(out, in)`` weight layout, so the
 mapping is by name only: the torch name ``blocks.1.fc2.weight`` is the flax path ``blocks_1/fc2/weight``
-(``torch_name_to_jax_path``); parameters live in the flax ``params`` collection, running statistics in
-``batch_stats``.
+(``torch_name_to_jax_path``, in ``agent_interop.trees``); parameters live in the flax ``params`` collection, running
+statistics in ``batch_stats``. Each agent's state is read and written through its public attributes (the network
+bundles, ``Network.schedule_step`` / ``set_schedule_step``, ``state_replaced``).
 
 Both agents must already exist (built from their configs); the functions overwrite the destination's state. A
 mismatch raises ``ConversionError`` naming the offending entry: a parameter missing on one side, a shape difference
@@ -28,16 +29,17 @@ same training under the same schedule.
 
 Typical use::
 
-    from agent_jax.convert import torch_to_jax, jax_to_torch
+    from agent_interop.convert import torch_to_jax, jax_to_torch
     torch_to_jax(torch_agent, jax_agent)        # jax_agent now holds torch_agent's full state
     jax_to_torch(jax_agent, torch_agent)        # and back (bitwise round trip)
     convert_torch_checkpoint(src_dir, dst_dir, torch_agent, jax_agent)   # a saved torch checkpoint -> JAX one
 
 or from the shell (both agents are built on the CPU from the training run's overrides)::
 
-    python -m agent_jax.convert torch-to-jax <run dir> <out dir> --overrides agent.critic_hidden_dim=128
+    python -m agent_interop.convert torch-to-jax <run dir> <out dir> --overrides agent.critic_hidden_dim=128
 
-torch is imported lazily inside the functions, so importing this module needs only jax / flax / numpy.
+torch and the agents are imported lazily inside the functions, so importing this module needs only jax / flax /
+numpy.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import flax.serialization
@@ -53,6 +55,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from agent_interop.synthetic import make_spaces
+from agent_interop.trees import (
+    flatten_tree,
+    jax_path_to_torch_name,
+    named_arrays,
+    torch_name_to_jax_path,
+    unflatten_tree,
+)
 
 __all__ = [
     "ADAM_HYPERPARAMETERS",
@@ -64,13 +75,14 @@ __all__ = [
     "jax_path_to_torch_name",
     "jax_to_torch",
     "main",
+    "make_agent_from_torch_init",
     "torch_name_to_jax_path",
     "torch_to_jax",
 ]
 
 NETWORKS = ("actor", "critic", "temperature")  # trained networks (each has its own Adam state)
 ADAM_HYPERPARAMETERS = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0, "amsgrad": False, "maximize": False}
-"""The Adam settings both agents use (agent_torch.state.make_network, agent_jax.state.make_optimizer)."""
+"""The Adam settings both agents use (``agent_torch.state.make_network``, ``agent_jax.state``)."""
 ARCHITECTURE_KEYS = ("actor_num_blocks", "actor_hidden_dim", "critic_num_blocks", "critic_hidden_dim",
                      "critic_num_bins", "critic_min_v", "critic_max_v")
 HYPERPARAMETER_KEYS = ("learning_rate_init", "learning_rate_peak", "learning_rate_end", "learning_rate_warmup_step",
@@ -83,55 +95,6 @@ CHECKPOINT_AGENT_DIR = "agent"  # agent_common.loop: <step dir>/agent/ holds the
 
 class ConversionError(ValueError):
     """The two agents do not have the same architecture or configuration; the message names the entry."""
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# names
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def torch_name_to_jax_path(name: str) -> tuple[str, ...]:
-    """agent_torch state-dict name -> flax variable path: ``blocks.1.fc2.weight`` -> ("blocks_1", "fc2", "weight").
-
-    A numeric component (an ``nn.ModuleList`` index) joins the name before it with ``_``, as linen names list
-    members; every other component is kept.
-    """
-    path: list[str] = []
-    for part in name.split("."):
-        if part.isdigit() and path:
-            path[-1] = f"{path[-1]}_{part}"
-        else:
-            path.append(part)
-    return tuple(path)
-
-
-def jax_path_to_torch_name(path: tuple[str, ...]) -> str:
-    """Inverse of ``torch_name_to_jax_path``: ("blocks_1", "fc2", "weight") -> ``blocks.1.fc2.weight``."""
-    parts: list[str] = []
-    for part in path:
-        head, sep, tail = part.rpartition("_")
-        parts.extend([head, tail] if sep and head and tail.isdigit() else [part])
-    return ".".join(parts)
-
-
-def _flatten(tree: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    """Nested mapping -> {path: leaf} (flax state-dict form)."""
-    if isinstance(tree, Mapping):
-        out: dict[tuple[str, ...], Any] = {}
-        for key, value in tree.items():
-            out.update(_flatten(value, (*prefix, str(key))))
-        return out
-    return {prefix: tree}
-
-
-def _unflatten(flat: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for path, leaf in flat.items():
-        node = out
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = leaf
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -233,8 +196,10 @@ def _torch_named(module: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return params, buffers
 
 
-def _torch_step(net_name: str, optimizer: Any, scheduler: Any, params: dict[str, Any]) -> int:
-    """The common Adam step count of a torch network (0 before the first step); checks the scheduler agrees."""
+def _torch_step(net_name: str, bundle: Any, params: dict[str, Any]) -> int:
+    """The common Adam step count of a torch network bundle (0 before the first step); checks its LR schedule
+    agrees."""
+    optimizer = bundle.optimizer
     steps = {}
     for name, p in params.items():
         state = optimizer.state.get(p, {})
@@ -249,8 +214,8 @@ def _torch_step(net_name: str, optimizer: Any, scheduler: Any, params: dict[str,
     step = values.pop() if values else 0.0
     if step != int(step) or step < 0:
         raise ConversionError(f"{net_name} Adam step count {step} is not a non-negative integer")
-    if scheduler is not None and int(scheduler.last_epoch) != int(step):
-        raise ConversionError(f"{net_name} LR scheduler is at step {scheduler.last_epoch} but Adam at {int(step)}; "
+    if bundle.scheduler is not None and bundle.schedule_step != int(step):
+        raise ConversionError(f"{net_name} LR scheduler is at step {bundle.schedule_step} but Adam at {int(step)}; "
                               f"the JAX schedule reads the optimizer's own count")
     for group in optimizer.param_groups:
         for key, want in ADAM_HYPERPARAMETERS.items():
@@ -308,7 +273,7 @@ def _as_numpy(value: Any) -> np.ndarray:
 def _to_jax_tree(net: str, kind: str, template: Any, torch_values: dict[str, Any]) -> Any:
     """torch {name: tensor} -> a tree shaped like ``template`` (a flax collection), every entry name- and
     shape-checked."""
-    flat = _flatten(flax.serialization.to_state_dict(template))
+    flat = flatten_tree(flax.serialization.to_state_dict(template))
     _check_keys(net, kind, set(torch_values), set(flat))
     out = {}
     for path, leaf in flat.items():
@@ -316,7 +281,7 @@ def _to_jax_tree(net: str, kind: str, template: Any, torch_values: dict[str, Any
         value = _as_numpy(torch_values[name])
         _check_shape(net, name, value.shape, np.shape(leaf))
         out[path] = np.array(value, dtype=np.asarray(leaf).dtype, copy=True)
-    return flax.serialization.from_state_dict(template, _unflatten(out))
+    return flax.serialization.from_state_dict(template, unflatten_tree(out))
 
 
 def torch_to_jax(torch_agent: Any, jax_agent: Any, check_hyperparameters: bool = True) -> None:
@@ -343,7 +308,7 @@ def torch_to_jax(torch_agent: Any, jax_agent: Any, check_hyperparameters: bool =
         params = _to_jax_tree(net, "parameters", js.params, t_params)
         batch_stats = _to_jax_tree(net, "running statistics", js.batch_stats, t_stats)
         bundle = bundles[net]
-        step = _torch_step(net, bundle.optimizer, bundle.scheduler, t_params)
+        step = _torch_step(net, bundle, t_params)
         opt = bundle.optimizer.state
         zeros = {n: np.zeros(tuple(p.shape), np.float32) for n, p in t_params.items()}
 
@@ -365,8 +330,7 @@ def torch_to_jax(torch_agent: Any, jax_agent: Any, check_hyperparameters: bool =
     new_state = state.replace(**new)
     jax_agent.state = jax.device_put(new_state, jax_agent.device)
     jax_agent.update_step = int(torch_agent.update_step)
-    if hasattr(jax_agent, "_pending"):
-        jax_agent._pending = None
+    jax_agent.state_replaced()  # its pending metrics belonged to the replaced state
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -379,7 +343,7 @@ def _copy_into_torch(net: str, kind: str, targets: dict[str, Any], tree: Any) ->
     references, are kept)."""
     import torch
 
-    flat = _flatten(flax.serialization.to_state_dict(jax.device_get(tree)))
+    flat = flatten_tree(flax.serialization.to_state_dict(jax.device_get(tree)))
     _check_keys(net, kind, set(targets), set(flat))
     with torch.no_grad():
         for path, leaf in flat.items():
@@ -393,11 +357,8 @@ def _set_torch_adam(net: str, bundle: Any, t_params: dict[str, Any], count: int,
     """Writes torch Adam / LambdaLR state equal to what ``count`` torch steps with these moments would leave."""
     import torch
 
-    optimizer, scheduler = bundle.optimizer, bundle.scheduler
-    mu_flat = {jax_path_to_torch_name(p): np.asarray(v)
-               for p, v in _flatten(flax.serialization.to_state_dict(jax.device_get(mu))).items()}
-    nu_flat = {jax_path_to_torch_name(p): np.asarray(v)
-               for p, v in _flatten(flax.serialization.to_state_dict(jax.device_get(nu))).items()}
+    optimizer = bundle.optimizer
+    mu_flat, nu_flat = named_arrays(mu), named_arrays(nu)
     _check_keys(net, "Adam moments", set(t_params), {torch_name_to_jax_path(n) for n in mu_flat})
     group = optimizer.param_groups[0]
     for name, p in t_params.items():
@@ -412,13 +373,8 @@ def _set_torch_adam(net: str, bundle: Any, t_params: dict[str, Any], count: int,
             "exp_avg": torch.from_numpy(np.array(mu_flat[name], copy=True)).to(device=p.device, dtype=p.dtype),
             "exp_avg_sq": torch.from_numpy(np.array(nu_flat[name], copy=True)).to(device=p.device, dtype=p.dtype),
         }
-    if scheduler is not None:
-        scheduler.last_epoch = count
-        scheduler._step_count = count + 1  # LambdaLR's constructor takes the first step
-        lrs = [base_lr * lmbda(count) for lmbda, base_lr in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)]
-        for g, lr in zip(optimizer.param_groups, lrs, strict=True):
-            g["lr"] = lr
-        scheduler._last_lr = list(lrs)
+    if bundle.scheduler is not None:
+        bundle.set_schedule_step(count)
 
 
 def jax_to_torch(jax_agent: Any, torch_agent: Any, check_hyperparameters: bool = True) -> None:
@@ -451,7 +407,7 @@ def jax_to_torch(jax_agent: Any, torch_agent: Any, check_hyperparameters: bool =
         t_params, t_stats = _torch_named(modules[net])
         for kind, targets, tree in (("parameters", t_params, js.params), ("running statistics", t_stats,
                                                                            js.batch_stats)):
-            flat = _flatten(flax.serialization.to_state_dict(tree))
+            flat = flatten_tree(flax.serialization.to_state_dict(tree))
             _check_keys(net, kind, set(targets), set(flat))
             for path, leaf in flat.items():
                 name = jax_path_to_torch_name(path)
@@ -542,6 +498,36 @@ def convert_jax_checkpoint(src_dir: str, dst_dir: str, jax_agent: Any, torch_age
                         lambda: jax_to_torch(jax_agent, torch_agent, check_hyperparameters))
 
 
+def make_agent_from_torch_init(cfg: Any, observation_space: Any, action_space: Any) -> Any:
+    """The JAX agent for ``cfg``, started from the torch agent's initial state for the same config and seed.
+
+    ``torch_to_jax`` gives it the torch agent's weights, BN statistics, log alpha, target critic and (fresh)
+    optimizer state. Its PRNG key (policy noise) stays its own, and the environment, buffer and exploration streams
+    are shared numpy code anyway, so a run from here differs from the torch agent's run only in the update's random
+    draws and the frameworks' arithmetic: the experiment that tells an initialisation outcome from a defect when the
+    two agents' returns differ. The torch agent is built on the CPU with the reference target backend.
+
+    Args:
+        cfg: the JAX run's resolved config (a dataclass config, as ``agent_common.config.load_config`` returns).
+        observation_space: Box (O,).
+        action_space: Box (A,).
+
+    Returns:
+        The ``agent_jax`` agent.
+    """
+    import dataclasses
+
+    from agent_jax.agent import make_agent
+    from agent_torch.agent import make_agent as make_torch_agent
+
+    torch_agent_cfg = dataclasses.replace(cfg.agent, categorical_target_backend="torch",
+                                          categorical_target_strict=False, device_type="cpu")
+    torch_agent = make_torch_agent(dataclasses.replace(cfg, agent=torch_agent_cfg), observation_space, action_space)
+    agent = make_agent(cfg, observation_space, action_space)
+    torch_to_jax(torch_agent, agent)
+    return agent
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # command line
 # ---------------------------------------------------------------------------------------------------------------
@@ -574,7 +560,7 @@ def _checkpoint_dims(src: str, source: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agent_jax.convert {torch-to-jax,jax-to-torch} SRC DST --overrides key=value ...``.
+    """``python -m agent_interop.convert {torch-to-jax,jax-to-torch} SRC DST --overrides key=value ...``.
 
     Builds both agents on the CPU from the training run's ``--overrides`` (the architecture and schedule keys must
     match the checkpoint; the observation and action widths are read from it, actions are the [-1, 1] box of
@@ -582,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m agent_jax.convert", description=main.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agent_interop.convert", description=main.__doc__.split("\n\n")[0])
     parser.add_argument("direction", choices=("torch-to-jax", "jax-to-torch"))
     parser.add_argument("src")
     parser.add_argument("dst")
@@ -597,8 +583,7 @@ def main(argv: list[str] | None = None) -> int:
 
     source = args.direction.split("-")[0]
     observation_dim, action_dim = _checkpoint_dims(args.src, source)
-    spaces = (_Box(np.full(observation_dim, -np.inf, np.float32), np.full(observation_dim, np.inf, np.float32)),
-              _Box(-np.ones(action_dim, np.float32), np.ones(action_dim, np.float32)))
+    spaces = make_spaces(observation_dim, action_dim)
     kept = [o for o in args.overrides if o.split("=", 1)[0].strip() not in
             ("agent.categorical_target_backend", "agent.device_type", "agent.categorical_target_strict")]
     common = [*kept, "agent.device_type=cpu"]
@@ -615,13 +600,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"converted {args.src} ({source}) -> {out} ({'jax' if source == 'torch' else 'torch'}); "
           f"observation width {observation_dim}, action width {action_dim}")
     return 0
-
-
-class _Box:
-    """The two attributes of a gymnasium Box the agents read (shape, low, high), without importing gymnasium."""
-
-    def __init__(self, low: np.ndarray, high: np.ndarray) -> None:
-        self.low, self.high, self.shape = low, high, low.shape
 
 
 if __name__ == "__main__":

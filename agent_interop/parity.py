@@ -1,10 +1,11 @@
-"""Cross-framework agent parity harness (issue 7): a PyTorch and a JAX FlashSAC agent with identical state.
+"""Cross-framework agent parity harness: a PyTorch and a JAX FlashSAC agent with identical state.
 
-Used by ``tests/test_agent_parity.py`` (CPU, interpreted kernels) and ``bench/gpu_agent_parity.py`` (H200, real
-kernels). Both agents run their own, unmodified update code; the harness only makes their inputs identical:
+Used by ``tests/test_agent_parity.py`` (CPU, interpreted kernels) and, through ``agent_interop.parity_run``, by the
+GPU comparison script (real kernels). Both agents run their own, unmodified update code; the harness only makes
+their inputs identical:
 
 * **weights and optimizer state**: the JAX agent gets the torch agent's full state through
-  ``agent_jax.convert.torch_to_jax`` (bitwise);
+  ``agent_interop.convert.torch_to_jax`` (bitwise);
 * **batches**: the same numpy batch goes to both ``update`` methods;
 * **policy noise**: the JAX agent draws eps ~ N(0, I) from its PRNG key inside its jitted update; the harness
   draws the same eps outside (``jax_update_noise``: the agent's key split, then ``jax.random.normal``) and hands
@@ -14,14 +15,14 @@ kernels). Both agents run their own, unmodified update code; the harness only ma
 * **gradients**: torch leaves them in ``.grad``; on the JAX side ``record_jax_gradients`` prepends a pass-through
   optax transformation that stores the gradient it receives in the optimizer state (the update itself is unchanged).
 
-What remains is the arithmetic of the two frameworks, which is what the comparisons measure.
+What remains is the arithmetic of the two frameworks, which is what the comparisons measure. The tolerances the
+comparisons are held to, and why, are in docs/testing.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import types
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -30,7 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from agent_jax.convert import jax_path_to_torch_name, torch_to_jax
+from agent_interop.convert import torch_to_jax
+from agent_interop.synthetic import make_spaces
+from agent_interop.trees import named_arrays
 
 __all__ = [
     "GradRecord",
@@ -39,8 +42,6 @@ __all__ = [
     "jax_named_state",
     "jax_update_noise",
     "make_agent_pair",
-    "make_batch",
-    "make_spaces",
     "op_parity",
     "param_diff_stats",
     "record_jax_gradients",
@@ -57,20 +58,6 @@ NETS = ("actor", "critic", "target_critic", "temperature")
 # ---------------------------------------------------------------------------------------------------------------
 # construction
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def make_spaces(observation_dim: int, action_dim: int) -> tuple[Any, Any]:
-    """Box observation / action spaces ([-1, 1] actions); a SimpleNamespace stand-in where gymnasium is missing."""
-    low_o, high_o = np.full(observation_dim, -np.inf, np.float32), np.full(observation_dim, np.inf, np.float32)
-    low_a, high_a = -np.ones(action_dim, np.float32), np.ones(action_dim, np.float32)
-    try:
-        import gymnasium as gym
-
-        return gym.spaces.Box(low_o, high_o, dtype=np.float32), gym.spaces.Box(low_a, high_a, dtype=np.float32)
-    except (ImportError, AttributeError):  # no gymnasium (or the GPU benchmark's import stub)
-        box = types.SimpleNamespace
-        return (box(shape=(observation_dim,), low=low_o, high=high_o, dtype=np.float32),
-                box(shape=(action_dim,), low=low_a, high=high_a, dtype=np.float32))
 
 
 def make_agent_pair(overrides: Sequence[str], observation_dim: int, action_dim: int, torch_backend: str,
@@ -101,22 +88,6 @@ def make_agent_pair(overrides: Sequence[str], observation_dim: int, action_dim: 
     jax_agent = JaxAgent(j_cfg, obs_space, act_space)
     torch_to_jax(torch_agent, jax_agent)
     return torch_agent, jax_agent
-
-
-def make_batch(rng: np.random.Generator, batch_size: int, observation_dim: int, action_dim: int,
-               terminated_fraction: float = 0.1) -> dict[str, np.ndarray]:
-    """A synthetic replay batch: N(0, 1) observations, uniform actions, rewards 0.5 N(0, 1) (inside the [-5, 5]
-    support, some atoms clipped after the shift), a fraction of terminated rows (the two-hot branch)."""
-    terminated = (rng.random(batch_size) < terminated_fraction).astype(np.float32)
-    terminated[0] = 1.0  # at least one terminated row in every batch
-    return {
-        "observation": rng.standard_normal((batch_size, observation_dim)).astype(np.float32),
-        "action": rng.uniform(-1.0, 1.0, (batch_size, action_dim)).astype(np.float32),
-        "reward": (0.5 * rng.standard_normal(batch_size)).astype(np.float32),
-        "terminated": terminated,
-        "truncated": np.zeros(batch_size, np.float32),
-        "next_observation": rng.standard_normal((batch_size, observation_dim)).astype(np.float32),
-    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -211,7 +182,8 @@ def record_jax_gradients(jax_agent: Any) -> None:
     """Makes every trained JAX network keep its last gradient: ``tx`` becomes chain(record, tx).
 
     The recording transformation passes the gradient through unchanged, so the update is the agent's own; the
-    Adam and schedule states keep their values (nested one level deeper, where ``agent_jax.convert`` finds them).
+    Adam and schedule states keep their values (nested one level deeper, where ``agent_interop.convert`` finds
+    them).
     """
     s = jax_agent.state
     new = {}
@@ -228,7 +200,7 @@ def jax_grads(jax_agent: Any) -> dict[str, dict[str, np.ndarray]]:
     for net in ("actor", "critic", "temperature"):
         record = getattr(jax_agent.state, net).opt_state[0]
         assert isinstance(record, GradRecord), "call record_jax_gradients first"
-        out[net] = _named(record.grads)
+        out[net] = named_arrays(record.grads)
     return out
 
 
@@ -247,15 +219,6 @@ def torch_grads(torch_agent: Any) -> dict[str, dict[str, np.ndarray]]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _named(tree: Any) -> dict[str, np.ndarray]:
-    import flax.serialization
-
-    from agent_jax.convert import _flatten
-
-    flat = _flatten(flax.serialization.to_state_dict(jax.device_get(tree)))
-    return {jax_path_to_torch_name(p): np.asarray(v) for p, v in flat.items()}
-
-
 def torch_named_state(torch_agent: Any) -> dict[str, dict[str, np.ndarray]]:
     """{network: {name: parameter or running statistic}} as numpy (``atoms`` left out)."""
     out = {}
@@ -271,7 +234,7 @@ def jax_named_state(jax_agent: Any) -> dict[str, dict[str, np.ndarray]]:
     trees = {"actor": (s.actor.params, s.actor.batch_stats), "critic": (s.critic.params, s.critic.batch_stats),
              "target_critic": (s.critic.target_params, s.critic.target_batch_stats),
              "temperature": (s.temperature.params, {})}
-    return {net: {**_named(p), **_named(b)} for net, (p, b) in trees.items()}
+    return {net: {**named_arrays(p), **named_arrays(b)} for net, (p, b) in trees.items()}
 
 
 def compare_named(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -378,8 +341,8 @@ def target_diagnostics(torch_agent: Any, jax_agent: Any, batch: dict[str, np.nda
     noises = jax_update_noise(jax_agent, batch_size)
     critic_eps = noises[-1]
     _, _, critic_key = _split3(jax_agent.state.rng)
-    t_batch = torch_agent._to_batch(batch)
-    j_batch = jax_agent._to_batch(batch)
+    t_batch = torch_agent.to_batch(batch)
+    j_batch = jax_agent.to_batch(batch)
     s = jax_agent.state
     tgt = torch_agent.target_critic.module
     saved = {k: v.detach().clone() for k, v in tgt.state_dict().items()}  # target BN running stats move in forward

@@ -1,0 +1,14 @@
+"""Moving FlashSAC agents between PyTorch (``agent_torch``) and JAX (``agent_jax``), and comparing them.
+
+The only package that imports both agents; the agents never import each other. Modules:
+
+* ``agent_interop.convert``: the state converter (``torch_to_jax``, ``jax_to_torch``, checkpoint conversion, the
+  ``python -m agent_interop.convert`` command) and ``make_agent_from_torch_init``;
+* ``agent_interop.trees``: torch state-dict names <-> flax variable paths, nested-tree flattening;
+* ``agent_interop.synthetic``: Box spaces and replay batches for agents built without an environment (numpy only);
+* ``agent_interop.parity``: the parity harness (shared batches and policy noise, gradients, state comparisons);
+* ``agent_interop.parity_run``: a paired training run with its diagnostics, summary and markdown report.
+
+Submodules are imported explicitly (``from agent_interop.convert import torch_to_jax``), so importing one side's
+helpers does not import the other framework.
+"""
