@@ -225,7 +225,7 @@ def timing(sizes, bandwidth: float) -> list[dict]:
 
 
 def config_sweep(sizes) -> list[dict]:
-    """Each (BR, num_warps) alone: correct vs the torch path, then timed under CUDA-graph replay (K11)."""
+    """Each (BR, num_warps) alone: correct vs the torch path, then timed under CUDA-graph replay."""
     from triton.testing import do_bench_cudagraph
 
     rows = []

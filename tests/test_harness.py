@@ -1,4 +1,4 @@
-"""The cascaded kernel harness (bench/harness/): the CPU smoke run, and planted bad kernels it must catch (K19).
+"""The cascaded kernel harness (bench/harness/): the CPU smoke run, and planted bad kernels it must catch.
 
 CPU only: the Triton interpreter and Pallas interpret mode (tests/conftest.py), tiny sizes, no timing assertions.
 Each planted kernel is installed where the real one lives (the dispatch registry or the dispatcher's decision), so
