@@ -39,8 +39,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bench.common import (  # noqa: E402
+    F64_ROWS,
+    INPUT_NAMES,
     block_seconds,
     environment,
+    first_rows,
     fmt,
     jit_loop,
     json_block,
@@ -63,9 +66,7 @@ from shared_spec.tolerances import ATOL_BETWEEN, ATOL_FLOAT64, ATOL_MASS, max_ab
 
 GAMMA = 0.99
 KINDS = ("random", "peaked", "clamp_high", "clamp_low", "terminated", "mixed", "nonfinite")
-NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
 JDTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-F64_ROWS = 4096  # rows checked against the float64 spec (numpy add.at is slow)
 # The whole script must finish in < 4 minutes on an H200 (bench/gpu_kernels.sh gives it 230 s): each section stops
 # starting new items at its deadline (seconds since start) and records the rest as skipped.
 DEADLINES = {"correctness": 95.0, "determinism": 110.0, "parity": 150.0, "timing": 195.0, "low_precision": 205.0}
@@ -81,7 +82,7 @@ def over_budget() -> bool:
 def device_inputs(x: dict, dtype: str = "float32") -> list[jax.Array]:
     """The five arrays on the default JAX device, log-probs cast to `dtype` on the device."""
     dev = jax.devices()[0]
-    out = [jax.device_put(x[k], dev) for k in NAMES]
+    out = [jax.device_put(x[k], dev) for k in INPUT_NAMES]
     out[1] = out[1].astype(JDTYPES[dtype])
     return out
 
@@ -126,7 +127,7 @@ def _mass_error_fp32(out, q, lp):
 def float64_check(x: dict, got: np.ndarray, n: int, dtype: str = "float32") -> tuple[float, float]:
     """(max abs error vs the float64 spec, mass error) on the first n rows; low-precision log-probs are rounded
     first, so this checks the kernel's arithmetic, not the input rounding."""
-    xs = {k: (v[:, :n] if k in ("next_qs", "next_log_probs") else v[:n]) for k, v in x.items()}
+    xs = first_rows(x, n)
     if dtype != "float32":
         xs["next_log_probs"] = np.asarray(jnp.asarray(xs["next_log_probs"]).astype(JDTYPES[dtype]).astype(jnp.float32))
     want = R.categorical_td_target(**xs, gamma=GAMMA)
@@ -243,8 +244,8 @@ def determinism(cases, repeats: int) -> dict:
 
 def _to_torch(args) -> tuple[dict, bool]:
     """Share JAX device buffers with torch through DLPack; returns (tensors, whether every buffer is zero-copy)."""
-    t = {k: torch.from_dlpack(a) for k, a in zip(NAMES, args, strict=True)}
-    zero_copy = all(t[k].data_ptr() == a.unsafe_buffer_pointer() for k, a in zip(NAMES, args, strict=True))
+    t = {k: torch.from_dlpack(a) for k, a in zip(INPUT_NAMES, args, strict=True)}
+    zero_copy = all(t[k].data_ptr() == a.unsafe_buffer_pointer() for k, a in zip(INPUT_NAMES, args, strict=True))
     return t, zero_copy
 
 

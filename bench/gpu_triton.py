@@ -20,8 +20,10 @@ import torch
 import torch_impl
 from bench import upstream
 from bench.common import (
+    F64_ROWS,
     capture_cuda_graph,
     environment,
+    first_rows,
     json_block,
     repeated_inputs,
     run_sections,
@@ -75,8 +77,8 @@ def correctness(sizes) -> list[dict]:
             x, t = gpu_inputs(B, kind, seed=B)
             got = ours(t).cpu().numpy()
             ref32 = ours(t, "torch").cpu().numpy()
-            n = min(B, 4096)  # float64 oracle on a prefix for the largest sizes (numpy add.at is slow)
-            xs = {k: (v[:, :n] if k in ("next_qs", "next_log_probs") else v[:n]) for k, v in x.items()}
+            n = min(B, F64_ROWS)  # the float64 oracle on a prefix for the largest sizes
+            xs = first_rows(x, n)
             want = R.categorical_td_target(**xs, gamma=GAMMA)
             _, lp = R.select_min_q(xs["next_qs"].astype(np.float64), xs["next_log_probs"].astype(np.float64))
             rows.append({"B": B, "kind": kind, "rows_checked_vs_float64": n,

@@ -9,7 +9,6 @@ from bench.common import GEN_ROWS, repeated_inputs
 from bench.harness.cases import HarnessCase
 from bench.harness.frameworks import TORCH_DTYPES, jax, jnp, torch, torch_device
 
-NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
 ROW_ARGS = ("reward", "terminated", "next_alpha_log_pi")
 
 

@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 
+from bench.common import F64_ROWS, first_rows
 from bench.harness.cases import HarnessCase
 from bench.harness.frameworks import to_numpy, torch, torch_impl
 from bench.harness.inputs import round_log_probs, to_torch
@@ -21,9 +22,8 @@ from shared_spec.tolerances import (
     max_mass_error,
 )
 
-__all__ = ["F64_ROWS", "correctness_metrics", "critic_mismatch_fraction"]
+__all__ = ["correctness_metrics", "critic_mismatch_fraction"]
 
-F64_ROWS = 4096  # rows checked against the float64 spec (numpy add.at is slow); all rows vs the fp32 reference
 
 
 def _atol(num_bins: int, dtype: str) -> float:
@@ -35,10 +35,6 @@ def _atol(num_bins: int, dtype: str) -> float:
     if dtype != "float32":
         raise ValueError(f"dtype must be 'float32' (low-precision log-probs follow the 2x rule), got {dtype!r}")
     return ATOL_FLOAT64 * max(1.0, (num_bins - 1) / 100)
-
-
-def _prefix(x: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    return {k: (v[:, :n] if k in ("next_qs", "next_log_probs") else v[:n]) for k, v in x.items()}
 
 
 def critic_mismatch_fraction(got: np.ndarray, x: dict[str, np.ndarray], gamma: float, tol: float) -> float:
@@ -72,7 +68,7 @@ def correctness_metrics(got: np.ndarray, x: dict[str, np.ndarray], case: Harness
     reasons: list[str] = []
     B, N = case.B, case.N
     n = min(B, F64_ROWS)
-    xr = _prefix(round_log_probs(x, case.dtype), n)
+    xr = first_rows(round_log_probs(x, case.dtype), n)
     want = R.categorical_td_target(**xr, gamma=case.gamma)
     g = got[:n].astype(np.float64)
     tol = _atol(N, "float32")  # vs the spec on the rounded log-probs: fp32 arithmetic
@@ -104,7 +100,7 @@ def correctness_metrics(got: np.ndarray, x: dict[str, np.ndarray], case: Harness
     if m["critic_mismatch_fraction"] > 0:
         reasons.append(f"{m['critic_mismatch_fraction']:.3f} of rows use the wrong critic (argmin, ties -> first)")
     if case.dtype != "float32":  # the 2x rule vs the fp32 truth
-        xf = _prefix(x, n)
+        xf = first_rows(x, n)
         want32 = R.categorical_td_target(**xf, gamma=case.gamma)
         t_low = to_torch(xr, dataclasses.replace(case, B=n, layout="contiguous", reward_shape="B"),
                          torch.device("cpu"))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from bench.common import block_seconds, capture_cuda_graph
+from bench.common import F64_ROWS, INPUT_NAMES, block_seconds, capture_cuda_graph
 from bench.harness.cases import HarnessCase, derive_seed
 from bench.harness.frameworks import (
     JAX_IMPORT_ERROR,
@@ -35,8 +35,8 @@ from bench.harness.guards import (
     poisoned_allocations,
 )
 from bench.harness.implementations import IMPLEMENTATIONS, Impl
-from bench.harness.inputs import NAMES, host_inputs, to_jax, to_torch
-from bench.harness.metrics import F64_ROWS, correctness_metrics
+from bench.harness.inputs import host_inputs, to_jax, to_torch
+from bench.harness.metrics import correctness_metrics
 from bench.harness.timing import cudagraph_bench, jax_device_time, quantiles_us
 from shared_spec.tolerances import ATOL_BETWEEN, max_abs_error
 
@@ -177,7 +177,7 @@ def _cuda_graph_replay(impl: Impl, case: HarnessCase, seed: int) -> dict:
     equal = True
     for k in range(2):
         fresh = to_torch(host_inputs(case, derive_seed(seed, case, 1001 + k)), case)
-        for name in NAMES:
+        for name in INPUT_NAMES:
             static[name].copy_(fresh[name])
         graph.replay()
         torch.cuda.synchronize()

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.common import block_seconds, interleaved_blocks, jit_loop
+from bench.common import INPUT_NAMES, block_seconds, interleaved_blocks, jit_loop
 from bench.harness.cases import HarnessCase
 from bench.harness.frameworks import jax, jax_dispatch, jnp, torch
 from bench.harness.implementations import Impl
-from bench.harness.inputs import NAMES
 
 __all__ = ["cudagraph_bench", "jax_device_time", "quantiles_us", "thread_local_capture"]
 
@@ -74,7 +73,7 @@ def jax_device_time(impl: Impl, inputs: dict, case: HarnessCase, reps: int) -> d
     op = lambda q, lp, r, d, s, g, base: jax_dispatch.categorical_td_target(  # noqa: E731
         q, lp, r, d, s, gamma=g, backend=backend, strict=True)
     K = 200 if case.B <= 8192 else (50 if case.B <= 65536 else 10)
-    args = (*(inputs[k] for k in NAMES), jnp.float32(case.gamma), jnp.ones((case.B, case.N), jnp.float32))
+    args = (*(inputs[k] for k in INPUT_NAMES), jnp.float32(case.gamma), jnp.ones((case.B, case.N), jnp.float32))
     loops = {"op": jit_loop(op, K), "empty": jit_loop(lambda q, lp, r, d, s, g, base: base * g, K)}
     blocks = {name: (lambda n, fn=fn: block_seconds(lambda i: fn(*args), n, jax.block_until_ready) / K * 1e6)
               for name, fn in loops.items()}
