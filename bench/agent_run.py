@@ -1,14 +1,14 @@
 """The resumable 100k-step recipe run shared by ``bench/gpu_agent_torch.py`` and ``bench/gpu_agent_jax.py``.
 
-Both H200 agent benchmarks train the same recipe (upstream's CPU-sim HalfCheetah recipe with a strict custom
-categorical-target backend) in calls bounded by ``--budget`` seconds of loop wall time, resume from the run
-directory, carry the run between device machines as ``run_state.tar.gz.part*`` chunks, keep ``progress.json`` over
-the calls and, once the run is complete, write ``summary.json``. What differs per framework -- the config framework
-name, where ``make_agent`` lives, the backend pair, the paired update-step timing and its printout -- comes in an
-``AgentBench``; the framework-specific timing code stays in each script.
+Both H200 agent benchmarks train the same recipe (``bench.common.make_recipe``: upstream's CPU-sim HalfCheetah
+recipe with a strict custom categorical-target backend) in calls bounded by ``--budget`` seconds of loop wall time,
+resume from the run directory, carry the run between device machines as ``run_state.tar.gz.part*`` chunks, keep
+``progress.json`` over the calls and, once the run is complete, write ``summary.json``. What differs per framework
+-- the config framework name, where ``make_agent`` lives, the backend pair, the paired update-step timing and its
+printout -- comes in an ``AgentBench``; the framework-specific timing code stays in each script.
 
 Every ``agent_common`` import is local, so importing this module needs neither gymnasium nor omegaconf
-(``python -m bench.gpu_agent_jax --timing-only`` relies on that).
+(``python -m bench.gpu_agent_jax --timing-only`` needs no gymnasium).
 """
 
 from __future__ import annotations
@@ -22,40 +22,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# upstream scripts/run_mujoco.sh (CPU-sim recipe), FLASHSAC.md §19
-UPSTREAM_RECIPE = [
-    "env.env_name=HalfCheetah-v4",
-    "num_train_envs=1",
-    "num_eval_envs=1",
-    "agent.buffer_max_length=1_000_000",
-    "agent.buffer_min_length=10_000",
-    "agent.buffer_device_type=cpu",
-    "agent.sample_batch_size=512",
-    "agent.use_amp=false",
-    "updates_per_interaction_step=1",
-    "gamma=0.99",
-    "n_step=1",
-]
+from bench.common import PUBLISHED_100K
 
 STATE_NAME = "run_state.tar.gz"
 PART_BYTES = 15 * 1024 * 1024  # the device tool returns files of at most 16 MiB each
 SIDE_FILES = ("progress.json", "summary.json", "eval.csv", "learning_curve.png")
-PUBLISHED_100K = {"mean": 9815, "worst_seed": 9685, "best_seed": 10100.6}
-
-
-def make_recipe(backend: str) -> list[str]:
-    """The benchmark recipe: upstream's recipe, 100k env steps, evaluation and logging cadence, strict ``backend``."""
-    return UPSTREAM_RECIPE + [
-        # this benchmark
-        "num_env_steps=100_000",
-        "evaluation_per_interaction_step=10_000",
-        "num_eval_episodes=10",
-        "logging_per_interaction_step=1_000",
-        f"agent.categorical_target_backend={backend}",
-        "agent.categorical_target_strict=true",
-        "save_buffer=true",
-        "progress_bar=false",
-    ]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,10 +1,42 @@
-"""Pieces shared by the GPU scripts in bench/."""
+"""The library under the bench/ scripts: what every benchmark needs once.
+
+Sections
+    running     ``run_sections``: guarded report sections, the report rewritten after each.
+    environment ``environment()``: when, where and with what a benchmark ran (date, command, git, versions, GPU).
+    inputs      ``repeated_inputs``: shared_spec inputs for any batch size (large ones repeat a generated block);
+                ``first_rows``, ``INPUT_NAMES``, ``F64_ROWS`` (the rows compared with the float64 spec).
+    timing      ``block_seconds`` (one timed block of calls between device syncs), ``interleaved_blocks``
+                (every variant's blocks in turn, so all variants see the same machine state), ``jit_loop`` (a
+                jitted loop of dependent calls: device time per call in JAX), ``capture_cuda_graph``.
+    reports     ``write_results`` (results.json + results.md), ``json_block``, ``fmt``, ``speedup_plot``.
+    recipe      upstream's CPU-sim HalfCheetah recipe (``UPSTREAM_RECIPE``, ``make_recipe``), configs built from
+                the project's config schema (``recipe_config``), and recipe-sized agents on synthetic batches
+                (``synthetic_torch_agents``, ``synthetic_jax_agent``) for timing without an environment.
+
+Importing this module needs the standard library and numpy only; torch, jax, matplotlib and ``agent_common``
+(omegaconf) are imported by the functions that use them.
+"""
 
 from __future__ import annotations
 
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------------------------------------------- running
 
 
 def run_sections(sections: list[tuple[str, Callable[[], object]]], res: dict, write: Callable[[dict], None],
@@ -26,3 +58,282 @@ def run_sections(sections: list[tuple[str, Callable[[], object]]], res: dict, wr
             print(res[name], flush=True)
         res.setdefault("section_seconds", {})[name] = round(time.time() - t, 1)
         write(res)
+
+
+# --------------------------------------------------------------------------------------------------- environment
+
+VERSIONED = ("numpy", "torch", "triton", "jax", "jaxlib")  # packages whose versions the environment record holds
+
+
+def command_output(cmd: list[str], cwd: str | None = None) -> str | None:
+    """A command's stripped stdout, or None if it cannot start, runs past 20 s or prints nothing."""
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
+        return res.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def versions() -> dict[str, str]:
+    """Versions of numpy, torch, triton, jax and jaxlib: the imported module's ``__version__`` where it is imported,
+    else the installed distribution's (nothing is imported here, so the torch-before-jax import order of a script
+    is never changed); packages that are not installed are left out."""
+    out = {}
+    for name in VERSIONED:
+        version = getattr(sys.modules.get(name), "__version__", None)
+        if version is None:
+            try:
+                version = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        out[name] = str(version)
+    return out
+
+
+def environment() -> dict[str, Any]:
+    """When, where and with what a benchmark ran: UTC date, the command line, Python, platform, CPU count, the git
+    commit of the repository (and whether tracked files differ from it), the versions of the numeric stack
+    (``versions``) and the first GPU's name and driver from nvidia-smi (``gpu`` None without one)."""
+    info: dict[str, Any] = {
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join([sys.executable] + sys.argv), "python": platform.python_version(),
+        "platform": platform.platform(), "cpu_count": os.cpu_count(),
+        "git_sha": command_output(["git", "rev-parse", "HEAD"], cwd=REPO),
+        "git_dirty": bool(command_output(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO)),
+        **versions(), "gpu": None}
+    smi = command_output(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    if smi:
+        name, _, driver = smi.splitlines()[0].partition(",")
+        info.update(gpu=name.strip(), driver=driver.strip())
+    return info
+
+
+# -------------------------------------------------------------------------------------------------------- inputs
+
+INPUT_NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")  # the op's array arguments
+GEN_ROWS = 16384  # rows generated by shared_spec.make_inputs; larger batches repeat them (generation is slow)
+F64_ROWS = 4096  # rows checked against the float64 spec (its numpy add.at is slow); beyond, an fp32 reference
+_BLOCKS: dict[tuple, dict[str, np.ndarray]] = {}
+
+
+def first_rows(x: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """The first ``n`` rows (batch entries) of host inputs: next_qs / next_log_probs along axis 1, the rest axis 0."""
+    return {k: (v[:, :n] if k in ("next_qs", "next_log_probs") else v[:n]) for k, v in x.items()}
+
+
+def repeated_inputs(B: int, kind: str, N: int = 101, E: int = 2, seed: int = 0,
+                    block: int = GEN_ROWS) -> dict[str, np.ndarray]:
+    """``shared_spec.make_inputs`` (numpy float32: next_qs (E, B), next_log_probs (E, B, N), per-row (B,)); above
+    ``block`` rows, row i is row ``i % block`` of one generated block (cached: generating 1M rows of the mixed kind
+    takes minutes on the host)."""
+    from shared_spec import make_inputs
+
+    if B <= block:
+        return make_inputs(B, N, E, seed=seed, kind=kind)
+    key = (kind, N, E, seed, block)
+    if key not in _BLOCKS:
+        _BLOCKS[key] = make_inputs(block, N, E, seed=seed, kind=kind)
+    idx = np.arange(B) % block
+    return {k: np.take(v, idx, axis=1 if k in ("next_qs", "next_log_probs") else 0) for k, v in _BLOCKS[key].items()}
+
+
+# -------------------------------------------------------------------------------------------------------- timing
+
+
+def block_seconds(call: Callable[[int], object], n: int, sync: Callable[[object], object]) -> float:
+    """Wall seconds per call of ``call(0) ... call(n - 1)``: ``sync(None)`` before the first call (the device is
+    idle when the clock starts) and ``sync(last output)`` after the last (the clock stops when the work is done)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    sync(None)
+    t0 = time.perf_counter()
+    out = None
+    for i in range(n):
+        out = call(i)
+    sync(out)
+    return (time.perf_counter() - t0) / n
+
+
+def interleaved_blocks(blocks: Mapping[str, Callable[[int], float]], repeats: int, iters: int,
+                       warmup_iters: int = 0) -> dict[str, list[float]]:
+    """Each block once with ``warmup_iters`` (compilation, graph capture; not recorded) if > 0, then ``repeats``
+    rounds in which every block runs with ``iters`` in the given order: all variants see the same machine state
+    (clocks, other processes, caches). Returns each block's ``repeats`` results, in order."""
+    if warmup_iters > 0:
+        for block in blocks.values():
+            block(warmup_iters)
+    raw: dict[str, list[float]] = {name: [] for name in blocks}
+    for _ in range(repeats):
+        for name, block in blocks.items():
+            raw[name].append(block(iters))
+    return raw
+
+
+def capture_cuda_graph(fn: Callable[[], Any], warmup: int = 3, thread_local: bool = False) -> tuple[Any, Any]:
+    """Warm ``fn`` up on a side stream (``warmup`` calls, as CUDA-graph capture requires), then capture one call in a
+    ``torch.cuda.CUDAGraph``. Returns (graph, the captured call's output: each ``graph.replay()`` rewrites it).
+    ``thread_local``: capture in thread-local mode, so CUDA calls of other threads (JAX's runtime in the same process)
+    cannot invalidate the capture; the default global mode forbids them."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local" if thread_local else "global"):
+        out = fn()
+    return graph, out
+
+
+def jit_loop(op: Callable[..., Any], K: int) -> Callable[..., Any]:
+    """``jax.jit`` of a ``fori_loop`` of ``K`` dependent calls ``op(q, lp, r, d, s, gamma, base)``:
+    gamma_{i+1} = gamma_i + 1e-30 * sum(out_i), an fp32 no-op for these inputs that XLA cannot remove, so no call is
+    hoisted or merged and every output is consumed (one sum). Its time over K is device time per call plus the
+    loop's own cost per iteration (time the same loop with ``op`` returning ``base * gamma`` to measure that)."""
+    import jax
+    import jax.numpy as jnp
+
+    def run(q, lp, r, d, s, gamma, base):
+        def body(_, carry):
+            g, acc = carry
+            tot = jnp.sum(op(q, lp, r, d, s, g, base))
+            return g + 1e-30 * tot, acc + tot
+        return jax.lax.fori_loop(0, K, body, (gamma, jnp.float32(0.0)))[1]
+    return jax.jit(run)
+
+
+# ------------------------------------------------------------------------------------------------------- reports
+
+
+def fmt(v: object, spec: str = ".3g") -> str:
+    """A table cell: numbers with ``spec``, None as empty, anything else as ``str``."""
+    if v is None:
+        return ""
+    return format(v, spec) if isinstance(v, int | float) else str(v)
+
+
+def json_block(title: str, value: object) -> list[str]:
+    """Markdown lines: a ``## title`` heading and ``value`` as indented JSON in a code block."""
+    return [f"## {title}", "", "```", json.dumps(value, indent=1, default=str), "```", ""]
+
+
+def write_results(out_dir: str, res: dict, markdown: str) -> str:
+    """``out_dir/results.json`` (``res``; values JSON cannot hold are written as strings) and
+    ``out_dir/results.md`` (``markdown``); returns the markdown."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    with open(os.path.join(out_dir, "results.md"), "w") as f:
+        f.write(markdown)
+    return markdown
+
+
+def speedup_plot(path: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]], title: str, *,
+                 log_y: bool = False, flag: float | None = None, title_size: float | None = None) -> None:
+    """Speedup over upstream's compiled path against the batch size B (log x axis), one line per series
+    (label -> (Bs, speedups)); a grey line at 1x, a dashed red one at ``flag`` (the review threshold) if given."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, (Bs, speedups) in series.items():
+        ax.plot(Bs, speedups, "o-", label=label)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    if flag is not None:
+        ax.axhline(flag, color="red", lw=0.8, ls="--", label=f"{flag:.0f}x review flag")
+    ax.set_xscale("log")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel("batch B")
+    ax.set_ylabel("speedup vs upstream (torch.compile)")
+    ax.set_title(title, fontsize=title_size)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -------------------------------------------------------------------------------------------------------- recipe
+
+# upstream's scripts/run_mujoco.sh, the CPU-sim recipe
+UPSTREAM_RECIPE = [
+    "env.env_name=HalfCheetah-v4",
+    "num_train_envs=1",
+    "num_eval_envs=1",
+    "agent.buffer_max_length=1_000_000",
+    "agent.buffer_min_length=10_000",
+    "agent.buffer_device_type=cpu",
+    "agent.sample_batch_size=512",
+    "agent.use_amp=false",
+    "updates_per_interaction_step=1",
+    "gamma=0.99",
+    "n_step=1",
+]
+OBS_DIM, ACT_DIM = 17, 6  # HalfCheetah-v4
+PUBLISHED_100K = {"mean": 9815, "worst_seed": 9685, "best_seed": 10100.6}  # upstream, HalfCheetah-v4 at 100k steps
+# The torch agent in the benchmarks: no torch.compile (max-autotune's GEMM autotuning ran past 5.5 minutes on the
+# H200, and every call of a split run recompiles); the update step and acting captured in CUDA graphs instead.
+TORCH_RECIPE_EXTRA = ["agent.use_compile=false", "agent.use_cuda_graph=true"]
+
+
+def make_recipe(backend: str) -> list[str]:
+    """The benchmark recipe: upstream's recipe, 100k env steps, evaluation and logging cadence, strict ``backend``."""
+    return UPSTREAM_RECIPE + [
+        "num_env_steps=100_000",
+        "evaluation_per_interaction_step=10_000",
+        "num_eval_episodes=10",
+        "logging_per_interaction_step=1_000",
+        f"agent.categorical_target_backend={backend}",
+        "agent.categorical_target_strict=true",
+        "save_buffer=true",
+        "progress_bar=false",
+    ]
+
+
+def recipe_config(framework: str, backend: str, overrides: Sequence[str] = ()) -> Any:
+    """The recipe's config for ``framework`` ("torch" / "jax") with a strict ``backend``, from the project's config
+    schema (``agent_common.config.load_config``: every derived field filled, every override validated); the torch
+    recipe adds ``TORCH_RECIPE_EXTRA``. ``overrides`` come last and win."""
+    from agent_common.config import load_config
+
+    extra = TORCH_RECIPE_EXTRA if framework == "torch" else []
+    return load_config(make_recipe(backend) + extra + list(overrides), framework)
+
+
+def synthetic_batches(batch_size: int, count: int = 40) -> list[dict[str, np.ndarray]]:
+    """``count`` random HalfCheetah-shaped replay batches (seeded: the same batches on every call)."""
+    from agent_interop.synthetic import make_batch
+
+    rng = np.random.default_rng(0)
+    return [make_batch(rng, batch_size, OBS_DIM, ACT_DIM) for _ in range(count)]
+
+
+def synthetic_torch_agents(overrides: Sequence[str] = (), backend: str = "triton") -> tuple[dict, list[dict]]:
+    """Recipe-sized torch agents, ``{"eager": ..., "graph": ...}`` (``agent.use_cuda_graph`` false / true) with
+    identical initial weights, and 40 random HalfCheetah-shaped batches of the config's batch size (no environment
+    needed)."""
+    from agent_interop.synthetic import make_spaces
+    from agent_torch.agent import make_agent
+
+    agents, cfg = {}, None
+    for mode in ("eager", "graph"):
+        flag = f"agent.use_cuda_graph={'true' if mode == 'graph' else 'false'}"
+        cfg = recipe_config("torch", backend, [*overrides, flag])
+        agents[mode] = make_agent(cfg, *make_spaces(OBS_DIM, ACT_DIM))
+    return agents, synthetic_batches(cfg.agent.sample_batch_size)
+
+
+def synthetic_jax_agent(batch_size: int, backend: str = "pallas") -> tuple[Any, dict[str, np.ndarray]]:
+    """A recipe-sized JAX agent (strict ``backend``) and a random HalfCheetah-shaped batch of ``batch_size`` rows,
+    without gymnasium or an environment."""
+    from agent_interop.synthetic import make_spaces
+    from agent_jax.agent import make_agent
+
+    cfg = recipe_config("jax", backend, [f"agent.sample_batch_size={batch_size}"])
+    return make_agent(cfg, *make_spaces(OBS_DIM, ACT_DIM)), synthetic_batches(batch_size, 1)[0]

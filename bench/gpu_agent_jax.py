@@ -36,15 +36,14 @@ import dataclasses
 import json
 import os
 import statistics
-import time
 from typing import Any
 
 from agent_interop.convert import make_agent_from_torch_init
-from bench.agent_run import AgentBench, build_parser, load_final_agent_and_batch, make_recipe, run_with_state
+from bench.agent_run import AgentBench, build_parser, load_final_agent_and_batch, run_with_state
+from bench.common import block_seconds, interleaved_blocks, make_recipe, synthetic_jax_agent
 
-RECIPE = make_recipe("pallas")  # identical to bench/gpu_agent_torch.py's but for the backend (and eager torch)
+RECIPE = make_recipe("pallas")  # the torch benchmark's recipe but for the backend (and the torch agent's extras)
 BACKENDS = ("jax", "pallas")
-OBS_DIM, ACT_DIM = 17, 6  # HalfCheetah-v4
 
 
 def _time_backends(agent: Any, batch: dict, repeats: int, iters: int) -> dict:
@@ -60,34 +59,34 @@ def _time_backends(agent: Any, batch: dict, repeats: int, iters: int) -> dict:
     base_ctx = agent.ctx
     device_batch = agent._to_batch(batch)
     target_fn = jax.jit(critic_target)
-    results: dict[str, dict[str, list[float]]] = {b: {"update_ms": [], "target_ms": []} for b in BACKENDS}
 
-    def run_block(backend: str, n: int) -> tuple[float, float]:
-        agent.ctx = base_ctx.replace(backend=backend)
-        jax.block_until_ready(agent.state)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            agent.update(batch)
-        jax.block_until_ready(agent.state)
-        update_ms = 1e3 * (time.perf_counter() - t0) / n
-        s = agent.state
-        out = target_fn(s.actor, s.critic, s.temperature, device_batch, agent.ctx, s.rng)
-        jax.block_until_ready(out)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            out = target_fn(s.actor, s.critic, s.temperature, device_batch, agent.ctx, s.rng)
-        jax.block_until_ready(out)
-        return update_ms, 1e3 * (time.perf_counter() - t0) / n
+    def update_block(backend: str):
+        ctx = base_ctx.replace(backend=backend)
 
-    for backend in BACKENDS:  # warm-up: compile both update variants and the target for each backend
-        run_block(backend, max(2, min(10, iters)))
-    for _ in range(repeats):
-        for backend in BACKENDS:
-            update_ms, target_ms = run_block(backend, iters)
-            results[backend]["update_ms"].append(update_ms)
-            results[backend]["target_ms"].append(target_ms)
+        def block(n: int) -> float:
+            agent.ctx = ctx
+            return 1e3 * block_seconds(lambda i: agent.update(batch), n, lambda _: jax.block_until_ready(agent.state))
+        return block
+
+    def target_block(backend: str):
+        ctx = base_ctx.replace(backend=backend)
+
+        def block(n: int) -> float:
+            s = agent.state
+            return 1e3 * block_seconds(
+                lambda i: target_fn(s.actor, s.critic, s.temperature, device_batch, ctx, s.rng), n,
+                jax.block_until_ready)
+        return block
+
+    blocks = {}
+    for backend in BACKENDS:
+        blocks[f"update_ms/{backend}"] = update_block(backend)
+        blocks[f"target_ms/{backend}"] = target_block(backend)
+    # the warm-up compiles both update variants and the target for each backend
+    raw = interleaved_blocks(blocks, repeats, iters, warmup_iters=max(2, min(10, iters)))
     agent.ctx = base_ctx
     agent.flush_metrics()
+    results = {b: {k: raw[f"{k}/{b}"] for k in ("update_ms", "target_ms")} for b in BACKENDS}
     out: dict[str, Any] = {b: {k: statistics.median(v) for k, v in r.items()} | {"raw": r}
                            for b, r in results.items()}
     out["batch_size"] = int(batch["reward"].shape[0])
@@ -104,33 +103,9 @@ def paired_update_timing(run_dir: str, overrides: list[str], repeats: int = 7, i
     return _time_backends(agent, batch, repeats, iters)
 
 
-def synthetic_agent_and_batch(batch_size: int, backend: str = "pallas") -> tuple[Any, dict]:
-    """Recipe-sized JAX agent (strict ``backend``) and a random HalfCheetah-shaped batch, without gymnasium or an
-    environment (omegaconf is still imported, by agent_common)."""
-    import types
-
-    import numpy as np
-
-    from agent_interop.synthetic import make_batch, make_spaces
-    from agent_jax.agent import FlashSACAgent
-
-    agent_cfg = types.SimpleNamespace(
-        use_amp=False, device_type="auto", categorical_target_backend=backend, categorical_target_strict=True,
-        critic_num_bins=101, critic_min_v=-5.0, critic_max_v=5.0, gamma=0.99, n_step=1, actor_bc_alpha=0.0,
-        critic_target_update_tau=0.01, temp_target_entropy=-2.869, temp_target_sigma=0.15, actor_num_blocks=2,
-        actor_hidden_dim=128, critic_num_blocks=2, critic_hidden_dim=256, temp_initial_value=0.01,
-        learning_rate_init=3e-4, learning_rate_peak=3e-4, learning_rate_end=1.5e-4, learning_rate_warmup_step=0,
-        learning_rate_decay_step=100_000, actor_update_period=2,
-    )
-    cfg = types.SimpleNamespace(agent=agent_cfg, seed=0)
-    agent = FlashSACAgent(cfg, *make_spaces(OBS_DIM, ACT_DIM))  # type: ignore[arg-type]
-    batch = make_batch(np.random.default_rng(0), batch_size, OBS_DIM, ACT_DIM)
-    return agent, batch
-
-
 def synthetic_update_timing(batch_size: int, repeats: int, iters: int) -> dict:
     """The same timing without gymnasium: recipe-sized networks, a random HalfCheetah-shaped batch."""
-    agent, batch = synthetic_agent_and_batch(batch_size)
+    agent, batch = synthetic_jax_agent(batch_size)
     return _time_backends(agent, batch, repeats, iters)
 
 

@@ -33,23 +33,26 @@ import dataclasses
 import json
 import os
 import statistics
-import time
 
-from bench.agent_run import AgentBench, build_parser, load_final_agent_and_batch, make_recipe, run_with_state
+from bench.agent_run import AgentBench, build_parser, load_final_agent_and_batch, run_with_state
+from bench.common import (
+    ACT_DIM,
+    OBS_DIM,
+    TORCH_RECIPE_EXTRA,
+    block_seconds,
+    interleaved_blocks,
+    make_recipe,
+    synthetic_torch_agents,
+)
 
-RECIPE = make_recipe("triton") + [
-    # Measured on the H200 (2026-11-29): eager 17-20 ms per update, launch-bound; with upstream's compile_mode=auto
-    # (max-autotune) the GEMM autotuning alone ran past 5.5 minutes, and every call of a split run recompiles. This
-    # benchmark runs without torch.compile and captures the update step in CUDA graphs (agent.use_cuda_graph).
-    "agent.use_compile=false",
-    "agent.use_cuda_graph=true",
-]
+RECIPE = make_recipe("triton") + TORCH_RECIPE_EXTRA
 MODES = ("eager", "graph")
-OBS_DIM, ACT_DIM = 17, 6  # HalfCheetah-v4
+BACKENDS = ("torch", "triton")
 
 
 def time_update_variants(agents: dict, batch: dict, repeats: int, iters: int) -> dict:
-    """Median ms per full agent update for every (mode, backend) pair, interleaved blocks, strict backends.
+    """Median ms per full agent update for every (mode, backend) pair, and per critic target for each backend,
+    interleaved blocks, strict backends.
 
     Args:
         agents: mode -> agent, for "eager" (and "graph"); the agents start from the same state.
@@ -65,43 +68,38 @@ def time_update_variants(agents: dict, batch: dict, repeats: int, iters: int) ->
 
     from agent_torch.update import critic_target
 
-    def sync() -> None:
+    def sync(_: object = None) -> None:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
 
     base = {mode: agent.ctx for mode, agent in agents.items()}
-    variants = [(mode, backend) for mode in agents for backend in ("torch", "triton")]
-    raw: dict[str, list[float]] = {f"{m}/{b}": [] for m, b in variants}
-    target_raw: dict[str, list[float]] = {b: [] for b in ("torch", "triton")}
     eager = agents["eager"]
     tbatch = eager._to_batch(batch)
 
-    def block(mode: str, backend: str, n: int) -> float:
-        agent = agents[mode]
-        agent.ctx = dataclasses.replace(base[mode], backend=backend, strict=True)
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            agent.update(batch)
-        sync()
-        return 1e3 * (time.perf_counter() - t0) / n
+    def update_block(mode: str, backend: str):
+        agent, ctx = agents[mode], dataclasses.replace(base[mode], backend=backend, strict=True)
 
-    for mode, backend in variants:  # warm-up: both update variants, graph capture, Triton compilation
-        block(mode, backend, max(10, min(20, iters)))
-    for _ in range(repeats):
-        for mode, backend in variants:
-            raw[f"{mode}/{backend}"].append(block(mode, backend, iters))
-        for backend in ("torch", "triton"):
-            ctx = dataclasses.replace(base["eager"], backend=backend, strict=True)
+        def block(n: int) -> float:
+            agent.ctx = ctx
+            return 1e3 * block_seconds(lambda i: agent.update(batch), n, sync)
+        return block
+
+    def target_block(backend: str):
+        ctx = dataclasses.replace(base["eager"], backend=backend, strict=True)
+
+        def block(n: int) -> float:
             with torch.no_grad():
-                sync()
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    critic_target(eager.actor, eager.target_critic, eager.temperature, tbatch, ctx)
-                sync()
-            target_raw[backend].append(1e3 * (time.perf_counter() - t0) / iters)
+                return 1e3 * block_seconds(
+                    lambda i: critic_target(eager.actor, eager.target_critic, eager.temperature, tbatch, ctx), n, sync)
+        return block
+
+    blocks = {f"{mode}/{backend}": update_block(mode, backend) for mode in agents for backend in BACKENDS}
+    blocks |= {f"target/{backend}": target_block(backend) for backend in BACKENDS}
+    # the warm-up covers both update variants, graph capture and Triton compilation
+    raw = interleaved_blocks(blocks, repeats, iters, warmup_iters=max(10, min(20, iters)))
     for mode, agent in agents.items():
         agent.ctx = base[mode]
+    target_raw = {b: raw.pop(f"target/{b}") for b in BACKENDS}
     out: dict = {k: {"update_ms": statistics.median(v), "raw": v} for k, v in raw.items()}
     out["target_ms"] = {b: statistics.median(v) for b, v in target_raw.items()}
     out["target_raw"] = target_raw
@@ -125,25 +123,6 @@ def paired_update_timing(run_dir: str, overrides: list[str], repeats: int = 7, i
     return time_update_variants(agents, batch, repeats, iters)
 
 
-def synthetic_agents(overrides: list[str]) -> tuple[dict, list[dict]]:
-    """Eager and graph agents with the recipe's networks and identical initial weights, plus 40 random
-    HalfCheetah-shaped batches (no environment needed)."""
-    import numpy as np
-
-    from agent_common.config import load_config
-    from agent_interop.synthetic import make_batch, make_spaces
-    from agent_torch.agent import make_agent
-
-    agents = {}
-    for mode in MODES:
-        flag = f"agent.use_cuda_graph={'true' if mode == 'graph' else 'false'}"
-        cfg = load_config(RECIPE + overrides + [flag, "save_path=/tmp/unused"], "torch")
-        agents[mode] = make_agent(cfg, *make_spaces(OBS_DIM, ACT_DIM))
-    rng = np.random.default_rng(0)
-    batches = [make_batch(rng, cfg.agent.sample_batch_size, OBS_DIM, ACT_DIM) for _ in range(40)]
-    return agents, batches
-
-
 def graph_check(overrides: list[str], repeats: int, iters: int) -> dict:
     """CUDA-graph agent vs eager agent from identical weights on the same 40 batches and the same RNG seed: max
     metric and parameter differences after every update, acting outputs, LR values; then the timing of all four
@@ -151,7 +130,7 @@ def graph_check(overrides: list[str], repeats: int, iters: int) -> dict:
     import numpy as np
     import torch
 
-    agents, batches = synthetic_agents(overrides)
+    agents, batches = synthetic_torch_agents(overrides)
     metric_diff, param_diff = [], []
     for i, batch in enumerate(batches):
         metrics = {}

@@ -1,4 +1,4 @@
-"""Per-kernel GPU time of the agents' update step under Nsight Compute (issue 6: where the JAX update's time goes).
+"""Per-kernel GPU time of the agents' update step under Nsight Compute (where the JAX update's time goes).
 
     ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv --page raw \\
         --print-units base --log-file $OUT/ncu_jax.csv python3 -m bench.gpu_profile_update --framework jax
@@ -48,15 +48,15 @@ def _agent(framework: str, backend: str | None) -> tuple[Any, dict, Callable[[],
     if framework == "jax":
         import jax
 
-        from bench.gpu_agent_jax import synthetic_agent_and_batch
+        from bench.common import synthetic_jax_agent
 
-        agent, batch = synthetic_agent_and_batch(512, backend or "pallas")
+        agent, batch = synthetic_jax_agent(512, backend or "pallas")
         return agent, batch, lambda: jax.block_until_ready(agent.state)
     import torch
 
-    from bench.gpu_agent_torch import synthetic_agents
+    from bench.common import synthetic_torch_agents
 
-    agents, batches = synthetic_agents([f"agent.categorical_target_backend={backend}"] if backend else [])
+    agents, batches = synthetic_torch_agents(backend=backend or "triton")
     return agents["graph"], batches[0], torch.cuda.synchronize
 
 

@@ -1,4 +1,4 @@
-"""H200 validation and benchmark of the fused Triton kernel (issue 3): one call, JSON + markdown + PNG under --out.
+"""H200 validation and benchmark of the fused Triton kernel: one call, JSON + markdown + PNG under --out.
 
     python -m bench.gpu_triton --out $OUT/triton
 
@@ -11,12 +11,7 @@ under CUDA-graph replay, with the measured copy bandwidth and the bytes-moved fl
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -24,8 +19,17 @@ import torch
 
 import torch_impl
 from bench import upstream
-from bench.common import run_sections
-from shared_spec import make_inputs
+from bench.common import (
+    F64_ROWS,
+    capture_cuda_graph,
+    environment,
+    first_rows,
+    json_block,
+    repeated_inputs,
+    run_sections,
+    speedup_plot,
+    write_results,
+)
 from shared_spec import reference as R
 from shared_spec.tolerances import max_abs_error, max_mass_error
 from triton_kernels import categorical_td_target_kernel, launch
@@ -35,32 +39,15 @@ KINDS = ("random", "strided", "clamp_high", "clamp_low", "terminated", "peaked",
 
 
 def env_info() -> dict:
-    import triton
-
-    info = {"date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
-            "gpu": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0)),
-            "command": " ".join([sys.executable] + sys.argv)}
-    try:
-        info["git_sha"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        pass
-    try:
-        info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                        capture_output=True, text=True).stdout.strip()
-    except OSError:
-        pass
+    """``bench.common.environment`` with the GPU as torch sees it (name, compute capability)."""
+    info = environment()
+    info.update(gpu=torch.cuda.get_device_name(0), capability=list(torch.cuda.get_device_capability(0)))
     return info
 
 
 def tiled_inputs(B: int, kind: str, seed: int) -> dict:
-    """make_inputs for B rows; above 32768 rows a 32768-row block is tiled (generation in numpy is slow)."""
-    n = min(B, 32768)
-    x = make_inputs(n, kind=kind, seed=seed)
-    reps = -(-B // n)
-    tile = {1: lambda v: np.tile(v, reps)[:B], 2: lambda v: np.tile(v, (1, reps))[:, :B],
-            3: lambda v: np.tile(v, (1, reps, 1))[:, :B]}
-    return {k: tile[v.ndim](v) for k, v in x.items()}
+    """make_inputs for B rows; above 32768 rows a 32768-row block is repeated (generation in numpy is slow)."""
+    return repeated_inputs(B, kind, seed=seed, block=32768)
 
 
 def gpu_inputs(B: int, kind: str, seed: int = 0) -> tuple[dict, dict]:
@@ -89,8 +76,8 @@ def correctness(sizes) -> list[dict]:
             x, t = gpu_inputs(B, kind, seed=B)
             got = ours(t).cpu().numpy()
             ref32 = ours(t, "torch").cpu().numpy()
-            n = min(B, 4096)  # float64 oracle on a prefix for the largest sizes (numpy add.at is slow)
-            xs = {k: (v[:, :n] if k in ("next_qs", "next_log_probs") else v[:n]) for k, v in x.items()}
+            n = min(B, F64_ROWS)  # the float64 oracle on a prefix for the largest sizes
+            xs = first_rows(x, n)
             want = R.categorical_td_target(**xs, gamma=GAMMA)
             _, lp = R.select_min_q(xs["next_qs"].astype(np.float64), xs["next_log_probs"].astype(np.float64))
             rows.append({"B": B, "kind": kind, "rows_checked_vs_float64": n,
@@ -150,15 +137,7 @@ def compile_checks() -> dict:
             res[f"fullgraph_{mode}"] = f"FAILED: {type(exc).__name__}: {exc}"[:500]
     # CUDA graph: capture with static inputs, then copy NEW data in and replay.
     static = {k: v.clone() for k, v in gpu_inputs(4096, "mixed", seed=3)[1].items()}
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            ours(static)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        static_out = ours(static)
+    g, static_out = capture_cuda_graph(lambda: ours(static))
     ok = True
     for seed in (4, 5, 6):
         fresh = gpu_inputs(4096, "mixed", seed=seed)[1]
@@ -247,7 +226,7 @@ def timing(sizes, bandwidth: float) -> list[dict]:
 
 
 def config_sweep(sizes) -> list[dict]:
-    """Each (BR, num_warps) alone: correct vs the torch path, then timed under CUDA-graph replay (K11)."""
+    """Each (BR, num_warps) alone: correct vs the torch path, then timed under CUDA-graph replay."""
     from triton.testing import do_bench_cudagraph
 
     rows = []
@@ -269,9 +248,7 @@ def config_sweep(sizes) -> list[dict]:
 
 
 def write_report(out: str, res: dict) -> None:
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(res, f, indent=1, default=str)
+    """results.json, results.md and (with timings) speedup.png under ``out``."""
     lines = [f"# Triton kernel on {res['env'].get('gpu')} ({res['env'].get('date_utc')})", "",
              f"torch {res['env'].get('torch')}, triton {res['env'].get('triton')}, python {res['env'].get('python')}; "
              f"command `{res['env'].get('command')}`", ""]
@@ -303,28 +280,14 @@ def write_report(out: str, res: dict) -> None:
         lines.append("")
     for key in ("determinism", "compile"):
         if key in res:
-            lines += [f"## {key}", "", "```", json.dumps(res[key], indent=1, default=str), "```", ""]
-    with open(os.path.join(out, "results.md"), "w") as f:
-        f.write("\n".join(lines))
+            lines += json_block(key, res[key])
+    write_results(out, res, "\n".join(lines))
     if isinstance(res.get("timing"), list):
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
         Bs = [r["B"] for r in res["timing"]]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot(Bs, [r["speedup_direct_vs_upstream_compiled"] for r in res["timing"]], "o-", label="direct call")
-        ax.plot(Bs, [r.get("speedup_graph_vs_upstream_compiled_graph", np.nan) for r in res["timing"]], "s-",
-                label="CUDA-graph replay")
-        ax.set_xscale("log")
-        ax.set_xlabel("batch B")
-        ax.set_ylabel("speedup vs upstream (torch.compile)")
-        ax.set_title(f"fused Triton target, {res['env'].get('gpu')}")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, "speedup.png"), dpi=120)
+        speedup_plot(os.path.join(out, "speedup.png"), {
+            "direct call": (Bs, [r["speedup_direct_vs_upstream_compiled"] for r in res["timing"]]),
+            "CUDA-graph replay": (Bs, [r.get("speedup_graph_vs_upstream_compiled_graph", float("nan"))
+                                       for r in res["timing"]])}, f"fused Triton target, {res['env'].get('gpu')}")
 
 
 def main() -> None:

@@ -1,10 +1,10 @@
-"""Torch vs JAX agent update step in one process (issue 6's speed goal: the JAX agent at least as fast per update).
+"""Torch vs JAX agent update step in one process (the goal: the JAX agent at least as fast per update as torch).
 
     python -m bench.gpu_update_compare --out $OUT/compare
 
 Both agents are recipe-sized (HalfCheetah shapes, B = 512, strict target backends): the torch agent with CUDA
-graphs (``bench.gpu_agent_torch.synthetic_agents``), the JAX agent as it trains
-(``bench.gpu_agent_jax.synthetic_agent_and_batch``). Each block times ``iters`` consecutive ``agent.update`` calls
+graphs (``bench.common.synthetic_torch_agents``), the JAX agent as it trains
+(``bench.common.synthetic_jax_agent``). Each block times ``iters`` consecutive ``agent.update`` calls
 on the same 40 random batches, from the host batch to the metrics on the host, and ends with a device sync. Blocks
 of every variant are interleaved, ``repeats`` times, so all variants see the same machine state; the summary gives
 each variant's median and, per repeat, the JAX / torch ratio (below 1: JAX is faster).
@@ -21,31 +21,30 @@ import json
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.common import block_seconds, interleaved_blocks
+
 
 def _variants(torch_backends: list[str], jax_backends: list[str], batch_size: int
-              ) -> tuple[dict[str, tuple[Any, Any, Callable[[], None]]], list[dict], dict]:
+              ) -> tuple[dict[str, tuple[Any, Any, Callable[[object], None]]], list[dict], dict]:
     """name -> (agent, its context for that backend, sync) for every requested backend, the shared batches, and the
     setup facts."""
     import jax
     import torch
 
-    from bench.gpu_agent_jax import synthetic_agent_and_batch
-    from bench.gpu_agent_torch import synthetic_agents
+    from bench.common import environment, synthetic_jax_agent, synthetic_torch_agents
 
-    torch_agents, batches = synthetic_agents([f"agent.sample_batch_size={batch_size}",
-                                              f"agent.categorical_target_backend={torch_backends[0]}"])
+    torch_agents, batches = synthetic_torch_agents([f"agent.sample_batch_size={batch_size}"], torch_backends[0])
     torch_agent = torch_agents["graph"]
-    jax_agent, _ = synthetic_agent_and_batch(batch_size, jax_backends[0])
+    jax_agent, _ = synthetic_jax_agent(batch_size, jax_backends[0])
 
-    def torch_sync() -> None:
+    def torch_sync(_: object = None) -> None:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
 
-    def jax_sync() -> None:
+    def jax_sync(_: object = None) -> None:
         jax.block_until_ready(jax_agent.state)
         jax_agent.flush_metrics()
 
@@ -54,7 +53,7 @@ def _variants(torch_backends: list[str], jax_backends: list[str], batch_size: in
     variants |= {f"jax/{b}": (jax_agent, jax_agent.ctx.replace(backend=b), jax_sync) for b in jax_backends}
     facts = {"batch_size": batch_size, "torch_device": str(torch_agent.device),
              "torch_cuda_graph": torch_agent.cuda_graph_reason, "jax_device": str(jax_agent.device),
-             "torch": torch.__version__, "jax": jax.__version__}
+             "env": environment()}
     return variants, batches, facts
 
 
@@ -66,22 +65,17 @@ def compare(torch_backends: list[str], jax_backends: list[str], batch_size: int 
     """
     variants, batches, facts = _variants(torch_backends, jax_backends, batch_size)
 
-    def block(name: str, n: int) -> float:
+    def block(name: str) -> Callable[[int], float]:
         agent, ctx, sync = variants[name]
-        agent.ctx = ctx
-        sync()
-        t0 = time.perf_counter()
-        for i in range(n):
-            agent.update(batches[i % len(batches)])
-        sync()
-        return 1e3 * (time.perf_counter() - t0) / n
 
-    for name in variants:  # warm-up: compilation, graph capture, both update variants
-        block(name, max(4, min(20, iters)))
-    raw: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(repeats):
-        for name in variants:
-            raw[name].append(block(name, iters))
+        def run(n: int) -> float:
+            agent.ctx = ctx
+            return 1e3 * block_seconds(lambda i: agent.update(batches[i % len(batches)]), n, sync)
+        return run
+
+    # the warm-up: compilation, graph capture, both update variants
+    raw = interleaved_blocks({name: block(name) for name in variants}, repeats, iters,
+                             warmup_iters=max(4, min(20, iters)))
     first_torch, first_jax = f"torch/{torch_backends[0]}", f"jax/{jax_backends[0]}"
     ratios = [j / t for j, t in zip(raw[first_jax], raw[first_torch], strict=True)]
     return {

@@ -1,4 +1,4 @@
-"""Paired end-to-end training benchmark (issue 8, item 4): the same short training run with the reference target
+"""Paired end-to-end training benchmark: the same short training run with the reference target
 backend and with the fused kernel, same seeds, and the wall-clock saving of each pair.
 
     python -m bench.paired_training --out bench/results/paired --seeds 0,1,2 --repeats 2 --num-env-steps 5000
@@ -22,10 +22,7 @@ The seed project reported 6 paired torch/Triton runs over 3 seeds: mean 3.23%, m
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -33,10 +30,12 @@ import time
 
 import numpy as np
 
+from agent_jax.compilation_cache import jax_cache_env
+from bench.common import REPO, environment, write_results
+
 __all__ = ["DEFAULT_OVERRIDES", "PAIRS", "main", "merge_overrides", "pair_saving_percent", "run_pair",
            "summarize_savings"]
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # framework -> (training module, reference backend, kernel backend)
 PAIRS = {"torch": ("agent_torch.train", "torch", "triton"), "jax": ("agent_jax.train", "jax", "pallas")}
 # Short-run defaults (a --overrides with the same key replaces them): updates start after 1000 transitions (upstream's
@@ -96,13 +95,6 @@ def _command(framework: str, backend: str, seed: int, num_env_steps: int, run_di
     overrides = [f"num_env_steps={num_env_steps}", f"seed={seed}", f"agent.categorical_target_backend={backend}",
                  "agent.categorical_target_strict=true", f"save_path={run_dir}", "progress_bar=false", *extra]
     return [sys.executable, "-m", module] + [arg for o in overrides for arg in ("--overrides", o)]
-
-
-def jax_cache_env(cache_dir: str) -> dict[str, str]:
-    """Environment for a persistent JAX compilation cache in ``cache_dir`` that keeps every executable: the JAX
-    counterpart of Triton's on-disk kernel cache, which torch runs get for free (the warm-up fills both)."""
-    return {"JAX_COMPILATION_CACHE_DIR": str(cache_dir),
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
 
 def warmup_steps(extra: list[str]) -> int:
@@ -195,25 +187,7 @@ def _report(out_dir: str, res: dict) -> str:
     if not res["env"].get("gpu"):
         lines += ["", "**No GPU: the kernels ran in their CPU interpreters; these savings test the script, they say "
                   "nothing about the kernels.**"]
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(out_dir, "results.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump(res, f, indent=1, default=str)
-    return text
-
-
-def _env() -> dict:
-    env = {"date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-           "python": platform.python_version(), "command": " ".join([sys.executable] + sys.argv)}
-    try:
-        env["git_sha"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                        cwd=REPO).stdout.strip()
-        env["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True).stdout.strip() or None
-    except OSError:
-        env.setdefault("gpu", None)
-    return env
+    return write_results(out_dir, res, "\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         return out
 
     def report(final: bool) -> str:
-        res = {"env": _env(), "config": config, "pairs": pairs, "summary": summary("saving_percent"),
+        res = {"env": environment(), "config": config, "pairs": pairs, "summary": summary("saving_percent"),
                "summary_loop": summary("loop_saving_percent"), "complete": final,
                "seconds": round(time.perf_counter() - t0, 1)}
         return _report(out, res)

@@ -21,7 +21,8 @@ import re
 import statistics
 import sys
 
-from bench.harness import _fast_p_table, fast_p_summary
+from bench.harness.report import fast_p_table
+from bench.harness.scoring import fast_p_summary
 
 BEGIN, END = "<!-- performance:begin -->", "<!-- performance:end -->"
 
@@ -151,9 +152,9 @@ def harness_section(folder: str) -> str:
              "correct and faster than upstream's compiled path by more than p. Direct calls (torch sides timed "
              "per call, launch overhead included; JAX sides as a jitted loop against the compiled path's CUDA "
              "graph):", ""]
-    lines += _fast_p_table(res["fast_p"], "")[2:]
+    lines += fast_p_table(res["fast_p"], "")[2:]
     lines += ["Device time (torch sides by CUDA-graph replay on both sides):", ""]
-    lines += _fast_p_table(res.get("fast_p_device") or fast_p_summary(res["records"], device_time=True), "")[2:]
+    lines += fast_p_table(res.get("fast_p_device") or fast_p_summary(res["records"], device_time=True), "")[2:]
     return "\n".join(lines + [f"![harness speedup]({folder}/harness/speedup.png)"])
 
 

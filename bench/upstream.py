@@ -1,4 +1,4 @@
-"""Upstream FlashSAC's target path, reimplemented faithfully as the benchmark baseline (FLASHSAC.md section 2).
+"""Upstream FlashSAC's target path, reimplemented faithfully as the benchmark baseline.
 
 `_select_min_q_log_probs` + `_compute_categorical_td_target`: argmin + gather, value-space Bellman atoms from a
 `linspace`, division by the bin width, floor/upper/fraction, two `scatter_add_` (atomics on CUDA). Upstream wraps

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from bench.paired_training import jax_cache_env
+from agent_jax.compilation_cache import jax_cache_env
 from tests.agent_test_utils import BENCH_TINY, run_agent_bench
 
 

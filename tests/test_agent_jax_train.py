@@ -13,8 +13,8 @@ import pytest
 
 from agent_common.config import load_config
 from agent_jax.agent import FlashSACAgent
+from agent_jax.compilation_cache import jax_cache_env
 from agent_jax.train import main
-from bench.paired_training import jax_cache_env
 from tests.agent_test_utils import REPO, assert_nested_equal, run_module
 
 OBS_DIM, ACT_DIM, BATCH = 17, 6, 16

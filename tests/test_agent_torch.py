@@ -335,26 +335,6 @@ def test_tensor_learning_rates_follow_the_schedule_and_save_as_floats():
     assert float(fresh.optimizer.param_groups[0]["lr"]) == pytest.approx(lr_tensor.item(), rel=1e-6)
 
 
-def test_graph_check_script_plumbing_on_cpu():
-    # on CPU both agents run eagerly, so the check must report bitwise-equal agents (same init, batches and noise)
-    from bench.gpu_agent_torch import graph_check
-
-    result = graph_check(SMALL[1:] + ["agent.categorical_target_backend=torch"], repeats=1, iters=2)
-    assert result["bitwise_equal_params"] and result["max_act_diff"] == 0.0
-    assert max(result["max_metric_diff_per_update"]) == 0.0 and result["graphs_captured"] == 0
-    assert result["cuda_graph"]["graph"].startswith("device cpu")
-    assert set(result["timing"]) >= {"eager/torch", "eager/triton", "graph/torch", "graph/triton", "target_ms"}
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device (run on the H200)")
-def test_cuda_graph_agent_matches_eager_agent():
-    from bench.gpu_agent_torch import graph_check
-
-    result = graph_check(["agent.sample_batch_size=256"], repeats=1, iters=5)
-    assert result["graphs_captured"] == 4  # update with / without actor step, act with / without noise
-    assert max(result["max_param_diff_per_update"]) < 1e-4 and result["max_act_diff"] < 1e-5
-
-
 # ----------------------------------------------------------------------------------------------------- NaN guards
 @pytest.mark.parametrize("key", ["observation", "reward", "next_observation"])
 def test_nan_in_batch_raises_instead_of_propagating(key):

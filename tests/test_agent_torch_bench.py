@@ -9,10 +9,15 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+from bench.gpu_agent_torch import graph_check
 from tests.agent_test_utils import BENCH_TINY, REPO, run_agent_bench
 
 TINY = ["num_threads=1", *BENCH_TINY]
+# --graph-check on small networks with the torch reference target
+SMALL = ["agent.actor_hidden_dim=16", "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1",
+         "agent.critic_num_blocks=1", "agent.sample_batch_size=16", "agent.categorical_target_backend=torch"]
 
 
 def _bench(run_dir, budget: float, *extra: str):
@@ -53,3 +58,19 @@ def test_gpu_bench_script_splits_resumes_and_summarises(tmp_path):
     assert timing["target_ms"]["triton"] > 0
     assert (run / "learning_curve.png").exists()
     assert "agent.categorical_target_strict=true" in summary["recipe"]
+
+
+def test_graph_check_script_plumbing_on_cpu():
+    # on CPU both agents run eagerly, so the check must report bitwise-equal agents (same init, batches and noise)
+    result = graph_check(SMALL, repeats=1, iters=2)
+    assert result["bitwise_equal_params"] and result["max_act_diff"] == 0.0
+    assert max(result["max_metric_diff_per_update"]) == 0.0 and result["graphs_captured"] == 0
+    assert result["cuda_graph"]["graph"].startswith("device cpu")
+    assert set(result["timing"]) >= {"eager/torch", "eager/triton", "graph/torch", "graph/triton", "target_ms"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device (run on the H200)")
+def test_cuda_graph_agent_matches_eager_agent():
+    result = graph_check(["agent.sample_batch_size=256"], repeats=1, iters=5)
+    assert result["graphs_captured"] == 4  # update with / without actor step, act with / without noise
+    assert max(result["max_param_diff_per_update"]) < 1e-4 and result["max_act_diff"] < 1e-5

@@ -62,11 +62,11 @@ def test_trace_summary_counts_stream_kernels_once(tmp_path):
 
 def test_cpu_trace_of_real_updates_is_refused_clearly(tmp_path, monkeypatch):
     # the real recording path (the JAX agent's updates under jax.profiler.trace), on CPU: no device kernels
-    import bench.gpu_agent_jax as gj
+    import bench.common as common
     import bench.gpu_profile_update as gp
 
-    real = gj.synthetic_agent_and_batch
-    monkeypatch.setattr(gj, "synthetic_agent_and_batch", lambda batch_size, backend: real(32, backend))
+    real = common.synthetic_jax_agent
+    monkeypatch.setattr(common, "synthetic_jax_agent", lambda batch_size, backend: real(32, backend))
     assert gp.main(["--framework", "jax", "--backend", "jax", "--warmup", "1", "--updates", "2",
                     "--jax-trace", str(tmp_path)]) == 0
     with pytest.raises(ValueError, match="no kernel events on a device stream"):
