@@ -83,6 +83,7 @@ def is_disk_full(exc: BaseException) -> bool:
 
 
 def _umask() -> int:
+    """The process umask (read by setting it and setting it back: the only portable way)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -109,9 +110,11 @@ def _atomic_file(path: str, mode: str) -> Iterator[IO[Any]]:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _fsync_dir(directory)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and is_disk_full(exc):
+            raise DiskFullError(exc.errno, f"disk full (No space left on device) while writing {path}") from exc
         raise
 
 
