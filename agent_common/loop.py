@@ -317,8 +317,9 @@ class _Loop:
             buffer_state = read_checkpoint_file(buffer_path)
         try:
             self.agent.load(os.path.join(ckpt, AGENT_DIR), load_optimizer=self.cfg.agent.load_optimizer)
-        except ValueError as exc:  # the agent's own check: entries or shapes that do not fit its networks
-            raise CheckpointError(f"{os.path.join(ckpt, AGENT_DIR)} does not fit this agent ({exc})") from None
+        except (KeyError, RuntimeError, ValueError) as exc:  # entries or shapes that do not fit the networks
+            detail = " ".join(str(exc).split())[:400]
+            raise CheckpointError(f"{os.path.join(ckpt, AGENT_DIR)} does not fit this agent ({detail})") from None
         try:
             self._restore(state, buffer_state, ckpt)
         except (KeyError, TypeError, ValueError) as exc:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from agent_common.buffer import flat_batch, flat_widths
-from agent_common.checkpoint import CheckpointError, atomic_write, read_checkpoint_file
+from agent_common.checkpoint import atomic_write, read_checkpoint_file
 from agent_common.schema import Config, target_entropy
 from agent_torch.graphs import GraphCache
 from agent_torch.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature
@@ -298,17 +298,13 @@ class FlashSACAgent:
         """Restores ``save`` output (optimizers, schedulers and scaler only if ``load_optimizer``).
 
         Raises:
-            agent_common.checkpoint.CheckpointError: a file is missing, damaged, or holds networks of another
-                architecture; the message names the file.
+            agent_common.checkpoint.CheckpointError: a file is missing or damaged; the message names the file.
+            RuntimeError: networks of another architecture (torch's ``load_state_dict`` message).
         """
         for name, net in self._networks().items():
             path = os.path.join(directory, f"{name}.pt")
-            state = read_checkpoint_file(path, functools.partial(_load_torch, map_location=self.device))
-            try:
-                net.load_state_dict(state, load_optimizer=load_optimizer)
-            except (KeyError, RuntimeError, ValueError) as exc:
-                first = str(exc).strip().splitlines()[0]
-                raise CheckpointError(f"{path} does not fit this agent's {name} ({first})") from None
+            net.load_state_dict(read_checkpoint_file(path, functools.partial(_load_torch, map_location=self.device)),
+                                load_optimizer=load_optimizer)
         agent_state = read_checkpoint_file(
             os.path.join(directory, "agent_state.pt"), functools.partial(_load_torch, map_location="cpu")
         )

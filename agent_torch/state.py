@@ -166,8 +166,7 @@ def make_network(
             lr=1.0,
             betas=(0.9, 0.999),
             eps=1e-8,
-            fused=device.type == "cuda",
-            foreach=None if device.type == "cuda" else True,
+            fused=True,
             capturable=graph_safe,
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(_lr_lambda, cfg=cfg))
