@@ -676,15 +676,17 @@ def run_cli(argv: list[str] | None, framework: str, make_agent_module: Callable[
         run-directory, checkpoint or strict-backend error, 1 when the disk is full.
     """
     cfg = parse_args(argv, framework=framework, prog=f"python -m agent_{framework}.train")  # type: ignore[arg-type]
+    run_dir = cfg.save_path or "."
+    created = not os.path.exists(run_dir)
     try:
         prepare_run_dir(cfg)
         make_agent = make_agent_module()
         result = train(cfg, make_agent)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
-    except CheckpointError as exc:
-        print(f"checkpoint error: {exc}", file=sys.stderr)
+    except (ConfigError, CheckpointError) as exc:
+        if created and os.path.isdir(run_dir) and not os.listdir(run_dir):
+            os.rmdir(run_dir)  # nothing was written: leave no empty run directory behind
+        kind = "config" if isinstance(exc, ConfigError) else "checkpoint"
+        print(f"{kind} error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
         if not is_disk_full(exc):
