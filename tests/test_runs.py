@@ -110,6 +110,17 @@ def test_resume_restores_the_run_config_and_extending_keeps_the_schedule(run_cop
     assert "agent.learning_rate_decay_step=60 (num_env_steps=90 would give 90)" in err
 
 
+def test_the_printed_resume_line_works_as_printed(tmp_path, capsys):
+    """A run stopped early prints ``resume: --overrides agent_load_path=<run>``; that line alone resumes it (the
+    run's non-default widths come from its config.yaml)."""
+    code, out, err = _cli([*TINY, "max_wall_seconds=0.001", f"save_path={tmp_path / 'r'}"], capsys)
+    assert code == 0 and "[budget]" in out, err
+    line = next(x for x in out.splitlines() if x.strip().startswith("resume:")).split("resume:", 1)[1].split()
+    assert line == ["--overrides", f"agent_load_path={tmp_path / 'r'}"]
+    code, out, err = _cli([line[1]], capsys)
+    assert code == 0 and "resumed from" in err and "[budget]" in out, err
+
+
 @pytest.mark.parametrize(
     ("override", "fragments"),
     [
