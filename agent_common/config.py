@@ -185,6 +185,8 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
                 + ". A resume continues the same run; start a new run (without agent_load_path) to change these"
             )
         base = {k: v for k, v in stored.items() if k in KNOWN_KEYS and k not in _NOT_RESTORED}
+        if base.get("agent.categorical_target_backend") not in BACKENDS[framework]:
+            base.pop("agent.categorical_target_backend", None)  # a checkpoint converted from the other framework
         if values.get("rederive_schedule_on_resume", False):
             base.update({key: None for key in DERIVED_FROM_BUDGET})
     return build_config(values, framework, base)

@@ -28,7 +28,9 @@ from agent_common.checkpoint import (
     atomic_write_text,
     candidate_checkpoints,
     checkpoint_dir,
+    checkpoint_step,
     commit_checkpoint_dir,
+    complete_checkpoints,
     directory_size,
     holds_run,
     is_disk_full,
@@ -475,7 +477,12 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
     try:
         if cfg.agent_load_path is not None:
             resumed_ckpt = loop.load(cfg.agent_load_path)
-            print(f"resumed from {resumed_ckpt} at env step {loop.interaction_step * loop.num_envs}", file=sys.stderr)
+            resumed_step = loop.interaction_step * loop.num_envs
+            print(f"resumed from {resumed_ckpt} at env step {resumed_step}", file=sys.stderr)
+            for newer in complete_checkpoints(run_dir):
+                if checkpoint_step(newer) > resumed_step:  # the abandoned continuation (or a damaged checkpoint)
+                    shutil.rmtree(newer, ignore_errors=True)
+                    print(f"removed {newer}: newer than the checkpoint the run continues from", file=sys.stderr)
             kept = _kept_on_resume(cfg)
             if kept:
                 print(

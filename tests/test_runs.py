@@ -162,6 +162,8 @@ def test_damaged_newest_checkpoint_falls_back_with_a_warning(run_copy, capsys):
     assert f"skipping the checkpoint {run_copy / 'checkpoints' / 'step60'}" in err and str(actor) in err
     assert f"resumed from {run_copy / 'checkpoints' / 'step45'}" in err
     assert "[completed] env_step=60" in out
+    assert sorted(os.listdir(run_copy / "checkpoints")) == ["latest", "step45", "step60"]  # step60 written again
+    assert len((run_copy / "checkpoints" / "step60" / "agent" / "actor.pt").read_bytes()) > 100
 
 
 def test_missing_buffer_is_an_error_naming_the_file(run_copy, capsys):
