@@ -179,11 +179,12 @@ class Config(_Freezable):
     recording_per_interaction_step: int | None = None  # null -> N (recording not implemented)
     logging_per_interaction_step: int | None = None  # null -> N/100
     save_checkpoint_per_interaction_step: int | None = None  # null -> N/10 (and always at the end)
-    save_buffer_per_interaction_step: int | None = None  # null -> with every checkpoint if save_buffer
+    save_buffer_per_interaction_step: int | None = None  # null -> with every checkpoint if save_buffer, else every k
     # project keys
     save_buffer: bool = True  # replay buffer in every checkpoint (exact resume); always on Ctrl-C / budget stops
     keep_checkpoints: int = 2  # newest complete checkpoints kept in <run>/checkpoints (older ones are deleted)
-    rederive_schedule_on_resume: bool = False  # resume with a new num_env_steps: re-derive LR steps and intervals
+    rederive_schedule_on_resume: bool = False  # resume: re-derive LR steps and intervals from num_env_steps (explicit
+    # values of the run are re-derived too; this command line's overrides still win)
     max_wall_seconds: float | None = None  # checkpoint and exit cleanly once this much wall time has passed
     deterministic: bool = False  # deterministic algorithms (bitwise reproducible on CPU)
     progress_bar: bool = True  # tqdm bar with env steps/s, updates/s and the latest eval return
