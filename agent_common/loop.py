@@ -683,15 +683,23 @@ def run_cli(argv: list[str] | None, framework: str, make_agent_module: Callable[
         run-directory, checkpoint or strict-backend error, 1 when the disk is full.
     """
     cfg = parse_args(argv, framework=framework, prog=f"python -m agent_{framework}.train")  # type: ignore[arg-type]
-    run_dir = cfg.save_path or "."
-    created = not os.path.exists(run_dir)
+    run_dir = os.path.abspath(cfg.save_path or ".")
+    first_created = None  # the outermost directory of run_dir that this call creates
+    path = run_dir
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        first_created, path = path, os.path.dirname(path)
     try:
         prepare_run_dir(cfg)
         make_agent = make_agent_module()
         result = train(cfg, make_agent)
     except (ConfigError, CheckpointError) as exc:
-        if created and os.path.isdir(run_dir) and not os.listdir(run_dir):
-            os.rmdir(run_dir)  # nothing was written: leave no empty run directory behind
+        if first_created is not None:  # nothing was written: leave no empty run directory (or parents) behind
+            path = run_dir
+            while os.path.isdir(path) and not os.listdir(path):
+                os.rmdir(path)
+                if path == first_created:
+                    break
+                path = os.path.dirname(path)
         kind = "config" if isinstance(exc, ConfigError) else "checkpoint"
         print(f"{kind} error: {exc}", file=sys.stderr)
         return 2

@@ -280,6 +280,14 @@ def test_bad_values_exit_2_before_any_work(tmp_path, override, key, capsys):
     assert not (tmp_path / "r").exists() or os.listdir(tmp_path / "r") == []
 
 
+def test_an_error_leaves_no_empty_directories(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default save_path is runs/<group>/<exp>/<env>/seed<seed>-<time> under here
+    code, _, err = _cli([*TINY, "agent_load_path=missing"], capsys)
+    assert code == 2 and "agent_load_path" in err and os.listdir(tmp_path) == []
+    code, _, err = _cli([*TINY, "num_env_steps=10"], capsys)  # found by the run checks, after the config
+    assert code == 2 and "agent.buffer_min_length" in err and os.listdir(tmp_path) == []
+
+
 def test_unusable_save_path_exits_2(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     code, _, err = _cli([*TINY, f"save_path={tmp_path / 'file' / 'run'}"], capsys)
