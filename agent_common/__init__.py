@@ -1,9 +1,11 @@
 """Framework-free FlashSAC pieces shared by ``agent_torch`` and ``agent_jax`` (numpy, gymnasium, omegaconf only).
 
 Modules
-    config      ``Config`` schema (``env.*``, ``agent.*`` with upstream key names), ``load_config(overrides,
-                framework)``, ``parse_args(argv, framework)`` (``--overrides key=value``, repeatable), ``ConfigError``,
-                ``target_entropy(agent_cfg, low, high)``.
+    schema      standard library only: the ``Config`` schema (``env.*``, ``agent.*`` with upstream key names),
+                ``build_config(values, framework)``, validation, derived fields, ``ConfigError``,
+                ``RESUME_LOCKED`` (what a resume may not change), ``target_entropy(agent_cfg, low, high)``.
+    config      the command line (omegaconf): ``load_config(overrides, framework)``, ``parse_args(argv, framework)``
+                (``--overrides key=value``, repeatable, "did you mean"), the run's stored config on resume.
     envs        ``make_env``, ``make_vec_env`` (SameStep autoreset), ``step_env`` -> ``StepResult`` (true final obs
                 for finished episodes), ``evaluate(act, envs, num_episodes)``, ``get_env_states``/``set_env_states``.
     noise       ``ZetaNoise`` (truncated-zeta noise repetition; ``sample() -> (E, A)``; state_dict/load_state_dict).
@@ -12,7 +14,8 @@ Modules
     schedule    ``warmup_cosine_decay(step, init, peak, end, warmup_steps, decay_steps)``.
     logger      ``RunLogger`` (TensorBoard events via the tensorboard package, ``eval.csv`` in upstream's layout,
                 ``config.yaml``), ``AverageMeter``, ``read_eval_csv``.
-    checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``.
+    checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``,
+                checkpoint discovery by scanning, crash recovery, pruning, ``CheckpointError``, ``DiskFullError``.
     loop        ``train(cfg, make_agent) -> TrainResult`` and ``run_cli(argv, framework, factory_loader)``.
     plot        ``python -m agent_common.plot <run_dir> [--reference published.csv]`` -> ``learning_curve.png``.
 
@@ -34,24 +37,19 @@ Agent interface (what ``loop.train`` calls; both frameworks implement it identic
     ``agent.info() -> dict[str, float | str]``
         Diagnostics: ``backend/fallback_count`` (float) and ``backend/selected`` (str, logged as text).
 
-Checkpoint layout: ``<save_path>/checkpoints/step<env_step>/{agent/, loop_state.pkl, replay_buffer.pkl?, COMPLETE}``
-plus ``<save_path>/checkpoints/latest``; ``agent_load_path`` accepts the step directory or the run directory.
+Checkpoint layout: ``<save_path>/checkpoints/step<env_step>/{agent/, config.yaml, loop_state.pkl, replay_buffer.pkl,
+COMPLETE}``; ``agent_load_path`` accepts the step directory or the run directory (its newest complete checkpoint,
+found by scanning; ``checkpoints/latest`` only names it for people).
 """
+
+from typing import Any
 
 from agent_common.buffer import BATCH_KEYS, ReplayBuffer
 from agent_common.checkpoint import atomic_pickle, atomic_write, atomic_write_text, load_pickle, resolve_checkpoint
-from agent_common.config import (
-    AgentConfig,
-    Config,
-    ConfigError,
-    EnvConfig,
-    load_config,
-    parse_args,
-    target_entropy,
-)
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
 from agent_common.schedule import warmup_cosine_decay
+from agent_common.schema import AgentConfig, Config, ConfigError, EnvConfig, build_config, target_entropy
 
 __all__ = [
     "BATCH_KEYS",
@@ -65,6 +63,7 @@ __all__ = [
     "atomic_pickle",
     "atomic_write",
     "atomic_write_text",
+    "build_config",
     "load_config",
     "load_pickle",
     "parse_args",
@@ -72,3 +71,12 @@ __all__ = [
     "target_entropy",
     "warmup_cosine_decay",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that importing the schema (agent_common.schema) does not import omegaconf.
+    if name in ("load_config", "parse_args"):
+        from agent_common import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module 'agent_common' has no attribute {name!r}")

@@ -12,7 +12,7 @@ import mujoco
 import numpy as np
 from gymnasium.wrappers import RescaleAction, TimeLimit
 
-from agent_common.config import SUPPORTED_ENVS
+from agent_common.schema import SUPPORTED_ENVS
 
 __all__ = [
     "EnvSnapshot",

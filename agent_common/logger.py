@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import time
 from collections import defaultdict
 from typing import Any
 
-from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.text.summary_v2 import text_pb
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
@@ -61,7 +62,9 @@ class RunLogger:
     """Writes ``<run>/tb/`` TensorBoard events, ``<run>/eval.csv`` and ``<run>/config.yaml``.
 
     Scalars use upstream's key names (``actor/loss``, ``critic/loss``, ``avg_return``, ...) at x = env_step.
-    Resuming into the same run directory appends to the CSV and starts a new event file in ``tb/``.
+    A resume (``resume_step``) drops the CSV rows after the checkpoint's step (they are evaluated again) and starts
+    its event file with a TensorBoard session start at ``resume_step + 1``, so TensorBoard discards the earlier
+    sessions' events after the checkpoint: one consistent run per directory, nothing logged twice.
 
     Args:
         run_dir: the run directory (``cfg.save_path``).
@@ -70,18 +73,32 @@ class RunLogger:
         seed: CSV ``seed`` column.
         config_yaml: resolved config text, saved as ``config.yaml`` and as TensorBoard text ``config``.
         use_tensorboard: False for ``logger_type=none`` (the CSV and config are still written).
+        resume_step: the env step of the checkpoint a resume starts from; None for a fresh run.
+
+    Attributes:
+        first_step: the first env step this logger writes at (0, or ``resume_step + 1``).
     """
 
     def __init__(
-        self, run_dir: str, exp_name: str, env_name: str, seed: int, config_yaml: str, use_tensorboard: bool = True
+        self,
+        run_dir: str,
+        exp_name: str,
+        env_name: str,
+        seed: int,
+        config_yaml: str,
+        use_tensorboard: bool = True,
+        resume_step: int | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.exp_name = exp_name
         self.env_name = env_name
         self.seed = seed
+        self.first_step = 0 if resume_step is None else resume_step + 1
         os.makedirs(run_dir, exist_ok=True)
         atomic_write_text(os.path.join(run_dir, "config.yaml"), config_yaml)
         self.csv_path = os.path.join(run_dir, "eval.csv")
+        if resume_step is not None and os.path.exists(self.csv_path):
+            _truncate_eval_csv(self.csv_path, resume_step)
         new_csv = not os.path.exists(self.csv_path)
         self._csv_rows = 0 if new_csv else max(0, sum(1 for _ in open(self.csv_path)) - 1)
         self._csv_file = open(self.csv_path, "a", newline="")
@@ -95,7 +112,10 @@ class RunLogger:
         if use_tensorboard:
             os.makedirs(self.tb_dir, exist_ok=True)
             self._writer = EventFileWriter(self.tb_dir, flush_secs=30)
-            self.log_text("config", "```\n" + config_yaml + "\n```", 0)
+            if resume_step is not None:
+                start = SessionLog(status=SessionLog.START)
+                self._writer.add_event(Event(wall_time=time.time(), step=self.first_step, session_log=start))
+            self.log_text("config", "```\n" + config_yaml + "\n```", self.first_step)
 
     def log_scalars(self, metrics: dict[str, float], step: int) -> None:
         """Writes scalars at ``step`` (non-numeric values are ignored)."""
@@ -151,6 +171,25 @@ class RunLogger:
             self._writer = None
         if not self._csv_file.closed:
             self._csv_file.close()
+
+
+def _truncate_eval_csv(path: str, last_step: int) -> None:
+    """Rewrites an eval CSV (atomically) without the rows after ``last_step``, renumbering the index column."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return
+    header, body = rows[0], rows[1:]
+    step_col = header.index("env_step") if "env_step" in header else None
+    kept = [r for r in body if step_col is None or len(r) <= step_col or float(r[step_col]) <= last_step]
+    if len(kept) == len(body):
+        return
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    for index, row in enumerate(kept):
+        writer.writerow([index, *row[1:]])
+    atomic_write_text(path, buffer.getvalue())
 
 
 def read_eval_csv(path: str, metric: str = "avg_return") -> list[tuple[float, float]]:

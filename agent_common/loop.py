@@ -18,23 +18,48 @@ from tqdm import tqdm
 
 from agent_common.buffer import ReplayBuffer
 from agent_common.checkpoint import (
+    AGENT_DIR,
+    BUFFER_FILE,
+    CONFIG_FILE,
+    LOOP_STATE_FILE,
+    CheckpointError,
+    DiskFullError,
     atomic_pickle,
+    atomic_write_text,
+    candidate_checkpoints,
     checkpoint_dir,
+    checkpoint_step,
     commit_checkpoint_dir,
-    load_pickle,
-    resolve_checkpoint,
+    complete_checkpoints,
+    directory_size,
+    holds_run,
+    is_disk_full,
+    latest_checkpoint,
+    prune_checkpoints,
+    read_checkpoint_file,
+    recover_checkpoints,
+    warn,
 )
-from agent_common.config import Config, config_to_yaml, parse_args
+from agent_common.config import config_to_yaml, parse_args
 from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_states, step_env
 from agent_common.logger import AverageMeter, RunLogger
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
+from agent_common.schema import Config, ConfigError, budget_defaults, check_training_run, run_dir_of_checkpoint
 
-__all__ = ["Agent", "AgentFactory", "TrainResult", "run_cli", "train"]
+__all__ = [
+    "AGENT_DIR",
+    "BUFFER_FILE",
+    "LOOP_STATE_FILE",
+    "Agent",
+    "AgentFactory",
+    "TrainResult",
+    "prepare_run_dir",
+    "run_cli",
+    "strict_backend_as_config_error",
+    "train",
+]
 
-LOOP_STATE_FILE = "loop_state.pkl"
-BUFFER_FILE = "replay_buffer.pkl"
-AGENT_DIR = "agent"
 # Independent RNG streams, all derived from cfg.seed (spawn keys keep them uncorrelated).
 _NOISE_STREAM, _BUFFER_STREAM, _WARMUP_STREAM = 1, 2, 3
 
@@ -75,12 +100,16 @@ class TrainResult:
         status: ``"completed"``, ``"budget"`` (max_wall_seconds reached) or ``"interrupted"`` (Ctrl-C).
         env_step: env steps done in total (including resumed ones).
         run_dir: the run directory.
-        checkpoint: the last checkpoint directory written (None if none).
+        checkpoint: the newest checkpoint of the run after this call: the last one written, else the one resumed
+            from (None if there is none).
         evaluations: ``(env_step, metrics)`` for every evaluation of this call.
         wall_seconds: wall time of this call's loop.
         env_steps_per_second: env steps of this call / wall_seconds.
         updates_per_second: updates of this call / wall_seconds.
         update_seconds_mean: mean wall time of one ``agent.update`` call.
+        env_steps_this_call: env steps trained by this call (0: the run had already reached num_env_steps).
+        last_eval_return: the run's latest evaluation return (also from before a resume; nan if none).
+        last_eval_step: the env step of that evaluation (-1 if none).
     """
 
     status: str
@@ -92,6 +121,9 @@ class TrainResult:
     env_steps_per_second: float
     updates_per_second: float
     update_seconds_mean: float
+    env_steps_this_call: int = 0
+    last_eval_return: float = float("nan")
+    last_eval_step: int = -1
 
 
 class _StopFlag:
@@ -173,31 +205,56 @@ class _Loop:
         self.num_updates = 0
         self.last_eval_step = -1
         self.last_checkpoint_step = -1
+        self.last_checkpoint_has_buffer = False
         self.last_eval_return = float("nan")
         self.num_interaction_steps = max(1, cfg.num_env_steps // self.num_envs)
 
     # ----------------------------------------------------------------------------------------- checkpoints
     def save(self, with_buffer: bool = False) -> str:
-        """Writes ``<run>/checkpoints/step<env_step>/`` atomically and returns its path.
+        """Writes ``<run>/checkpoints/step<env_step>/`` atomically, keeps the newest ``keep_checkpoints`` and
+        returns a line saying what was written (path and size).
 
         Args:
-            with_buffer: also write the replay buffer (always done when the run stops early, so that the resume is
-                exact; otherwise only with ``save_buffer`` or on ``save_buffer_per_interaction_step``).
+            with_buffer: also write the replay buffer even if ``save_buffer`` is off (done when the run stops
+                early, so that the resume is exact).
+
+        Raises:
+            DiskFullError: the disk filled up; the half-written ``.tmp`` directory is removed first.
         """
         env_step = self.interaction_step * self.num_envs
-        final = checkpoint_dir(self.cfg.save_path or ".", env_step)
+        run_dir = self.cfg.save_path or "."
+        final = checkpoint_dir(run_dir, env_step)
         tmp = final + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        self.agent.save(os.path.join(tmp, AGENT_DIR))
-        save_data = (
-            with_buffer
-            or self.cfg.save_buffer
-            or (
-                self.cfg.save_buffer_per_interaction_step is not None
-                and self.interaction_step % self.cfg.save_buffer_per_interaction_step == 0
-            )
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+            self._write_checkpoint(tmp, env_step, with_buffer)
+            commit_checkpoint_dir(tmp, final)
+        except Exception as exc:
+            shutil.rmtree(tmp, ignore_errors=True)  # a half-written checkpoint must not keep the disk full
+            if is_disk_full(exc):
+                latest = latest_checkpoint(run_dir)
+                raise DiskFullError(
+                    f"disk full (No space left on device) while writing the checkpoint {final}: free space on that "
+                    f"disk, or move the run directory to another one, then resume with --overrides "
+                    f"agent_load_path={run_dir} (newest complete checkpoint: {latest})"
+                ) from exc
+            raise
+        self.last_checkpoint_step = self.interaction_step
+        self.last_checkpoint_has_buffer = os.path.exists(os.path.join(final, BUFFER_FILE))
+        pruned = prune_checkpoints(run_dir, self.cfg.keep_checkpoints)
+        size = directory_size(final) / 2**20
+        buffer = f", replay buffer {len(self.buffer)} rows" if self.last_checkpoint_has_buffer else ", no replay buffer"
+        removed = f"; removed {', '.join(os.path.basename(p) for p in pruned)}" if pruned else ""
+        return f"checkpoint {final} ({size:.1f} MiB{buffer}){removed}"
+
+    def _write_checkpoint(self, directory: str, env_step: int, with_buffer: bool) -> None:
+        self.agent.save(os.path.join(directory, AGENT_DIR))
+        every = self.cfg.save_buffer_per_interaction_step
+        save_data = with_buffer or (
+            self.cfg.save_buffer if every is None else self.interaction_step % every == 0
         )
+        config_yaml = config_to_yaml(self.cfg)
         state = {
             "interaction_step": self.interaction_step,
             "env_step": env_step,
@@ -216,26 +273,70 @@ class _Loop:
             "train_envs": get_env_states(self.train_envs),
             "eval_envs": get_env_states(self.eval_envs),
             "meter": self.meter.state_dict(),
-            "config_yaml": config_to_yaml(self.cfg),
+            "config_yaml": config_yaml,
         }
-        atomic_pickle(os.path.join(tmp, LOOP_STATE_FILE), state)
+        atomic_write_text(os.path.join(directory, CONFIG_FILE), config_yaml)
+        atomic_pickle(os.path.join(directory, LOOP_STATE_FILE), state)
         if save_data:
-            atomic_pickle(os.path.join(tmp, BUFFER_FILE), self.buffer.state_dict(include_data=True))
-        commit_checkpoint_dir(tmp, final)
-        self.last_checkpoint_step = self.interaction_step
-        return final
+            atomic_pickle(os.path.join(directory, BUFFER_FILE), self.buffer.state_dict(include_data=True))
 
     def load(self, path: str) -> str:
-        """Restores a checkpoint written by ``save`` (a checkpoint dir or a run dir) and returns its path."""
-        ckpt = resolve_checkpoint(path)
-        self.agent.load(os.path.join(ckpt, AGENT_DIR), load_optimizer=self.cfg.agent.load_optimizer)
-        state = load_pickle(os.path.join(ckpt, LOOP_STATE_FILE))
+        """Restores the newest usable checkpoint at ``path`` (a checkpoint dir or a run dir) and returns it.
+
+        From a run directory, a checkpoint that cannot be read is skipped with a warning naming it, and the next
+        older complete one is tried.
+
+        Raises:
+            CheckpointError: no usable checkpoint; the message names the file and says what to do.
+        """
+        candidates = candidate_checkpoints(path)
+        failures = []
+        for ckpt in candidates:
+            try:
+                self._load_checkpoint(ckpt)
+                return ckpt
+            except CheckpointError as exc:
+                failures.append(str(exc))
+                if ckpt != candidates[-1]:
+                    warn(f"skipping the checkpoint {ckpt}: {exc}; falling back to the previous one")
+        if len(candidates) == 1:
+            raise CheckpointError(
+                f"{failures[0]}. Resume from another checkpoint (agent_load_path=<run dir> uses the newest complete "
+                "one), or start a new run"
+            )
+        raise CheckpointError(f"no usable checkpoint under {path}: " + " | ".join(failures))
+
+    def _load_checkpoint(self, ckpt: str) -> None:
+        state = read_checkpoint_file(os.path.join(ckpt, LOOP_STATE_FILE))
+        buffer_path = self.cfg.buffer_load_path or os.path.join(ckpt, BUFFER_FILE)
+        buffer_state = None
+        if self.cfg.buffer_load_path is not None or state.get("buffer_saved", False):
+            if not os.path.exists(buffer_path):
+                raise CheckpointError(
+                    f"{buffer_path} is missing although {os.path.join(ckpt, LOOP_STATE_FILE)} records a saved replay "
+                    "buffer: the checkpoint is incomplete"
+                )
+            buffer_state = read_checkpoint_file(buffer_path)
+        try:
+            self.agent.load(os.path.join(ckpt, AGENT_DIR), load_optimizer=self.cfg.agent.load_optimizer)
+        except (KeyError, RuntimeError, ValueError) as exc:  # entries or shapes that do not fit the networks
+            detail = " ".join(str(exc).split())[:400]
+            raise CheckpointError(f"{os.path.join(ckpt, AGENT_DIR)} does not fit this agent ({detail})") from None
+        try:
+            self._restore(state, buffer_state, ckpt)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"{os.path.join(ckpt, LOOP_STATE_FILE)} does not match this run ({type(exc).__name__}: {exc})"
+            ) from None
+
+    def _restore(self, state: dict[str, Any], buffer_state: dict[str, Any] | None, ckpt: str) -> None:
         self.interaction_step = int(state["interaction_step"])
         self.update_counter = float(state["update_counter"])
         self.num_updates = int(state["num_updates"])
         self.last_eval_step = int(state["last_eval_step"])
         self.last_eval_return = float(state["last_eval_return"])
         self.last_checkpoint_step = self.interaction_step
+        self.last_checkpoint_has_buffer = buffer_state is not None
         self.observation = np.asarray(state["observation"], dtype=np.float32)  # (E, O)
         random.setstate(state["python_random"])
         np.random.set_state(state["numpy_global"])
@@ -243,20 +344,17 @@ class _Loop:
         self.noise.load_state_dict(state["noise"])
         if self.cfg.agent.load_reward_normalizer:
             self.normalizer.load_state_dict(state["reward_normalizer"])
-        buffer_path = self.cfg.buffer_load_path or os.path.join(ckpt, BUFFER_FILE)
-        if os.path.exists(buffer_path):
-            self.buffer.load_state_dict(load_pickle(buffer_path))
+        if buffer_state is not None:
+            self.buffer.load_state_dict(buffer_state)
         else:
             self.buffer.load_state_dict(state["buffer"])
-            print(
-                f"note: no replay buffer in {ckpt}; collecting {self.cfg.agent.buffer_min_length} random steps "
-                "again before updates (resume is not exact; set save_buffer=true for exact resume)",
-                file=sys.stderr,
+            warn(
+                f"{ckpt} has no replay buffer (it was saved with save_buffer=false); collecting "
+                f"{self.cfg.agent.buffer_min_length} random steps again before updates, so this resume is not exact"
             )
         set_env_states(self.train_envs, state["train_envs"])
         set_env_states(self.eval_envs, state["eval_envs"])
         self.meter.load_state_dict(state["meter"])
-        return ckpt
 
     # ----------------------------------------------------------------------------------------- one step
     def act(self) -> np.ndarray:
@@ -277,6 +375,70 @@ class _Loop:
         self.eval_envs.close()
 
 
+def prepare_run_dir(cfg: Config) -> None:
+    """Checks the run and creates its directory before any work: ``schema.check_training_run``; a fresh run never
+    writes into a directory that holds another run (only a resume of that run may); the directory must be creatable
+    and writable.
+
+    Raises:
+        ConfigError: naming ``save_path`` and what to do instead.
+    """
+    check_training_run(cfg)
+    run_dir = cfg.save_path or "."
+    resumed_run = run_dir_of_checkpoint(cfg.agent_load_path) if cfg.agent_load_path is not None else None
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise ConfigError(f"save_path={run_dir} is a file, not a directory; choose another save_path")
+    if os.path.isdir(run_dir) and holds_run(run_dir):
+        same = resumed_run is not None and os.path.isdir(resumed_run) and os.path.samefile(run_dir, resumed_run)
+        if not same:
+            raise ConfigError(
+                f"save_path={run_dir} already holds a run (config.yaml, eval.csv, checkpoints/ or tb/); a new run "
+                f"never writes into it. Resume it with --overrides agent_load_path={run_dir}, or choose another "
+                "save_path (null: a new timestamped directory under runs/)"
+            )
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        probe = os.path.join(run_dir, ".write_test")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(
+            f"save_path={run_dir} cannot be used as the run directory ({exc.strerror or exc}); choose another "
+            "save_path"
+        ) from None
+
+
+def _kept_on_resume(cfg: Config) -> list[str]:
+    """The schedule keys whose values differ from what ``num_env_steps`` alone would derive (kept from the run)."""
+    kept = []
+    for key, derived in budget_defaults(cfg).items():
+        obj: Any = cfg
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        if obj != derived and key != "recording_per_interaction_step":
+            kept.append(f"{key}={obj} (num_env_steps={cfg.num_env_steps} would give {derived})")
+    return kept
+
+
+def strict_backend_as_config_error(make_agent: AgentFactory, unavailable: type[Exception]) -> AgentFactory:
+    """Wraps an agent factory for the CLI: a strict backend that cannot run here (``unavailable``, the framework's
+    ``BackendUnavailable``) becomes a one-line ``ConfigError`` naming the keys, instead of a traceback."""
+
+    def build(cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> Agent:
+        try:
+            return make_agent(cfg, observation_space, action_space)
+        except unavailable as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"agent.categorical_target_backend={cfg.agent.categorical_target_backend} with "
+                f"agent.categorical_target_strict=true cannot run here: {reason}. Use a GPU, or "
+                "agent.categorical_target_strict=false (falls back to the reference, logged)"
+            ) from None
+
+    return build
+
+
 def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
     """Runs (or resumes) FlashSAC training as upstream ``train.py`` (FLASHSAC.md §15).
 
@@ -284,7 +446,12 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
     policy with zeta noise), step the envs, store the transition (true final obs on episode ends), update the reward
     statistics; once the buffer can sample, run ``updates_per_interaction_step`` updates (fractional counter), then
     evaluation, logging and checkpoints on their intervals. Evaluation also runs at step 0 and at the end; a
-    checkpoint is written at the end, on Ctrl-C (first press) and when ``max_wall_seconds`` is reached.
+    checkpoint is written every ``save_checkpoint_per_interaction_step``, at the end, on Ctrl-C (first press) and when
+    ``max_wall_seconds`` is reached.
+
+    A resume (``agent_load_path``) first repairs the run's checkpoints after a crash (``recover_checkpoints``), loads
+    the newest usable checkpoint, and cuts the run's eval.csv and TensorBoard history back to that checkpoint's
+    step, so nothing is logged twice.
 
     Args:
         cfg: resolved config from ``load_config`` / ``parse_args``.
@@ -292,20 +459,49 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
 
     Returns:
         A ``TrainResult``.
+
+    Raises:
+        ConfigError: the run directory cannot be used (see ``prepare_run_dir``).
+        CheckpointError: no usable checkpoint to resume from.
+        DiskFullError: the disk filled up while writing a checkpoint.
     """
-    loop = _Loop(cfg, make_agent)
+    prepare_run_dir(cfg)
     run_dir = cfg.save_path or "."
     if cfg.agent_load_path is not None:
-        ckpt = loop.load(cfg.agent_load_path)
-        print(f"resumed from {ckpt} at env step {loop.interaction_step * loop.num_envs}", file=sys.stderr)
-    logger = RunLogger(
-        run_dir,
-        cfg.exp_name,
-        cfg.env.env_name,
-        cfg.seed,
-        config_to_yaml(cfg),
-        use_tensorboard=cfg.logger_type == "tensorboard",
-    )
+        source_run = run_dir_of_checkpoint(cfg.agent_load_path)
+        if os.path.isdir(source_run) and os.path.samefile(source_run, run_dir):
+            for line in recover_checkpoints(run_dir):
+                print(line, file=sys.stderr, flush=True)
+    loop = _Loop(cfg, make_agent)
+    resumed_ckpt: str | None = None
+    try:
+        if cfg.agent_load_path is not None:
+            resumed_ckpt = loop.load(cfg.agent_load_path)
+            resumed_step = loop.interaction_step * loop.num_envs
+            print(f"resumed from {resumed_ckpt} at env step {resumed_step}", file=sys.stderr)
+            for newer in complete_checkpoints(run_dir):
+                if checkpoint_step(newer) > resumed_step:  # the abandoned continuation (or a damaged checkpoint)
+                    shutil.rmtree(newer, ignore_errors=True)
+                    print(f"removed {newer}: newer than the checkpoint the run continues from", file=sys.stderr)
+            kept = _kept_on_resume(cfg)
+            if kept:
+                print(
+                    "the run's schedule and intervals are kept: " + "; ".join(kept)
+                    + " (rederive_schedule_on_resume=true re-derives them from num_env_steps)",
+                    file=sys.stderr,
+                )
+        logger = RunLogger(
+            run_dir,
+            cfg.exp_name,
+            cfg.env.env_name,
+            cfg.seed,
+            config_to_yaml(cfg),
+            use_tensorboard=cfg.logger_type == "tensorboard",
+            resume_step=None if resumed_ckpt is None else loop.interaction_step * loop.num_envs,
+        )
+    except BaseException:
+        loop.close()
+        raise
     evaluations: list[tuple[int, dict[str, float]]] = []
 
     def do_eval() -> None:
@@ -325,8 +521,13 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
                 scalars[key] = float(value)
         return scalars
 
+    def save(with_buffer: bool = False) -> str:
+        line = loop.save(with_buffer=with_buffer)
+        tqdm.write(line, file=sys.stderr)
+        return checkpoint_dir(run_dir, loop.interaction_step * loop.num_envs)
+
     start_step = loop.interaction_step
-    log_info(start_step * loop.num_envs)
+    log_info(logger.first_step)
     if start_step == 0 and cfg.num_eval_episodes > 0:
         do_eval()
     n_int = loop.num_interaction_steps
@@ -338,7 +539,7 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
     postfix_time = 0.0
     bar = tqdm(
         total=n_int * loop.num_envs,
-        initial=start_step * loop.num_envs,
+        initial=min(start_step, n_int) * loop.num_envs,
         unit="step",
         dynamic_ncols=True,
         disable=not cfg.progress_bar,
@@ -390,7 +591,7 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
                         loop.meter.reset()
                         window_start, window_env_steps, window_updates = now, 0, 0
                     if step % (cfg.save_checkpoint_per_interaction_step or n_int) == 0:
-                        last_ckpt = loop.save()
+                        last_ckpt = save()
                 bar.update(loop.num_envs)
                 now = time.monotonic()
                 if now - postfix_time >= 1.0:
@@ -412,9 +613,10 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
                 if loop.last_eval_step != loop.interaction_step and cfg.num_eval_episodes > 0:
                     do_eval()
             if status != "completed":
-                last_ckpt = loop.save(with_buffer=True)  # stopped early: the resume must be exact
+                if loop.last_checkpoint_step != loop.interaction_step or not loop.last_checkpoint_has_buffer:
+                    last_ckpt = save(with_buffer=True)  # stopped early: the resume must be exact
             elif loop.last_checkpoint_step != loop.interaction_step:
-                last_ckpt = loop.save()
+                last_ckpt = save()
         finally:
             bar.close()
             logger.close()
@@ -425,20 +627,51 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
         status=status,
         env_step=loop.interaction_step * loop.num_envs,
         run_dir=run_dir,
-        checkpoint=last_ckpt,
+        checkpoint=last_ckpt or latest_checkpoint(run_dir) or resumed_ckpt,
         evaluations=evaluations,
         wall_seconds=wall,
         env_steps_per_second=env_steps_done / max(wall, 1e-9),
         updates_per_second=updates_this_call / max(wall, 1e-9),
         update_seconds_mean=update_time / max(updates_this_call, 1),
+        env_steps_this_call=env_steps_done,
+        last_eval_return=loop.last_eval_return,
+        last_eval_step=loop.last_eval_step * loop.num_envs if loop.last_eval_step >= 0 else -1,
     )
+
+
+def _summary(result: TrainResult, num_env_steps: int) -> str:
+    """The lines the CLI prints at the end: what happened, where everything is, how to resume."""
+    if result.env_steps_this_call == 0 and result.status == "completed":
+        head = (
+            f"[completed] nothing to train: the run is already at env step {result.env_step} "
+            f"(num_env_steps={num_env_steps}; raise it to train further). "
+            f"last_eval_return={result.last_eval_return:.1f} at env step {result.last_eval_step}"
+        )
+    else:
+        head = (
+            f"[{result.status}] env_step={result.env_step} wall={result.wall_seconds:.1f}s "
+            f"env_steps/s={result.env_steps_per_second:.1f} updates/s={result.updates_per_second:.1f} "
+            f"update_ms={1e3 * result.update_seconds_mean:.2f} last_eval_return={result.last_eval_return:.1f}"
+        )
+    lines = [
+        head,
+        f"  run dir:    {result.run_dir}",
+        f"  tensorboard: {os.path.join(result.run_dir, 'tb')}",
+        f"  eval csv:   {os.path.join(result.run_dir, 'eval.csv')}  (plot: python -m agent_common.plot "
+        f"{result.run_dir})",
+        f"  checkpoint: {result.checkpoint}",
+    ]
+    if result.status != "completed":
+        lines.append(f"  resume:     --overrides agent_load_path={result.run_dir}")
+    return "\n".join(lines)
 
 
 def run_cli(argv: list[str] | None, framework: str, make_agent_module: Callable[[], AgentFactory]) -> int:
     """``python -m agent_<framework>.train --overrides key=value ...``.
 
-    Parses and validates the config first (exit 2 on a config error, before any env or framework work), then
-    imports the agent (``make_agent_module()`` returns the factory), trains and prints where everything went.
+    Parses and validates the config and the run directory first (exit 2 on an error, before any env or framework
+    work), then imports the agent (``make_agent_module()`` returns the factory), trains and prints where everything
+    went. Errors the user can fix end with one line on stderr, not a traceback.
 
     Args:
         argv: CLI arguments (default ``sys.argv[1:]``).
@@ -446,22 +679,35 @@ def run_cli(argv: list[str] | None, framework: str, make_agent_module: Callable[
         make_agent_module: lazily imports and returns the agent factory.
 
     Returns:
-        The process exit code: 0 completed or stopped on the wall-clock budget, 130 after Ctrl-C.
+        The process exit code: 0 completed or stopped on the wall-clock budget, 130 after Ctrl-C, 2 for a config,
+        run-directory, checkpoint or strict-backend error, 1 when the disk is full.
     """
     cfg = parse_args(argv, framework=framework, prog=f"python -m agent_{framework}.train")  # type: ignore[arg-type]
-    make_agent = make_agent_module()
-    result = train(cfg, make_agent)
-    last = result.evaluations[-1][1]["avg_return"] if result.evaluations else float("nan")
-    print(
-        f"[{result.status}] env_step={result.env_step} wall={result.wall_seconds:.1f}s "
-        f"env_steps/s={result.env_steps_per_second:.1f} updates/s={result.updates_per_second:.1f} "
-        f"update_ms={1e3 * result.update_seconds_mean:.2f} last_eval_return={last:.1f}\n"
-        f"  run dir:    {result.run_dir}\n"
-        f"  tensorboard: {os.path.join(result.run_dir, 'tb')}\n"
-        f"  eval csv:   {os.path.join(result.run_dir, 'eval.csv')}  "
-        f"(plot: python -m agent_common.plot {result.run_dir})\n"
-        f"  checkpoint: {result.checkpoint}"
-        + ("" if result.status == "completed" else f"\n  resume:     --overrides agent_load_path={result.run_dir}"),
-        flush=True,
-    )
+    run_dir = os.path.abspath(cfg.save_path or ".")
+    first_created = None  # the outermost directory of run_dir that this call creates
+    path = run_dir
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        first_created, path = path, os.path.dirname(path)
+    try:
+        prepare_run_dir(cfg)
+        make_agent = make_agent_module()
+        result = train(cfg, make_agent)
+    except (ConfigError, CheckpointError) as exc:
+        if first_created is not None:  # nothing was written: leave no empty run directory (or parents) behind
+            path = run_dir
+            while os.path.isdir(path) and not os.listdir(path):
+                os.rmdir(path)
+                if path == first_created:
+                    break
+                path = os.path.dirname(path)
+        kind = "config" if isinstance(exc, ConfigError) else "checkpoint"
+        print(f"{kind} error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        message = str(exc) if isinstance(exc, DiskFullError) else f"disk full (No space left on device): {exc}"
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+    print(_summary(result, cfg.num_env_steps), flush=True)
     return 130 if result.status == "interrupted" else 0

@@ -13,15 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_common.buffer import flat_batch
-from agent_common.checkpoint import atomic_pickle, load_pickle
+from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
+from agent_common.schema import Config, target_entropy
 from agent_jax.state import AgentState, build_networks, create_agent_state
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks_flat
 from jax_impl import dispatch_stats, resolve_backend
 
-if TYPE_CHECKING:  # gymnasium and omegaconf (agent_common.config) are not needed to build and update the agent
+if TYPE_CHECKING:  # gymnasium is not needed to build and update the agent
     import gymnasium as gym
-
-    from agent_common.config import Config
 
 __all__ = ["FlashSACAgent", "make_agent", "policy_actions", "resolve_device"]
 
@@ -107,7 +106,7 @@ class FlashSACAgent:
         action_dim = int(action_space.shape[0])
         self.ctx = UpdateContext.create(
             discount=float(a.gamma) ** int(a.n_step),  # type: ignore[operator]
-            target_entropy=_target_entropy(a, action_space),
+            target_entropy=target_entropy(a, action_space.low, action_space.high),
             bc_alpha=a.actor_bc_alpha,
             tau=a.critic_target_update_tau,
             min_v=float(a.critic_min_v),
@@ -247,14 +246,14 @@ class FlashSACAgent:
         live = self._network_states()
         restored: dict[str, Any] = {}
         for name, template in live.items():
-            loaded = load_pickle(os.path.join(directory, f"{name}.pkl"))
+            loaded = read_checkpoint_file(os.path.join(directory, f"{name}.pkl"))
             if not load_optimizer and "opt_state" in loaded:
                 loaded = dict(loaded, opt_state=_to_numpy(template["opt_state"]), step=np.asarray(0, np.int32))
             _check_structure(_to_numpy(template), loaded, name)
             with jax.default_device(self.device):
                 restored[name] = flax.serialization.from_state_dict(
                     template, jax.tree_util.tree_map(jnp.asarray, loaded))
-        agent_state = load_pickle(os.path.join(directory, AGENT_STATE_FILE))
+        agent_state = read_checkpoint_file(os.path.join(directory, AGENT_STATE_FILE))
         s = self.state
 
         def net(state: Any, name: str) -> Any:
@@ -271,15 +270,6 @@ class FlashSACAgent:
         pending = agent_state["pending_metrics"]
         self._pending = None if pending is None else (
             tuple(pending), jax.device_put(np.asarray(list(pending.values()), np.float32), self.device))
-
-
-def _target_entropy(agent_cfg: Any, action_space: Any) -> float:
-    """``agent.temp_target_entropy`` if set, else agent_common's default from the action bounds."""
-    if agent_cfg.temp_target_entropy is not None:
-        return float(agent_cfg.temp_target_entropy)
-    from agent_common.config import target_entropy  # imports omegaconf; only needed for the derived default
-
-    return target_entropy(agent_cfg, action_space.low, action_space.high)
 
 
 def _check_structure(template: Any, loaded: Any, path: str) -> None:

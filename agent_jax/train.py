@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 
-from agent_common.config import Config, parse_args
-from agent_common.loop import AgentFactory, run_cli
+from agent_common.config import parse_args
+from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
+from agent_common.schema import Config
 
 __all__ = ["configure_xla", "main"]
 
@@ -31,8 +32,9 @@ def configure_xla(cfg: Config) -> None:
 
 def _factory() -> AgentFactory:
     from agent_jax.agent import make_agent  # imported after the config is validated and XLA is configured
+    from jax_impl import BackendUnavailable
 
-    return make_agent
+    return strict_backend_as_config_error(make_agent, BackendUnavailable)
 
 
 def main(argv: list[str] | None = None) -> int:

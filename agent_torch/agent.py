@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import math
 import os
@@ -13,8 +14,8 @@ import numpy as np
 import torch
 
 from agent_common.buffer import flat_batch, flat_widths
-from agent_common.checkpoint import atomic_write
-from agent_common.config import Config, target_entropy
+from agent_common.checkpoint import atomic_write, read_checkpoint_file
+from agent_common.schema import Config, target_entropy
 from agent_torch.graphs import GraphCache
 from agent_torch.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature
 from agent_torch.state import Network, make_network, resolve_compile_mode
@@ -286,21 +287,29 @@ class FlashSACAgent:
         """Writes actor.pt, critic.pt, target_critic.pt, temperature.pt and agent_state.pt atomically."""
         os.makedirs(directory, exist_ok=True)
         for name, net in self._networks().items():
-            atomic_write(os.path.join(directory, f"{name}.pt"), lambda f, net=net: torch.save(net.state_dict(), f))
+            _save_torch(os.path.join(directory, f"{name}.pt"), net.state_dict())
         state: dict[str, Any] = {
             "update_step": self.update_step,
             "grad_scaler_state_dict": self.scaler.state_dict() if self.scaler is not None else None,
             "torch_rng_state": torch.get_rng_state(),
             "cuda_rng_state": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         }
-        atomic_write(os.path.join(directory, "agent_state.pt"), lambda f: torch.save(state, f))
+        _save_torch(os.path.join(directory, "agent_state.pt"), state)
 
     def load(self, directory: str, load_optimizer: bool = True) -> None:
-        """Restores ``save`` output (optimizers, schedulers and scaler only if ``load_optimizer``)."""
+        """Restores ``save`` output (optimizers, schedulers and scaler only if ``load_optimizer``).
+
+        Raises:
+            agent_common.checkpoint.CheckpointError: a file is missing or damaged; the message names the file.
+            RuntimeError: networks of another architecture (torch's ``load_state_dict`` message).
+        """
         for name, net in self._networks().items():
-            state = torch.load(os.path.join(directory, f"{name}.pt"), map_location=self.device, weights_only=False)
-            net.load_state_dict(state, load_optimizer=load_optimizer)
-        agent_state = torch.load(os.path.join(directory, "agent_state.pt"), map_location="cpu", weights_only=False)
+            path = os.path.join(directory, f"{name}.pt")
+            net.load_state_dict(read_checkpoint_file(path, functools.partial(_load_torch, map_location=self.device)),
+                                load_optimizer=load_optimizer)
+        agent_state = read_checkpoint_file(
+            os.path.join(directory, "agent_state.pt"), functools.partial(_load_torch, map_location="cpu")
+        )
         self.update_step = int(agent_state["update_step"])
         self.state_replaced()
         if load_optimizer and self.scaler is not None and agent_state["grad_scaler_state_dict"] is not None:
@@ -308,6 +317,18 @@ class FlashSACAgent:
         torch.set_rng_state(agent_state["torch_rng_state"])
         if agent_state["cuda_rng_state"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(agent_state["cuda_rng_state"])
+
+
+def _save_torch(path: str, obj: Any) -> None:
+    """``torch.save`` into memory, then one atomic file write: a failing write (disk full) raises the ``OSError``
+    itself, where torch's zip writer would wrap it in an unrelated ``RuntimeError``."""
+    data = io.BytesIO()
+    torch.save(obj, data)
+    atomic_write(path, lambda f: f.write(data.getbuffer()))
+
+
+def _load_torch(path: str, map_location: Any) -> Any:
+    return torch.load(path, map_location=map_location, weights_only=False)
 
 
 def make_agent(cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> FlashSACAgent:

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from agent_common.config import AgentConfig
 from agent_common.schedule import warmup_cosine_decay
+from agent_common.schema import AgentConfig
 from agent_torch.networks import normalize_parameters
 
 __all__ = ["Network", "make_network", "resolve_compile_mode"]
@@ -189,8 +189,7 @@ def make_network(
             lr=1.0,
             betas=(0.9, 0.999),
             eps=1e-8,
-            fused=device.type == "cuda",
-            foreach=None if device.type == "cuda" else True,
+            fused=True,
             capturable=graph_safe,
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(_lr_lambda, cfg=cfg))

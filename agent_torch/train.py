@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import sys
 
-from agent_common.loop import AgentFactory, run_cli
+from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
 
 __all__ = ["main"]
 
 
 def _factory() -> AgentFactory:
     from agent_torch.agent import make_agent  # imported after the config is validated
+    from torch_impl import BackendUnavailable
 
-    return make_agent
+    return strict_backend_as_config_error(make_agent, BackendUnavailable)
 
 
 def main(argv: list[str] | None = None) -> int:

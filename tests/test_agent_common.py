@@ -20,12 +20,13 @@ from agent_common.checkpoint import (
     load_pickle,
     resolve_checkpoint,
 )
-from agent_common.config import ConfigError, config_to_yaml, load_config, parse_args, target_entropy
+from agent_common.config import config_to_yaml, load_config, parse_args
 from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_states, step_env
 from agent_common.logger import CSV_HEADER, AverageMeter, RunLogger, read_eval_csv
 from agent_common.noise import ZetaNoise, truncated_zeta_cdf
 from agent_common.normalizer import RewardNormalizer
 from agent_common.schedule import warmup_cosine_decay
+from agent_common.schema import ConfigError, target_entropy
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +44,8 @@ def test_config_defaults_are_upstream_cpu_sim_recipe():
     assert (a.actor_update_period, a.critic_target_update_tau, a.temp_initial_value) == (2, 0.01, 0.01)
     assert (a.learning_rate_warmup_step, a.learning_rate_decay_step) == (1, 1_000_000)
     assert cfg.evaluation_per_interaction_step == 100_000 and cfg.logging_per_interaction_step == 10_000
-    assert cfg.save_checkpoint_per_interaction_step == 1_000_000
+    # periodic checkpoints with their replay buffer by default (exactly resumable after a crash), newest 2 kept
+    assert cfg.save_checkpoint_per_interaction_step == 100_000 and cfg.save_buffer and cfg.keep_checkpoints == 2
     assert a.categorical_target_backend == "auto" and a.categorical_target_strict is False
 
 
@@ -383,6 +385,7 @@ def test_checkpoint_dir_commit_and_resolve(tmp_path):
     assert latest_checkpoint(str(run)).endswith("step20")
     assert resolve_checkpoint(str(run)).endswith("step20")
     assert resolve_checkpoint(str(run / "checkpoints" / "step10")).endswith("step10")
+    (run / "config.yaml").write_text(config_to_yaml(load_config([f"save_path={run}"], "torch")))
     assert load_config([f"agent_load_path={run}/checkpoints/step10"], "torch").save_path == str(run)
 
 

@@ -1,0 +1,642 @@
+"""The FlashSAC config schema, standard library only: dataclasses, defaults, type checks, validation, derived fields.
+
+Everything here runs without omegaconf, numpy or a framework, so scripts can build a ``Config`` from Python values
+(``build_config({"agent.sample_batch_size": 256}, "torch")``). ``agent_common.config`` adds the command line on
+top: ``--overrides key=value`` strings parsed as YAML, "did you mean" for unknown keys, ``config.yaml`` files and
+the restoration of a run's config on resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BACKENDS",
+    "COMPILE_MODES",
+    "FRAMEWORKS",
+    "KNOWN_KEYS",
+    "RESUME_LOCKED",
+    "SUPPORTED_ENVS",
+    "AgentConfig",
+    "Config",
+    "ConfigError",
+    "EnvConfig",
+    "budget_defaults",
+    "build_config",
+    "check_training_run",
+    "check_key",
+    "config_to_dict",
+    "flatten",
+    "resume_conflicts",
+    "run_dir_of_checkpoint",
+    "target_entropy",
+]
+
+SUPPORTED_ENVS: tuple[str, ...] = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
+"""gym-MuJoCo tasks of upstream's CPU-sim recipe (FLASHSAC.md §14)."""
+
+FRAMEWORKS: tuple[str, ...] = ("torch", "jax")
+
+BACKENDS: dict[str, tuple[str, ...]] = {"torch": ("auto", "torch", "triton"), "jax": ("auto", "jax", "pallas")}
+"""Allowed ``agent.categorical_target_backend`` values per framework."""
+
+COMPILE_MODES: tuple[str, ...] = (
+    "auto",
+    "off",
+    "default",
+    "reduce-overhead",
+    "max-autotune",
+    "max-autotune-no-cudagraphs",
+)
+"""``agent.compile_mode`` values: upstream's torch.compile modes plus ``off``. ``auto`` resolves per framework."""
+
+SEED_MAX = 2**31 - 1  # the largest seed every RNG of both agents accepts (numpy, torch, the JAX PRNG key)
+
+
+class ConfigError(ValueError):
+    """An invalid configuration: unknown key, wrong type or invalid value. The message names the key."""
+
+
+class _Freezable:
+    """Mixin: after ``_freeze()``, attribute assignment raises ``dataclasses.FrozenInstanceError``.
+
+    The dataclasses stay mutable while a config is assembled; the resolved object handed to the agent is frozen.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_frozen", False):
+            raise dataclasses.FrozenInstanceError(f"resolved config is frozen; cannot assign {name!r}")
+        object.__setattr__(self, name, value)
+
+    def _freeze(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, _Freezable):
+                value._freeze()
+        object.__setattr__(self, "_frozen", True)
+
+
+@dataclass
+class EnvConfig(_Freezable):
+    """``env.*`` keys (upstream ``configs/env/mujoco.yaml``)."""
+
+    env_type: str = "mujoco"  # only gym-MuJoCo is supported
+    env_name: str = "HalfCheetah-v4"  # one of SUPPORTED_ENVS
+    rescale_action: bool = True  # RescaleAction to [-1, 1] (the paper-era actor assumes [-1, 1])
+    max_episode_steps: int | None = None  # null or <= 0 keeps the task's TimeLimit (1000)
+    num_train_envs: int | None = None  # null -> top-level num_train_envs (upstream interpolation)
+    num_eval_envs: int | None = None  # null -> top-level num_eval_envs
+
+
+@dataclass
+class AgentConfig(_Freezable):
+    """``agent.*`` keys with upstream ``FlashSACConfig`` names (FLASHSAC.md §1, §19) plus project keys."""
+
+    seed: int | None = None  # null -> top-level seed
+    device_type: str = "auto"  # auto | cpu | cuda (upstream default cuda; auto = cuda if available)
+    gamma: float | None = None  # null -> top-level gamma
+    n_step: int | None = None  # null -> top-level n_step
+    asymmetric_observation: bool = False  # only false is supported for gym-MuJoCo
+    # networks
+    actor_num_blocks: int = 2  # inverted residual blocks in the actor
+    actor_hidden_dim: int = 128  # actor width d (blocks expand to 4d)
+    critic_num_blocks: int = 2  # inverted residual blocks per critic member
+    critic_hidden_dim: int = 256  # critic width d
+    critic_num_bins: int = 101  # categorical atoms K
+    critic_min_v: float | None = None  # null -> -normalized_G_max
+    critic_max_v: float | None = None  # null -> +normalized_G_max
+    critic_target_update_tau: float = 0.01  # EMA rate after every critic update
+    # reward normalisation
+    normalize_reward: bool = True  # divide sampled rewards by max(std(G), G_max / normalized_G_max)
+    normalized_G_max: float = 5.0  # largest normalised |return|; the support is [-G_max, G_max]
+    # actor / exploration
+    actor_update_period: int = 2  # actor and temperature update every k-th update
+    actor_bc_alpha: float = 0.0  # optional BC term weight (0 = off)
+    actor_noise_zeta_mu: float = 2.0  # truncated-zeta exponent of the noise repetition length
+    actor_noise_zeta_max: int = 16  # largest repetition length
+    # temperature
+    temp_initial_value: float = 0.01  # initial alpha
+    temp_target_sigma: float = 0.15  # target entropy = entropy of N(0, sigma^2) per dim + sum log range
+    temp_target_entropy: float | None = None  # null -> derived from the action space (target_entropy())
+    # learning rate: warm-up then cosine decay, per network optimizer step
+    learning_rate_init: float = 3e-4
+    learning_rate_peak: float = 3e-4
+    learning_rate_end: float = 1.5e-4
+    learning_rate_warmup_rate: float = 1e-6  # warm-up steps = int(rate * N_int * UTD)
+    learning_rate_decay_rate: float = 1.0  # decay steps = int(rate * N_int * UTD)
+    learning_rate_warmup_step: int | None = None  # derived when null
+    learning_rate_decay_step: int | None = None  # derived when null
+    # replay buffer
+    sample_batch_size: int = 512  # B (CPU-sim recipe; yaml default 2048)
+    buffer_max_length: int = 1_000_000
+    buffer_min_length: int = 10_000  # uniform random actions and no updates until this many transitions
+    buffer_device_type: str = "cpu"  # cpu | cuda (accepted; storage is host numpy, batches go to the device)
+    # precision and compilation
+    use_amp: bool = False  # fp16 autocast + GradScaler (torch) / bf16 matmuls (jax)
+    use_compile: bool = True  # torch.compile the networks (torch); ignored by jax (always jit)
+    compile_mode: str = "auto"  # auto | off | torch.compile modes; auto -> off without CUDA
+    use_cuda_graph: bool = True  # project key (torch): capture update + acting in CUDA graphs; jax ignores it
+    # checkpoint loading
+    load_optimizer: bool = True  # restore optimizer/scheduler/scaler state on load
+    load_reward_normalizer: bool = True  # restore reward normaliser on load
+    # project keys
+    categorical_target_backend: str = "auto"  # torch: auto|torch|triton; jax: auto|jax|pallas
+    categorical_target_strict: bool = False  # any backend fallback becomes an error
+
+
+@dataclass
+class Config(_Freezable):
+    """Top-level keys (upstream ``configs/flashSAC_base.yaml``) plus the ``env`` and ``agent`` groups.
+
+    Interval keys are in interaction steps (env steps / num_train_envs); null means derived from N.
+    """
+
+    project_name: str = "FlashRL"
+    group_name: str = "test"
+    exp_name: str = "FlashSAC"  # written to the CSV's exp_name column (upstream results use "FlashSAC")
+    seed: int = 0
+    logger_type: str = "tensorboard"  # tensorboard | none
+    save_path: str | None = None  # run directory; null -> runs/<group>/<exp>/<env>/seed<seed>-<MMDD-HHMMSS>
+    agent_load_path: str | None = None  # run dir (-> its newest complete checkpoint) or checkpoint dir to resume
+    buffer_load_path: str | None = None  # replay_buffer.pkl to load (default: the checkpoint's)
+    num_env_steps: int = 1_000_000
+    num_train_envs: int = 1
+    num_eval_envs: int = 1
+    num_record_envs: int = 1  # accepted for upstream CLI compatibility; video recording is not implemented
+    num_eval_episodes: int = 50
+    num_record_episodes: int = 1  # accepted for upstream CLI compatibility; video recording is not implemented
+    gamma: float = 0.99
+    n_step: int = 1
+    updates_per_interaction_step: float = 1.0  # UTD; fractional values accumulate
+    evaluation_per_interaction_step: int | None = None  # null -> N/10
+    metrics_per_interaction_step: int | None = None  # null -> N/10 (no extra metrics are computed)
+    recording_per_interaction_step: int | None = None  # null -> N (recording not implemented)
+    logging_per_interaction_step: int | None = None  # null -> N/100
+    save_checkpoint_per_interaction_step: int | None = None  # null -> N/10 (and always at the end)
+    save_buffer_per_interaction_step: int | None = None  # null -> with every checkpoint if save_buffer, else every k
+    # project keys
+    save_buffer: bool = True  # replay buffer in every checkpoint (exact resume); always on Ctrl-C / budget stops
+    keep_checkpoints: int = 2  # newest complete checkpoints kept in <run>/checkpoints (older ones are deleted)
+    rederive_schedule_on_resume: bool = False  # resume: re-derive LR steps and intervals from num_env_steps (explicit
+    # values of the run are re-derived too; this command line's overrides still win)
+    max_wall_seconds: float | None = None  # checkpoint and exit cleanly once this much wall time has passed
+    deterministic: bool = False  # deterministic algorithms (bitwise reproducible on CPU)
+    progress_bar: bool = True  # tqdm bar with env steps/s, updates/s and the latest eval return
+    num_threads: int | None = None  # framework intra-op threads (torch.set_num_threads); null = default
+    env: EnvConfig = field(default_factory=EnvConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+
+
+def _flat_fields(cls: type, prefix: str = "") -> dict[str, dataclasses.Field[Any]]:
+    out: dict[str, dataclasses.Field[Any]] = {}
+    for f in dataclasses.fields(cls):
+        factory = f.default_factory
+        if factory is not dataclasses.MISSING and dataclasses.is_dataclass(factory):
+            out.update(_flat_fields(factory, prefix + f.name + "."))  # type: ignore[arg-type]
+        else:
+            out[prefix + f.name] = f
+    return out
+
+
+_FIELDS = _flat_fields(Config)
+KNOWN_KEYS: tuple[str, ...] = tuple(_FIELDS)
+"""Every valid dotted key."""
+
+GROUPS: tuple[str, ...] = ("env", "agent")
+
+DERIVED_FROM_BUDGET: tuple[str, ...] = (
+    "agent.learning_rate_warmup_step",
+    "agent.learning_rate_decay_step",
+    "evaluation_per_interaction_step",
+    "metrics_per_interaction_step",
+    "recording_per_interaction_step",
+    "logging_per_interaction_step",
+    "save_checkpoint_per_interaction_step",
+)
+"""Keys derived from ``num_env_steps`` when null: a resume that extends the budget keeps the checkpoint's values."""
+
+_TASK = "task"
+_ARCH = "architecture"
+_UPDATE = "update configuration"
+RESUME_LOCKED: dict[str, str] = {
+    "seed": "run (its seed)",
+    "env.env_type": _TASK,
+    "env.env_name": _TASK,
+    "env.rescale_action": _TASK,
+    "env.max_episode_steps": _TASK,
+    "num_train_envs": _TASK,
+    "num_eval_envs": _TASK,
+    "agent.asymmetric_observation": _TASK,
+    "agent.actor_num_blocks": _ARCH,
+    "agent.actor_hidden_dim": _ARCH,
+    "agent.critic_num_blocks": _ARCH,
+    "agent.critic_hidden_dim": _ARCH,
+    "agent.critic_num_bins": _ARCH,
+    "agent.critic_min_v": _ARCH,
+    "agent.critic_max_v": _ARCH,
+    "agent.normalized_G_max": _ARCH,
+    "gamma": _UPDATE,
+    "n_step": _UPDATE,
+    "updates_per_interaction_step": _UPDATE,
+    "agent.critic_target_update_tau": _UPDATE,
+    "agent.normalize_reward": _UPDATE,
+    "agent.actor_update_period": _UPDATE,
+    "agent.actor_bc_alpha": _UPDATE,
+    "agent.actor_noise_zeta_mu": _UPDATE,
+    "agent.actor_noise_zeta_max": _UPDATE,
+    "agent.temp_initial_value": _UPDATE,
+    "agent.temp_target_sigma": _UPDATE,
+    "agent.temp_target_entropy": _UPDATE,
+    "agent.learning_rate_init": _UPDATE,
+    "agent.learning_rate_peak": _UPDATE,
+    "agent.learning_rate_end": _UPDATE,
+    "agent.learning_rate_warmup_rate": _UPDATE,
+    "agent.learning_rate_decay_rate": _UPDATE,
+    "agent.learning_rate_warmup_step": _UPDATE,
+    "agent.learning_rate_decay_step": _UPDATE,
+    "agent.sample_batch_size": _UPDATE,
+    "agent.buffer_max_length": _UPDATE,
+    "agent.buffer_min_length": _UPDATE,
+    "agent.use_amp": _UPDATE,
+}
+"""Keys a resume may not change, with what they belong to: the checkpoint's task, architecture or update
+configuration (its seed names the run). Everything else (budget, intervals, logging, backends, devices, paths)
+may change on resume."""
+
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    "logger_type": ("tensorboard", "none"),
+    "env.env_type": ("mujoco",),
+    "env.env_name": SUPPORTED_ENVS,
+    "agent.device_type": ("auto", "cpu", "cuda"),
+    "agent.buffer_device_type": ("cpu", "cuda"),
+    "agent.compile_mode": COMPILE_MODES,
+    "agent.asymmetric_observation": (False,),
+}
+
+
+def check_key(key: str, suggestions: Sequence[str] = ()) -> None:
+    """Raises ``ConfigError`` for a key that is not in ``KNOWN_KEYS``, with ``suggestions`` ("did you mean", from
+    the command-line parser) and the keys of its group."""
+    if key in _FIELDS:
+        return
+    group = key.split(".")[0] + "." if "." in key else ""
+    siblings = [k for k in KNOWN_KEYS if group and k.startswith(group)]
+    hint = f" Did you mean: {', '.join(suggestions)}?" if suggestions else ""
+    listing = f" Allowed keys under '{group[:-1]}': {', '.join(siblings)}." if siblings else ""
+    raise ConfigError(f"unknown config key '{key}'.{hint}{listing}")
+
+
+def field_type(key: str) -> tuple[str, bool]:
+    """(base type name, nullable) of a dotted key: ``("int", True)`` for ``int | None``."""
+    text = str(_FIELDS[key].type).replace(" ", "")
+    parts = text.split("|")
+    return [p for p in parts if p != "None"][0], "None" in parts
+
+
+def _typed(key: str, value: Any) -> Any:
+    """``value`` as the field's type (int -> float widening, integral floats -> int), else ``ConfigError``."""
+    base, nullable = field_type(key)
+    if value is None:
+        if nullable:
+            return None
+        raise ConfigError(f"invalid value None for '{key}' (expected {base}): the key is not nullable")
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+    elif base == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and math.isfinite(value) and value == int(value):
+            return int(value)
+    elif base == "float":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif base == "str":
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"invalid value {value!r} for '{key}' (expected {base}{' or null' if nullable else ''})")
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"agent": {"gamma": 0.9}}`` -> ``{"agent.gamma": 0.9}`` (the ``env`` / ``agent`` groups only)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if not prefix and key in GROUPS and isinstance(value, Mapping):
+            out.update(flatten(value, key + "."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    """Plain nested dict of the config (for YAML / TensorBoard text)."""
+    return dataclasses.asdict(cfg)
+
+
+def _get(cfg: Config, key: str) -> Any:
+    obj: Any = cfg
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _require(cond: bool, key: str, value: Any, what: str) -> None:
+    if not cond:
+        raise ConfigError(f"invalid value {value!r} for '{key}': {what}")
+
+
+def _validate(cfg: Config, framework: str) -> None:
+    """Every check that needs no file, env or framework: types are already checked by ``build_config``."""
+    choices = dict(_CHOICES, **{"agent.categorical_target_backend": BACKENDS[framework]})
+    for key, allowed in choices.items():
+        value = _get(cfg, key)
+        if value not in allowed:
+            raise ConfigError(
+                f"invalid value {value!r} for '{key}'. Allowed values: {', '.join(map(str, allowed))}"
+                + (f" (framework {framework})" if key == "agent.categorical_target_backend" else "")
+            )
+    for key in KNOWN_KEYS:  # no inf or nan anywhere: each would fail (or silently misbehave) after setup
+        value = _get(cfg, key)
+        if isinstance(value, float):
+            _require(math.isfinite(value), key, value, "must be a finite number")
+    positive_int = [
+        "num_env_steps",
+        "num_train_envs",
+        "num_eval_envs",
+        "n_step",
+        "keep_checkpoints",
+        "agent.actor_num_blocks",
+        "agent.actor_hidden_dim",
+        "agent.critic_num_blocks",
+        "agent.critic_hidden_dim",
+        "agent.actor_update_period",
+        "agent.actor_noise_zeta_max",
+        "agent.sample_batch_size",
+        "agent.buffer_max_length",
+    ]
+    for key in positive_int:
+        value = _get(cfg, key)
+        _require(value is not None and value >= 1, key, value, "must be an integer >= 1")
+    for key in [k for k in KNOWN_KEYS if k.endswith("_per_interaction_step")] + ["num_threads"]:
+        value = _get(cfg, key)
+        _require(value is None or value >= 1, key, value, "must be null or an integer >= 1")
+    _require(0 <= cfg.seed <= SEED_MAX, "seed", cfg.seed, f"must be an integer in [0, {SEED_MAX}]")
+    _require(cfg.num_eval_episodes >= 0, "num_eval_episodes", cfg.num_eval_episodes, "must be >= 0")
+    _require(
+        cfg.num_eval_episodes % cfg.num_eval_envs == 0 or cfg.num_eval_episodes == 0,
+        "num_eval_episodes",
+        cfg.num_eval_episodes,
+        f"must be a multiple of num_eval_envs={cfg.num_eval_envs}",
+    )
+    _require(0.0 < cfg.gamma <= 1.0, "gamma", cfg.gamma, "must be in (0, 1]")
+    _require(
+        cfg.updates_per_interaction_step > 0,
+        "updates_per_interaction_step",
+        cfg.updates_per_interaction_step,
+        "must be > 0",
+    )
+    _require(
+        cfg.max_wall_seconds is None or cfg.max_wall_seconds > 0,
+        "max_wall_seconds",
+        cfg.max_wall_seconds,
+        "must be null or > 0",
+    )
+    a = cfg.agent
+    _require(a.critic_num_bins >= 2, "agent.critic_num_bins", a.critic_num_bins, "must be an integer >= 2")
+    _require(a.buffer_min_length >= 1, "agent.buffer_min_length", a.buffer_min_length, "must be >= 1")
+    _require(
+        a.buffer_min_length <= a.buffer_max_length,
+        "agent.buffer_min_length",
+        a.buffer_min_length,
+        f"must be <= agent.buffer_max_length={a.buffer_max_length}",
+    )
+    _require(
+        a.sample_batch_size <= a.buffer_max_length,
+        "agent.sample_batch_size",
+        a.sample_batch_size,
+        f"must be <= agent.buffer_max_length={a.buffer_max_length} (every batch would repeat rows)",
+    )
+    _require(
+        0.0 < a.critic_target_update_tau <= 1.0,
+        "agent.critic_target_update_tau",
+        a.critic_target_update_tau,
+        "must be in (0, 1]",
+    )
+    _require(a.normalized_G_max > 0, "agent.normalized_G_max", a.normalized_G_max, "must be > 0")
+    _require(a.actor_noise_zeta_mu > 0, "agent.actor_noise_zeta_mu", a.actor_noise_zeta_mu, "must be > 0")
+    _require(a.temp_initial_value > 0, "agent.temp_initial_value", a.temp_initial_value, "must be > 0")
+    _require(a.temp_target_sigma > 0, "agent.temp_target_sigma", a.temp_target_sigma, "must be > 0")
+    _require(a.actor_bc_alpha >= 0, "agent.actor_bc_alpha", a.actor_bc_alpha, "must be >= 0")
+    for key in (
+        "learning_rate_init",
+        "learning_rate_peak",
+        "learning_rate_end",
+        "learning_rate_warmup_rate",
+        "learning_rate_decay_rate",
+    ):
+        value = getattr(a, key)
+        _require(value >= 0, f"agent.{key}", value, "must be >= 0")
+    _require(
+        a.learning_rate_warmup_step is None or a.learning_rate_warmup_step >= 0,
+        "agent.learning_rate_warmup_step",
+        a.learning_rate_warmup_step,
+        "must be null or >= 0",
+    )
+    _require(
+        a.learning_rate_decay_step is None or a.learning_rate_decay_step >= 1,
+        "agent.learning_rate_decay_step",
+        a.learning_rate_decay_step,
+        "must be null or >= 1",
+    )
+    # the support as it will be resolved (a null bound is -/+ normalized_G_max)
+    min_v = -a.normalized_G_max if a.critic_min_v is None else a.critic_min_v
+    max_v = a.normalized_G_max if a.critic_max_v is None else a.critic_max_v
+    if min_v >= max_v:
+        key = "agent.critic_min_v" if a.critic_min_v is not None else "agent.critic_max_v"
+        raise ConfigError(
+            f"invalid value {_get(cfg, key)!r} for '{key}': the support [critic_min_v, critic_max_v] = "
+            f"[{min_v}, {max_v}] is empty (a null bound is -/+ agent.normalized_G_max={a.normalized_G_max})"
+        )
+    # mirrored keys (upstream interpolations) may be set in both places only if they agree
+    for top, sub in (
+        ("num_train_envs", "env.num_train_envs"),
+        ("num_eval_envs", "env.num_eval_envs"),
+        ("seed", "agent.seed"),
+        ("gamma", "agent.gamma"),
+        ("n_step", "agent.n_step"),
+    ):
+        sub_value = _get(cfg, sub)
+        _require(
+            sub_value is None or sub_value == _get(cfg, top),
+            sub,
+            sub_value,
+            f"mirrors '{top}' (= {_get(cfg, top)!r}); set '{top}' instead or make them equal",
+        )
+
+
+def check_training_run(cfg: Config) -> None:
+    """The checks that only a training run needs (a config built just to construct an agent may skip them).
+
+    Raises:
+        ConfigError: ``agent.buffer_min_length`` above ``num_env_steps`` (the run would end without one update).
+    """
+    _require(
+        cfg.agent.buffer_min_length <= cfg.num_env_steps,
+        "agent.buffer_min_length",
+        cfg.agent.buffer_min_length,
+        f"must be <= num_env_steps={cfg.num_env_steps}, or the run would end without a single update",
+    )
+
+
+def run_dir_of_checkpoint(path: str) -> str:
+    """``<run>/checkpoints/step<k>`` -> ``<run>``; a run directory is returned unchanged."""
+    path = os.path.normpath(path)
+    parent = os.path.dirname(path)
+    if os.path.basename(parent) == "checkpoints":
+        return os.path.dirname(parent)
+    return path
+
+
+def _default_save_path(cfg: Config) -> str:
+    """``runs/<group>/<exp>/<env>/seed<seed>-<MMDD-HHMMSS>``, with a ``-<k>`` suffix if that directory exists (two
+    runs started in the same second get two directories)."""
+    stamp = time.strftime("%m%d-%H%M%S")
+    base = os.path.join("runs", cfg.group_name, cfg.exp_name, cfg.env.env_name, f"seed{cfg.seed}-{stamp}")
+    path, k = base, 1
+    while os.path.exists(path):
+        path, k = f"{base}-{k}", k + 1
+    return path
+
+
+def budget_defaults(cfg: Config) -> dict[str, int]:
+    """What each ``DERIVED_FROM_BUDGET`` key is when null, for ``cfg``'s ``num_env_steps`` (N_int interaction steps):
+    LR warm-up / decay steps = int(rate * N_int * UTD), evaluation and metrics every N_int/10, logging every
+    N_int/100, checkpoints every N_int/10, recording every N_int."""
+    n_int = max(1, cfg.num_env_steps // cfg.num_train_envs)
+    utd = cfg.updates_per_interaction_step
+    return {
+        "agent.learning_rate_warmup_step": int(cfg.agent.learning_rate_warmup_rate * n_int * utd),
+        "agent.learning_rate_decay_step": max(1, int(cfg.agent.learning_rate_decay_rate * n_int * utd)),
+        "evaluation_per_interaction_step": max(1, n_int // 10),
+        "metrics_per_interaction_step": max(1, n_int // 10),
+        "recording_per_interaction_step": n_int,
+        "logging_per_interaction_step": max(1, n_int // 100),
+        "save_checkpoint_per_interaction_step": max(1, n_int // 10),
+    }
+
+
+def _resolve(cfg: Config) -> Config:
+    """Fill derived fields in code (no eval resolvers), as upstream's interpolations would."""
+    derived = budget_defaults(cfg)
+
+    def pick(key: str) -> Any:
+        value = _get(cfg, key)
+        return derived[key] if value is None else value
+
+    a = cfg.agent
+    agent = dataclasses.replace(
+        a,
+        seed=cfg.seed,
+        gamma=cfg.gamma,
+        n_step=cfg.n_step,
+        critic_min_v=-a.normalized_G_max if a.critic_min_v is None else a.critic_min_v,
+        critic_max_v=a.normalized_G_max if a.critic_max_v is None else a.critic_max_v,
+        learning_rate_warmup_step=pick("agent.learning_rate_warmup_step"),
+        learning_rate_decay_step=pick("agent.learning_rate_decay_step"),
+    )
+    env = dataclasses.replace(cfg.env, num_train_envs=cfg.num_train_envs, num_eval_envs=cfg.num_eval_envs)
+    save_path = cfg.save_path
+    if save_path is None and cfg.agent_load_path is not None:
+        save_path = run_dir_of_checkpoint(cfg.agent_load_path)
+    if save_path is None:
+        save_path = _default_save_path(cfg)
+    intervals = {key: pick(key) for key in DERIVED_FROM_BUDGET if "." not in key}
+    return dataclasses.replace(cfg, env=env, agent=agent, save_path=save_path, **intervals)
+
+
+def build_config(
+    values: Mapping[str, Any] | None = None,
+    framework: str = "torch",
+    base: Mapping[str, Any] | None = None,
+) -> Config:
+    """The resolved, frozen config from typed values.
+
+    Args:
+        values: dotted keys -> Python values, e.g. ``{"agent.sample_batch_size": 256, "seed": 3}``; applied last.
+        framework: ``"torch"`` or ``"jax"``; selects the allowed ``agent.categorical_target_backend`` values.
+        base: dotted keys -> values applied before ``values`` (a stored run config on resume); defaults otherwise.
+
+    Returns:
+        A frozen ``Config`` with every derived field filled (intervals, LR steps, critic support, mirrored keys).
+
+    Raises:
+        ConfigError: unknown key, wrong type or invalid value; the message names the key.
+    """
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"unknown framework {framework!r}; allowed: {', '.join(FRAMEWORKS)}")
+    merged = dict(base or {})
+    merged.update(values or {})
+    flat: dict[str, Any] = {}
+    for key, value in merged.items():
+        check_key(key)
+        flat[key] = _typed(key, value)
+    groups: dict[str, dict[str, Any]] = {group: {} for group in GROUPS}
+    top: dict[str, Any] = {}
+    for key, value in flat.items():
+        group, _, name = key.partition(".")
+        if name:
+            groups[group][name] = value
+        else:
+            top[key] = value
+    cfg = Config(**top, env=EnvConfig(**groups["env"]), agent=AgentConfig(**groups["agent"]))
+    _validate(cfg, framework)
+    resolved = _resolve(cfg)
+    resolved._freeze()
+    return resolved
+
+
+def resume_conflicts(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list[str]:
+    """The requested values that would change a locked key (``RESUME_LOCKED``) of a stored run config.
+
+    Args:
+        stored: the checkpoint's resolved config, flattened (``flatten(config_to_dict(cfg))``).
+        requested: the new command line's typed values (dotted keys).
+
+    Returns:
+        One line per conflict, naming the key, what it belongs to and both values; empty if there is none.
+    """
+    out = []
+    for key, value in requested.items():
+        what = RESUME_LOCKED.get(key)
+        if what is None or key not in stored:
+            continue
+        old = _typed(key, stored[key])
+        new = _typed(key, value)
+        if new != old:
+            out.append(f"{key}={new!r} would change the {what} of the checkpoint ({key}={old!r} there)")
+    return out
+
+
+def target_entropy(cfg: AgentConfig, action_low: Iterable[float], action_high: Iterable[float]) -> float:
+    """Temperature target H̄ = ½·A·ln(2πe·σ²) + Σ ln max(|range|, 1e-6) unless ``temp_target_entropy`` is set.
+
+    Args:
+        cfg: agent config (uses ``temp_target_sigma`` and ``temp_target_entropy``).
+        action_low: (A,) lower action bounds as seen by the agent (after RescaleAction).
+        action_high: (A,) upper action bounds.
+
+    Returns:
+        The target entropy as a Python float (FLASHSAC.md §4), summed in float64.
+    """
+    if cfg.temp_target_entropy is not None:
+        return float(cfg.temp_target_entropy)
+    low = [float(v) for v in action_low]
+    high = [float(v) for v in action_high]
+    gauss = 0.5 * len(low) * math.log(2.0 * math.pi * math.e * cfg.temp_target_sigma**2)
+    return gauss + math.fsum(math.log(max(abs((h - lo) / 2.0), 1e-6)) for lo, h in zip(low, high, strict=True))

@@ -1,0 +1,319 @@
+"""Runs a user can trust: resume restores the run's config, checkpoints survive crashes, run directories are never
+reused, every checkable value is checked before work, and errors name the file and say what to do.
+
+Tiny torch runs in this process (60 env steps, updates from step 30, a checkpoint and an evaluation every 15 steps);
+a few CLI calls in a fresh process where the exit status or an environment variable matters.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from agent_common import checkpoint as checkpoint_module
+from agent_common.config import ConfigError, config_to_yaml, load_config
+from agent_common.loop import run_cli, train
+from agent_torch.agent import make_agent
+from tests.agent_test_utils import REPO
+
+# Names added with these behaviours are imported inside the tests, so that each test runs (and fails for its own
+# reason) on code without them.
+
+TINY = [
+    "num_threads=1",
+    "progress_bar=false",
+    "agent.categorical_target_backend=torch",
+    "agent.actor_hidden_dim=8",
+    "agent.critic_hidden_dim=16",  # not the defaults: a resume that ignores the run's config cannot load it
+    "agent.actor_num_blocks=1",
+    "agent.critic_num_blocks=1",
+    "agent.sample_batch_size=8",
+    "agent.buffer_min_length=15",
+    "env.max_episode_steps=20",
+    "num_eval_episodes=1",
+    "num_env_steps=60",
+    "evaluation_per_interaction_step=15",
+    "save_checkpoint_per_interaction_step=15",
+]
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def _factory():
+    return make_agent
+
+
+def _cli(argv_overrides: list[str], capsys) -> tuple[int, str, str]:
+    argv = [a for o in argv_overrides for a in ("--overrides", o)]
+    try:
+        code = run_cli(argv, "torch", _factory)
+    except SystemExit as exc:  # config errors exit from parse_args
+        code = int(exc.code)  # type: ignore[arg-type]
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _eval_steps(run_dir) -> list[float]:
+    with open(os.path.join(run_dir, "eval.csv"), newline="") as f:
+        return [float(r["env_step"]) for r in csv.DictReader(f) if r["metric"] == "avg_return"]
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+    """A finished 60-step run: checkpoints step45 and step60 kept (of 15, 30, 45, 60), evaluations every 15."""
+    run = tmp_path_factory.mktemp("runs") / "base"
+    result = train(load_config([*TINY, f"save_path={run}"], "torch"), make_agent)
+    assert result.status == "completed" and result.env_step == 60
+    return run
+
+
+@pytest.fixture()
+def run_copy(base_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(base_run, run)
+    return run
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+def test_periodic_checkpoints_with_buffer_keep_the_newest(base_run):
+    """Defaults: a checkpoint every N/10 with its replay buffer and config; the newest keep_checkpoints=2 stay."""
+    found = sorted(os.listdir(base_run / "checkpoints"))
+    assert found == ["latest", "step45", "step60"]
+    for path in (base_run / "checkpoints" / "step45", base_run / "checkpoints" / "step60"):
+        assert sorted(os.listdir(path)) == ["COMPLETE", "agent", "config.yaml", "loop_state.pkl", "replay_buffer.pkl"]
+
+
+def test_resume_restores_the_run_config_and_extending_keeps_the_schedule(run_copy, capsys):
+    """The resume line alone works: the run's own widths (not the defaults) are restored; a longer budget keeps
+    the LR schedule and intervals of the run unless rederive_schedule_on_resume=true, and says so."""
+    cfg = load_config([f"agent_load_path={run_copy}", "num_env_steps=90"], "torch")
+    assert cfg.agent.critic_hidden_dim == 16 and cfg.agent.actor_hidden_dim == 8 and cfg.save_path == str(run_copy)
+    assert cfg.agent.learning_rate_decay_step == 60 and cfg.logging_per_interaction_step == 1
+    assert cfg.evaluation_per_interaction_step == 15  # set explicitly by the run: kept either way
+    rederived = load_config([f"agent_load_path={run_copy}", "num_env_steps=200", "rederive_schedule_on_resume=true"])
+    assert rederived.agent.learning_rate_decay_step == 200 and rederived.logging_per_interaction_step == 2
+    code, out, err = _cli([f"agent_load_path={run_copy}", "num_env_steps=90"], capsys)
+    assert code == 0, err
+    assert "[completed] env_step=90" in out and "resumed from" in err and "step60" in err
+    assert "agent.learning_rate_decay_step=60 (num_env_steps=90 would give 90)" in err
+
+
+def test_the_printed_resume_line_works_as_printed(tmp_path, capsys):
+    """A run stopped early prints ``resume: --overrides agent_load_path=<run>``; that line alone resumes it (the
+    run's non-default widths come from its config.yaml)."""
+    code, out, err = _cli([*TINY, "max_wall_seconds=0.001", f"save_path={tmp_path / 'r'}"], capsys)
+    assert code == 0 and "[budget]" in out, err
+    line = next(x for x in out.splitlines() if x.strip().startswith("resume:")).split("resume:", 1)[1].split()
+    assert line == ["--overrides", f"agent_load_path={tmp_path / 'r'}"]
+    code, out, err = _cli([line[1]], capsys)
+    assert code == 0 and "resumed from" in err and "[budget]" in out, err
+
+
+@pytest.mark.parametrize(
+    ("override", "fragments"),
+    [
+        ("env.env_name=Walker2d-v4", ["env.env_name", "Walker2d-v4", "HalfCheetah-v4", "task"]),
+        ("agent.critic_hidden_dim=32", ["agent.critic_hidden_dim", "32", "16", "architecture"]),
+        ("agent.learning_rate_peak=1e-3", ["agent.learning_rate_peak", "0.001", "0.0003", "update configuration"]),
+    ],
+)
+def test_resume_refuses_a_different_task_architecture_or_update(run_copy, override, fragments, capsys):
+    with pytest.raises(ConfigError) as info:
+        load_config([f"agent_load_path={run_copy}", override], "torch")
+    for fragment in fragments:
+        assert fragment in str(info.value)
+    code, _, err = _cli([f"agent_load_path={run_copy}", override], capsys)
+    assert code == 2 and fragments[0] in err
+
+
+def test_kill_during_commit_recovers_and_stale_tmp_is_removed(run_copy, capsys):
+    """A SIGKILL between the two renames of a re-save leaves step60.old and step60.tmp (both complete) and no
+    step60; with checkpoints/latest gone too, the resume still finds the newest checkpoint and cleans up."""
+    ckpts = run_copy / "checkpoints"
+    os.replace(ckpts / "step60", ckpts / "step60.old")
+    shutil.copytree(ckpts / "step60.old", ckpts / "step60.tmp")
+    (ckpts / "latest").unlink()
+    (ckpts / "step75.tmp").mkdir()  # half-written: no COMPLETE marker
+    (ckpts / "step75.tmp" / "loop_state.pkl").write_bytes(b"\x80")
+    code, out, err = _cli([f"agent_load_path={run_copy}", "num_env_steps=75"], capsys)
+    assert code == 0, err
+    assert "restored" in err and "step60" in err and "resumed from" in err
+    assert sorted(os.listdir(ckpts)) == ["latest", "step60", "step75"]
+    assert "[completed] env_step=75" in out
+
+
+def test_damaged_newest_checkpoint_falls_back_with_a_warning(run_copy, capsys):
+    actor = run_copy / "checkpoints" / "step60" / "agent" / "actor.pt"
+    actor.write_bytes(actor.read_bytes()[:100])  # truncated
+    code, out, err = _cli([f"agent_load_path={run_copy}"], capsys)
+    assert code == 0, err
+    assert f"skipping the checkpoint {run_copy / 'checkpoints' / 'step60'}" in err and str(actor) in err
+    assert f"resumed from {run_copy / 'checkpoints' / 'step45'}" in err
+    assert "[completed] env_step=60" in out
+    assert sorted(os.listdir(run_copy / "checkpoints")) == ["latest", "step45", "step60"]  # step60 written again
+    assert len((run_copy / "checkpoints" / "step60" / "agent" / "actor.pt").read_bytes()) > 100
+
+
+def test_missing_buffer_is_an_error_naming_the_file(run_copy, capsys):
+    ckpt = run_copy / "checkpoints" / "step60"
+    (ckpt / "replay_buffer.pkl").unlink()
+    code, _, err = _cli([f"agent_load_path={ckpt}"], capsys)
+    assert code == 2
+    assert f"{ckpt / 'replay_buffer.pkl'} is missing" in err and "Traceback" not in err
+    from agent_common.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError):
+        train(load_config([f"agent_load_path={ckpt}"], "torch"), make_agent)
+
+
+def test_unreadable_loop_state_names_the_file(run_copy, capsys):
+    ckpt = run_copy / "checkpoints" / "step60"
+    (ckpt / "loop_state.pkl").write_bytes(b"")
+    code, _, err = _cli([f"agent_load_path={ckpt}"], capsys)
+    assert code == 2 and str(ckpt / "loop_state.pkl") in err and "EOFError" in err
+
+
+def test_foreign_checkpoint_points_to_the_converter(run_copy):
+    agent_dir = run_copy / "checkpoints" / "step60" / "agent"
+    for name in os.listdir(agent_dir):
+        os.replace(agent_dir / name, agent_dir / name.replace(".pt", ".pkl"))  # what the JAX agent writes
+    with pytest.raises(ConfigError) as info:
+        load_config([f"agent_load_path={run_copy}"], "torch")
+    assert "written by the jax agent" in str(info.value)
+    assert "python -m agent_interop.convert jax-to-torch" in str(info.value)
+
+
+def test_resume_at_the_end_says_nothing_to_train_and_logs_nothing_twice(run_copy, capsys):
+    rows = _eval_steps(run_copy)
+    code, out, _ = _cli([f"agent_load_path={run_copy}"], capsys)
+    assert code == 0
+    assert "nothing to train" in out and "last_eval_return=nan" not in out and "checkpoint: None" not in out
+    assert str(run_copy / "checkpoints" / "step60") in out
+    assert _eval_steps(run_copy) == rows == [0.0, 15.0, 30.0, 45.0, 60.0]
+
+
+def test_resume_from_an_older_checkpoint_cuts_eval_csv_and_tensorboard_back(run_copy, capsys):
+    """After a crash the run resumes from step45: the eval at 60 is done again, once in eval.csv and in
+    TensorBoard (the resumed session's start purges the earlier session's later events)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    shutil.rmtree(run_copy / "checkpoints" / "step60")
+    code, _, err = _cli([f"agent_load_path={run_copy}"], capsys)
+    assert code == 0, err
+    assert _eval_steps(run_copy) == [0.0, 15.0, 30.0, 45.0, 60.0]
+    acc = EventAccumulator(str(run_copy / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("avg_return")] == [0, 15, 30, 45, 60]
+
+
+# ----------------------------------------------------------------------------------------------- run directories
+def test_fresh_run_never_writes_into_another_run(run_copy, capsys):
+    before = {p: os.path.getmtime(os.path.join(run_copy, p)) for p in ("config.yaml", "eval.csv")}
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(load_config([*TINY, "seed=1", f"save_path={run_copy}"], "torch"), make_agent)
+    code, _, err = _cli([*TINY, "seed=1", f"save_path={run_copy}"], capsys)
+    assert code == 2 and f"agent_load_path={run_copy}" in err
+    assert {p: os.path.getmtime(os.path.join(run_copy, p)) for p in before} == before
+
+
+def test_files_follow_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        train(load_config([*TINY, "num_env_steps=30", f"save_path={tmp_path / 'r'}"]),
+              make_agent)
+    finally:
+        os.umask(old)
+    ckpt = tmp_path / "r" / "checkpoints" / "step30"
+    assert ckpt.exists()
+    for path in (tmp_path / "r" / "config.yaml", tmp_path / "r" / "eval.csv", ckpt / "loop_state.pkl",
+                 ckpt / "agent" / "actor.pt"):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o644, path
+
+
+def test_disk_full_says_so_and_removes_the_partial_checkpoint(tmp_path, monkeypatch, capsys):
+    real_mkstemp = checkpoint_module.tempfile.mkstemp
+
+    def full_disk_for_checkpoints(*args, **kwargs):
+        fd, path = real_mkstemp(*args, **kwargs)
+        if "checkpoints" in path:
+            os.close(fd)
+            fd = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
+        return fd, path
+
+    monkeypatch.setattr(checkpoint_module.tempfile, "mkstemp", full_disk_for_checkpoints)
+    run = tmp_path / "r"
+    with pytest.raises(OSError, match="No space left on device"):
+        train(load_config([*TINY, f"save_path={run}"], "torch"), make_agent)
+    assert os.listdir(run / "checkpoints") == []  # the half-written step15.tmp is gone
+    code, _, err = _cli([*TINY, f"save_path={tmp_path / 'r2'}"], capsys)
+    assert code == 1 and "disk full" in err and "checkpoints/step15" in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------------------------- checked before work
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("agent.critic_min_v=5", "agent.critic_min_v"),
+        ("agent.normalized_G_max=inf", "agent.normalized_G_max"),
+        ("updates_per_interaction_step=inf", "updates_per_interaction_step"),
+        ("seed=-1", "seed"),
+        ("agent.sample_batch_size=100", "agent.sample_batch_size"),  # above buffer_max_length=50
+        ("num_env_steps=10", "agent.buffer_min_length"),  # buffer_min_length=15 above the budget: no update
+        ("agent_load_path=/nonexistent/run", "agent_load_path"),
+    ],
+)
+def test_bad_values_exit_2_before_any_work(tmp_path, override, key, capsys):
+    code, _, err = _cli([*TINY, "agent.buffer_max_length=50", f"save_path={tmp_path / 'r'}", override], capsys)
+    assert code == 2 and key in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists() or os.listdir(tmp_path / "r") == []
+
+
+def test_an_error_leaves_no_empty_directories(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default save_path is runs/<group>/<exp>/<env>/seed<seed>-<time> under here
+    code, _, err = _cli([*TINY, "agent_load_path=missing"], capsys)
+    assert code == 2 and "agent_load_path" in err and os.listdir(tmp_path) == []
+    code, _, err = _cli([*TINY, "num_env_steps=10"], capsys)  # found by the run checks, after the config
+    assert code == 2 and "agent.buffer_min_length" in err and os.listdir(tmp_path) == []
+
+
+def test_unusable_save_path_exits_2(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    code, _, err = _cli([*TINY, f"save_path={tmp_path / 'file' / 'run'}"], capsys)
+    assert code == 2 and "save_path" in err
+
+
+def test_strict_backend_that_cannot_run_ends_with_one_line(tmp_path):
+    """Pallas without interpret mode cannot run on a CPU: status 2 and one line, not a traceback."""
+    env = dict(os.environ, PYTHONPATH=REPO, FLASHSAC_PALLAS_INTERPRET="0", JAX_PLATFORMS="cpu")
+    cmd = [sys.executable, "-m", "agent_jax.train"]
+    for item in [*TINY, f"save_path={tmp_path / 'r'}", "agent.categorical_target_backend=pallas",
+                 "agent.categorical_target_strict=true"]:
+        if not item.startswith("agent.categorical_target_backend=torch"):
+            cmd += ["--overrides", item]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("config error: agent.categorical_target_backend=pallas")
+    assert "Traceback" not in proc.stderr
+
+
+def test_stored_config_round_trips(tmp_path):
+    cfg = load_config([*TINY, f"save_path={tmp_path}"], "torch")
+    (tmp_path / "config.yaml").write_text(config_to_yaml(cfg))
+    from agent_common.config import read_config_file
+    from agent_common.schema import build_config, config_to_dict, flatten
+
+    again = build_config(read_config_file(str(tmp_path / "config.yaml")), "torch")
+    assert flatten(config_to_dict(again)) == flatten(config_to_dict(cfg))
