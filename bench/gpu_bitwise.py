@@ -171,7 +171,8 @@ def _load_kernel_file(path: str):
     return mod.categorical_td_target_kernel
 
 
-def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep: list[tuple[int, int]]) -> dict:
+def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep: list[tuple[int, int]],
+               dtype: str = "float32") -> dict:
     import jax
     import jax.numpy as jnp
     import torch
@@ -187,11 +188,12 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
     sel, comp = upstream.compiled()
     base = _load_kernel_file(baseline_kernel) if baseline_kernel else None
     mv, inv_delta = support_constants(101, -5.0, 5.0)
-    out = dict(copy_bandwidth_bytes_per_s=bw, sizes={})
+    out = dict(copy_bandwidth_bytes_per_s=bw, sizes={}, log_prob_dtype=dtype)
     bws = [bw]
     for B in sizes:
         x = make_inputs(B, 101, 2, seed=3, kind="random")
         t = {k: torch.from_numpy(v).cuda() for k, v in x.items()}
+        t["next_log_probs"] = t["next_log_probs"].to(getattr(torch, dtype))
         args = tuple(t[k] for k in NAMES)
         variants = {"upstream_compiled": lambda: upstream.upstream_target(sel, comp, *args, GAMMA)}
         if base is not None:
@@ -209,6 +211,7 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
             if name.startswith("triton_"):
                 assert torch.equal(torch.nan_to_num(fn(), nan=-1.0), torch.nan_to_num(ref, nan=-1.0)), name
         jx = [jnp.asarray(x[k]) for k in NAMES]
+        jx[1] = jx[1].astype(getattr(jnp, dtype))
         iters = 20
 
         def make_loop(br, nw):
@@ -243,7 +246,7 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
             for name, f in pallas_variants.items():
                 res[name].append(pallas_time(f))
         bws.append(_copy_bandwidth())  # re-measured beside every size; the floor uses the largest reading
-        floor_us = (B * 101 * 4 * 2) / max(bws) * 1e6
+        floor_us = (B * 101 * (t["next_log_probs"].element_size() + 4)) / max(bws) * 1e6
         out["sizes"][B] = dict(floor_us=floor_us, pinned=pinned, times={
             name: dict(median=statistics.median(v), min=min(v), max=max(v), all=v) for name, v in res.items()})
         line = " ".join(f"{n}={statistics.median(v):.1f}" for n, v in res.items())
@@ -263,6 +266,7 @@ def main() -> int:
     ap.add_argument("--baseline-kernel", default=None)
     ap.add_argument("--sizes", default="512,2048,65536,1048576")
     ap.add_argument("--sweep", default="1:1,2:2,4:4,8:4,16:8")
+    ap.add_argument("--timing-dtype", default="float32", help="log-prob dtype of the timed inputs")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     import jax
@@ -283,7 +287,8 @@ def main() -> int:
         json.dump(res, f, indent=1, default=str)
     if not a.skip_timing:
         sweep = [tuple(int(v) for v in s.split(":")) for s in a.sweep.split(",") if s]
-        res["timing"] = run_timing(a.rounds, a.baseline_kernel, [int(s) for s in a.sizes.split(",")], sweep)
+        res["timing"] = run_timing(a.rounds, a.baseline_kernel, [int(s) for s in a.sizes.split(",")], sweep,
+                                   a.timing_dtype)
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
     print("FAILED" if failures else "OK: bitwise identical everywhere", flush=True)

@@ -1,13 +1,14 @@
 """Fused, deterministic Pallas kernel (lowered through Triton) for FlashSAC's categorical TD target.
 
-The algorithm (SPEC.md section 8: min-Q scan, full-row pile sums, exact runs [lo, hi) of interior sources, piles and
-two-hot last), the fp32 operation order (section 3) and the NaN policy (section 6) are those of the Triton kernel
-`triton_kernels/categorical_td_target.py`, statement for statement and with the same pinned launch configuration
-(one row and one warp per 128 lanes per program on the GPU) and runtime row strides, so that Triton sees the same
-pointer divisibility, picks the same register layouts and reduces in the same order: the two kernels can agree bit
-for bit on the same GPU (measured on the H200 over the whole case matrix). Row sums are a fixed tree written in
-both kernels (`_row_sum`), and exp is the same inline PTX in both: `exp_mode="ex2"` (default) emits
-`ex2.approx.ftz.f32(x * fp32(log2 e))`; `exp_mode="libdevice"` uses `jnp.exp` (not bitwise with the Triton kernel).
+The algorithm (SPEC.md section 8: min-Q scan, positions and pile sizes, the window scan of interior sources checked
+on the exact fp32 b, the full-row pass with the written row-sum tree, piles and two-hot last), the fp32 operation
+order (section 3) and the NaN policy (section 6) are those of the Triton kernel
+`triton_kernels/categorical_td_target.py`, statement for statement, with the same pinned launch configuration and
+runtime row strides. Every float row sum is the fixed tree of `_row_sum`, no product is contracted into an FMA (R, and
+`mul.rn.f32` for g * j on the GPU), and exp is the same inline PTX in both kernels: `exp_mode="ex2"`
+(default) emits `ex2.approx.ftz.f32(x * fp32(log2 e))`; `exp_mode="libdevice"` uses `jnp.exp` (not bitwise with the
+Triton kernel). So the two kernels agree bit for bit on the same GPU (H200: every configuration of
+`bench/gpu_bitwise.py`), and no result depends on the tile shape.
 
 Interpret rule (one rule, read at call and decision time): the kernel runs in Pallas interpret mode iff the
 environment variable FLASHSAC_PALLAS_INTERPRET is "1" (tests/conftest.py sets it). Without it the kernel is
@@ -107,10 +108,21 @@ def _round(x: jax.Array) -> jax.Array:
     return jnp.where(x != x, 0.0, x)
 
 
-def _positions(c: jax.Array, g: jax.Array, j: jax.Array, N: int) -> jax.Array:
+def _line(c: jax.Array, g: jax.Array, j: jax.Array, interpret: bool) -> jax.Array:
+    """c + R(g * j) in fp32 (SPEC.md 3); on the GPU the product is the Triton kernel's mul.rn.f32 (an explicit
+    rounding modifier is never contracted into an FMA), in interpret mode R (XLA on CPU contracts too)."""
+    jf = j.astype(jnp.float32)
+    if interpret:
+        return c + _round(g * jf)
+    (y,) = plt.elementwise_inline_asm("mul.rn.f32 $0, $1, $2;", args=[jnp.broadcast_to(g, jf.shape), jf],
+                                      constraints="=f,f,f", pack=1,
+                                      result_shape_dtypes=[jax.ShapeDtypeStruct(jf.shape, jnp.float32)])
+    return c + y
+
+
+def _positions(c: jax.Array, g: jax.Array, j: jax.Array, N: int, interpret: bool) -> jax.Array:
     """b_j = min(max(c + R(g * j), 0), N - 1) in fp32, the one formula every implementation uses."""
-    b = c + _round(g * j.astype(jnp.float32))
-    return jnp.minimum(jnp.maximum(b, 0.0), N * 1.0 - 1.0)
+    return jnp.minimum(jnp.maximum(_line(c, g, j, interpret), 0.0), N * 1.0 - 1.0)
 
 
 def _exp(x: jax.Array, exp_mode: str, interpret: bool) -> jax.Array:
@@ -199,11 +211,10 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     row_base = sel * lp_e + rows * lp_b  # (BR, 1) flat offset of the selected critic's row
     sentinel = E * B * N
 
-    # 2. Full-row pass, lane = source j: one load and one exp per element; the two clamped piles and their sizes.
+    # 2. Positions of the sources (lane = source j) and the sizes of the two clamped piles.
     m2 = row_ok & lane_ok  # (BR, BLOCK_N)
-    lp = plt.load(lp_ref.at[addr(row_base + k, m2, sentinel)], mask=m2, other=-inf).astype(f32)
-    p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
-    b = _positions(c, g, k, N)
+    b = _positions(c, g, k, N, interpret)
+    lp = plt.load(lp_ref.at[addr(row_base + k, m2, sentinel)], mask=m2, other=-inf)  # issued early, used in step 4
     done = g == 0.0  # (BR, 1) every b_j equals clamp(c): a two-hot of the total mass
     at_lo = (b == 0.0) & lane_ok  # the low pile
     at_hi = (b == N - 1.0) & lane_ok  # the high pile
@@ -235,7 +246,7 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
         lpj = plt.load(lp_ref.at[addr(row_base + j, ok, sentinel)], mask=ok, other=-inf)
         pj = _exp(lpj.astype(f32), exp_mode, interpret)
         # Unclamped b: outside [0, N - 1] it fails the test below exactly as the clamped value (a pile) does.
-        bj = c + _round(g * j.astype(f32))
+        bj = _line(c, g, j, interpret)
         keep = ok & (bj > t_lo) & (bj < t_hi)
         # l_j = k: weight 1 - f_j = 1 - (b_j - k); l_j = k - 1: weight f_j = b_j - (k - 1) (both subtractions exact)
         wt = jnp.where(bj >= kf, 1.0 - (bj - kf), bj - km1)
@@ -244,7 +255,14 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
 
     acc = jax.lax.fori_loop(0, n_w, run_step, jnp.zeros((BR, BLOCK_N), f32))  # traced bound: scf.for on the GPU
 
-    # 4. Pile sums and total mass in the fixed tree; piles, the two-hot of g == 0 rows, NaN rows; store.
+    # 4. The full-row pass (lane = source j; after the loop so that p is not live through it): one exp per element
+    #    of the row loaded in step 2. Pile sums and total mass in the fixed tree; piles, the two-hot of g == 0 rows,
+    #    NaN rows; store.
+    if lp.dtype == f32:
+        p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
+    else:  # as in the Triton kernel: lp + 0 only turns -0 into +0 (same exp); keeps 16-bit rows in the lane layout
+        lp = lp.astype(f32)
+        p = _exp(jnp.where(acc == acc, lp, lp + 0.0), exp_mode, interpret)
     p_lo = jnp.where(done, 0.0, _row_sum(jnp.where(at_lo, p, 0.0), BR, BLOCK_N))
     p_hi = jnp.where(done, 0.0, _row_sum(jnp.where(at_hi, p, 0.0), BR, BLOCK_N))
     p_all = _row_sum(p, BR, BLOCK_N)

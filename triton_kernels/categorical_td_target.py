@@ -11,7 +11,7 @@ from shared_spec.support import BAND_MIN_DISCOUNT
 
 __all__ = ["categorical_td_target_kernel", "kernel_config"]
 
-# Rows with 0 < g < G_BAND_MIN take every source between the piles instead of the estimated run (SPEC.md 8).
+# Rows with 0 < g < G_BAND_MIN scan the whole interior instead of the estimated window (SPEC.md 8).
 G_BAND_MIN = tl.constexpr(BAND_MIN_DISCOUNT)
 # The window margin, in units of N / g source steps: 2**-18, four times the bound 2**-20 N / g on the fp32 error of
 # the window estimates (SPEC.md 8).
@@ -28,10 +28,21 @@ def _round(x):
 
 
 @triton.jit
+def _line(c, g, j):
+    # c + R(g * j) in fp32 (SPEC.md 3). On the GPU the product is mul.rn.f32: an explicit rounding modifier keeps
+    # ptxas from contracting it into an FMA, which is what R guarantees, in one instruction instead of three.
+    jf = j.to(tl.float32)
+    if _INTERPRET:
+        return c + _round(g * jf)
+    else:
+        return c + tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [tl.broadcast_to(g, jf.shape), jf],
+                                             dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _positions(c, g, j, NM1: tl.constexpr):
     # b_j = min(max(c + R(g * j), 0), N - 1) in fp32, the one formula every implementation uses.
-    b = c + _round(g * j.to(tl.float32))
-    return tl.minimum(tl.maximum(b, 0.0), NM1 * 1.0)
+    return tl.minimum(tl.maximum(_line(c, g, j), 0.0), NM1 * 1.0)
 
 
 @triton.jit
@@ -114,11 +125,11 @@ def categorical_td_target_kernel(
     bad = bad | ~((g >= 0.0) & (g < float("inf")))
     row_base = lp_ptr + sel * lp_stride_e + rows64 * lp_stride_b  # (BR, 1) pointer to the selected row
 
-    # 2. Full-row pass, lane = source j: one load and one exp per element; the two clamped piles and their sizes.
+    # 2. Positions of the sources (lane = source j) and the sizes of the two clamped piles. The selected row of
+    #    log-probs is loaded here, once (issued early for latency; its exp is taken in step 4).
     m2 = row_ok & lane_ok  # (BR, BLOCK_N)
-    lp = tl.load(row_base + k * lp_stride_n, mask=m2, other=float("-inf")).to(tl.float32)
-    p = _exp(lp)  # (BR, BLOCK_N), 0 on masked lanes
     b = _positions(c, g, k, N - 1)
+    lp = tl.load(row_base + k * lp_stride_n, mask=m2, other=float("-inf")).to(tl.float32)
     done = g == 0.0  # (BR, 1) every b_j equals clamp(c): a two-hot of the total mass
     at_lo = (b == 0.0) & lane_ok  # (BR, BLOCK_N) the low pile
     at_hi = (b == N - 1.0) & lane_ok  # the high pile
@@ -155,7 +166,7 @@ def categorical_td_target_kernel(
         lpj = tl.load(row_base + j * lp_stride_n, mask=ok, other=float("-inf"))  # int32 offset into the row
         pj = _exp(lpj.to(tl.float32))
         # Unclamped b: outside [0, N - 1] it fails the test below exactly as the clamped value (a pile) does.
-        bj = c + _round(g * j.to(tl.float32))
+        bj = _line(c, g, j)
         keep = ok & (bj > t_lo) & (bj < t_hi)
         # l_j = k: weight 1 - f_j = 1 - (b_j - k); l_j = k - 1: weight f_j = b_j - (k - 1) (both subtractions exact)
         wt = tl.where(bj >= kf, 1.0 - (bj - kf), bj - km1)
@@ -163,12 +174,16 @@ def categorical_td_target_kernel(
         acc = acc + tl.where(keep, pj * wt, 0.0)
         w += 1
 
-    # 4. Pile sums and total mass in the fixed tree; piles, the two-hot of g == 0 rows, NaN rows; store. (Taken
-    #    here, after the window loop, so that the layouts of the tree's narrow levels do not spread into the
-    #    lane-wide work above.)
-    b = _positions(c, g, k, N - 1)  # recomputed rather than kept live through the loop (register pressure)
-    at_lo = (b == 0.0) & lane_ok
-    at_hi = (b == N - 1.0) & lane_ok
+    # 4. The full-row pass (lane = source j): one exp per element of the row loaded in step 2. Pile sums and total
+    #    mass in the fixed tree; piles, the two-hot of g == 0 rows, NaN rows; store. It comes after the window loop,
+    #    so that p is not live through it and the layouts of the tree's narrow levels do not spread into the
+    #    lane-wide work.
+    if lp_ptr.dtype.element_ty == tl.float32:
+        p = _exp(lp)  # (BR, BLOCK_N), 0 on masked lanes
+    else:
+        # lp + 0.0 only turns -0 into +0 (same exp). Tying p to acc keeps 16-bit log-probs in the lane layout: without
+        # it Triton moves the narrow 16-bit row into the tree's replicated layout and computes every exp there.
+        p = _exp(tl.where(acc == acc, lp, lp + 0.0))
     p_lo = tl.where(done, 0.0, _row_sum(tl.where(at_lo, p, 0.0), BR, BLOCK_N))
     p_hi = tl.where(done, 0.0, _row_sum(tl.where(at_hi, p, 0.0), BR, BLOCK_N))
     p_all = _row_sum(p, BR, BLOCK_N)
@@ -193,6 +208,6 @@ def kernel_config(B: int, N: int, interpret: bool) -> dict:
     block_n = max(triton.next_power_of_2(N), 2)
     if interpret:
         return {"BLOCK_N": block_n, "BR": 64, "num_warps": 4}
-    # One row per program and one warp per 128 lanes: row reductions stay inside a warp (shuffles, no shared memory
-    # or barriers) and every tensor shares one layout (H200 sweep in bench/results/).
+    # One row per program and one warp per 128 lanes. The output does not depend on this choice (every row sum has a
+    # written order); on the H200 multi-row tiles were 1.4-2.3x slower (bench/results/h200-2026-11-30-kernel).
     return {"BLOCK_N": block_n, "BR": 1, "num_warps": max(1, min(16, block_n // 128))}
