@@ -1,14 +1,15 @@
 """Fused, deterministic Pallas kernel (lowered through Triton) for FlashSAC's categorical TD target: the kernel and
 its `pallas_call` only (gate, self-test and registration: jax_impl/ops.py).
 
-The algorithm (SPEC.md section 8: min-Q scan, full-row pile sums, exact runs [lo, hi) of interior sources, piles and
-two-hot last), the fp32 operation order (section 3) and the NaN policy (section 6) are those of the Triton kernel
-`triton_kernels/categorical_td_target.py`, statement for statement and with the same pinned launch configuration
-(`shared_spec.launch_config.kernel_config`) and runtime row strides, so that Triton sees the same pointer
-divisibility, picks the same register layouts and reduces in the same order: the two kernels can agree bit for bit
-on the same GPU. `exp` is the one operation whose lowering differs: Triton lowers fp32 `tl.exp` to
-`ex2.approx.f32(x * fp32(log2 e))`, Pallas lowers `jnp.exp` to libdevice `__nv_expf`. `exp_mode="ex2"` (default)
-emits Triton's instruction through inline PTX; `exp_mode="libdevice"` uses `jnp.exp`.
+The algorithm (SPEC.md section 8: min-Q scan, positions and pile sizes, the window scan of interior sources checked
+on the exact fp32 b, the full-row pass with the written row-sum tree, piles and two-hot last), the fp32 operation
+order (section 3) and the NaN policy (section 6) are those of the Triton kernel
+`triton_kernels/categorical_td_target.py`, statement for statement, with the same pinned launch configuration (`shared_spec.launch_config.kernel_config`) and
+runtime row strides. Every float row sum is the fixed tree of `_row_sum`, no product is contracted into an FMA (R, and
+`mul.rn.f32` for g * j on the GPU), and exp is the same inline PTX in both kernels: `exp_mode="ex2"`
+(default) emits `ex2.approx.ftz.f32(x * fp32(log2 e))`; `exp_mode="libdevice"` uses `jnp.exp` (not bitwise with the
+Triton kernel). So the two kernels agree bit for bit on the same GPU (H200: every configuration of
+`bench/gpu_bitwise.py`), and no result depends on the tile shape.
 
 Everything Pallas-Triton specific lives behind `_pallas_forward` (one function), so another lowering (Mosaic GPU,
 jax-triton) can be added later without touching callers.
@@ -31,6 +32,8 @@ __all__ = ["DEFAULT_EXP_MODE", "EXP_MODES", "G_BAND_MIN", "launch", "trace_count
 
 # Rows with 0 < g < G_BAND_MIN use the full source range (W = N) instead of the band estimate (SPEC.md 8).
 G_BAND_MIN = BAND_MIN_DISCOUNT
+# Window margin in units of N / g source steps (the Triton kernel's WINDOW_MARGIN; SPEC.md 8).
+WINDOW_MARGIN = 2.0**-18
 EXP_MODES = ("ex2", "libdevice")
 DEFAULT_EXP_MODE = "ex2"
 # Flat int32 offsets: E * B * N (+ the one-past-the-end sentinel) must fit; larger inputs are split over rows.
@@ -49,23 +52,46 @@ def _round(x: jax.Array) -> jax.Array:
     return jnp.where(x != x, 0.0, x)
 
 
-def _positions(c: jax.Array, g: jax.Array, j: jax.Array, N: int) -> jax.Array:
+def _line(c: jax.Array, g: jax.Array, j: jax.Array, interpret: bool) -> jax.Array:
+    """c + R(g * j) in fp32 (SPEC.md 3); on the GPU the product is the Triton kernel's mul.rn.f32 (an explicit
+    rounding modifier is never contracted into an FMA), in interpret mode R (XLA on CPU contracts too)."""
+    jf = j.astype(jnp.float32)
+    if interpret:
+        return c + _round(g * jf)
+    (y,) = plt.elementwise_inline_asm("mul.rn.f32 $0, $1, $2;", args=[jnp.broadcast_to(g, jf.shape), jf],
+                                      constraints="=f,f,f", pack=1,
+                                      result_shape_dtypes=[jax.ShapeDtypeStruct(jf.shape, jnp.float32)])
+    return c + y
+
+
+def _positions(c: jax.Array, g: jax.Array, j: jax.Array, N: int, interpret: bool) -> jax.Array:
     """b_j = min(max(c + R(g * j), 0), N - 1) in fp32, the one formula every implementation uses."""
-    b = c + _round(g * j.astype(jnp.float32))
-    return jnp.minimum(jnp.maximum(b, 0.0), N * 1.0 - 1.0)
+    return jnp.minimum(jnp.maximum(_line(c, g, j, interpret), 0.0), N * 1.0 - 1.0)
 
 
 def _exp(x: jax.Array, exp_mode: str, interpret: bool) -> jax.Array:
-    """fp32 exp. "ex2": ex2.approx.f32(x * fp32(log2 e)), Triton's lowering of tl.exp (interpret: jnp.exp2 of the
-    same fp32 product); "libdevice": jnp.exp (__nv_expf on the GPU)."""
+    """fp32 exp. "ex2": ex2.approx.ftz.f32(x * fp32(log2 e)), the Triton kernel's two instructions, as inline PTX;
+    in interpret mode numpy's float32 exp, the function the Triton interpreter uses, so the two interpreted kernels
+    share it. "libdevice": jnp.exp (__nv_expf on the GPU)."""
     if exp_mode == "libdevice":
         return jnp.exp(x)
-    y = x * np.float32(_LOG2E)
     if interpret:
-        return jnp.exp2(y)
-    (out,) = plt.elementwise_inline_asm("ex2.approx.f32 $0, $1;", args=[y], constraints="=f,f", pack=1,
+        return jax.pure_callback(np.exp, jax.ShapeDtypeStruct(x.shape, jnp.float32), x)
+    y = x * np.float32(_LOG2E)
+    (out,) = plt.elementwise_inline_asm("ex2.approx.ftz.f32 $0, $1;", args=[y], constraints="=f,f", pack=1,
                                         result_shape_dtypes=[jax.ShapeDtypeStruct(y.shape, jnp.float32)])
     return out
+
+
+def _row_sum(x: jax.Array, BR: int, BLOCK_N: int) -> jax.Array:
+    """Row sums in the Triton kernel's fixed tree: each level adds the second half of the lanes to the first, lane by
+    lane (x[i] + x[i + H]); jnp.split of a power-of-2 axis lowers to Triton's reshape + split, as tl.split does."""
+    width = BLOCK_N
+    while width > 1:
+        width //= 2
+        first, second = jnp.split(x, 2, axis=1)
+        x = first + second
+    return x  # (BR, 1)
 
 
 # Runtime strides (an int32 input) instead of compile-time constants: the Triton kernel receives its row strides as
@@ -129,58 +155,62 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     row_base = sel * lp_e + rows * lp_b  # (BR, 1) flat offset of the selected critic's row
     sentinel = E * B * N
 
-    # 2. Full-row pass: j = k lanes. Pile sums at both clamped ends, total mass (also the log-prob NaN flag).
+    # 2. Positions of the sources (lane = source j) and the sizes of the two clamped piles.
     m2 = row_ok & lane_ok  # (BR, BLOCK_N)
-    lp = plt.load(lp_ref.at[addr(row_base + k, m2, sentinel)], mask=m2, other=-inf).astype(f32)
-    p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
-    b = _positions(c, g, k, N)
+    b = _positions(c, g, k, N, interpret)
+    lp = plt.load(lp_ref.at[addr(row_base + k, m2, sentinel)], mask=m2, other=-inf)  # issued early, used in step 4
     done = g == 0.0  # (BR, 1) every b_j equals clamp(c): a two-hot of the total mass
     at_lo = (b == 0.0) & lane_ok  # the low pile
     at_hi = (b == N - 1.0) & lane_ok  # the high pile
-    p_lo = jnp.sum(jnp.where(at_lo, p, 0.0), axis=1, keepdims=True)
-    p_hi = jnp.sum(jnp.where(at_hi, p, 0.0), axis=1, keepdims=True)
-    p_all = jnp.sum(p, axis=1, keepdims=True)
-    bad = bad | ~(p_all < inf)  # a NaN or +inf log-prob makes the total NaN or +inf
-    p_lo = jnp.where(done, 0.0, p_lo)
-    p_hi = jnp.where(done, 0.0, p_hi)
+    # Integer counts are exact in any order (the float sums are taken in step 4).
+    n_lo = jnp.sum(at_lo.astype(jnp.int32), axis=1, keepdims=True)  # (BR, 1) the interior is [n_lo, N - n_hi)
+    n_hi = jnp.sum(at_hi.astype(jnp.int32), axis=1, keepdims=True)
 
-    # 3. The run [lo, hi) of interior sources feeding atom k: t_lo < b_j < t_hi, t_lo = max(k - 1, 0),
-    #    t_hi = min(k + 1, N - 1); estimated from the line c + g j, corrected one step each way with the exact b.
+    # 3. Interior sources feeding atom k: t_lo < b_j < t_hi, t_lo = max(k - 1, 0), t_hi = min(k + 1, N - 1), scanned
+    #    over the window [j0, j1) in ascending j, keeping exactly the sources that pass the test on the exact b_j.
     g_ok = ~bad & row_ok & (g > 0.0)
     band = g_ok & (g >= G_BAND_MIN)
-    inv_g = 1.0 / jnp.where(band, g, 1.0)  # only used for the estimates
+    inv_g = 1.0 / jnp.where(band, g, 1.0)  # only used for the window
     cb = jnp.where(band, c, 0.0)
     t_lo = jnp.maximum(kf - 1.0, 0.0)  # (1, BLOCK_N)
     t_hi = jnp.minimum(kf + 1.0, N - 1.0)
-    lo = jnp.minimum(jnp.maximum(jnp.floor((t_lo - cb) * inv_g) + 1.0, 0.0), N * 1.0).astype(jnp.int32)
-    hi = jnp.minimum(jnp.maximum(jnp.ceil((t_hi - cb) * inv_g), 0.0), N * 1.0).astype(jnp.int32)
-    lo = jnp.where((lo > 0) & (_positions(c, g, lo - 1, N) > t_lo), lo - 1, lo)
-    lo = jnp.where((lo < N) & (_positions(c, g, lo, N) <= t_lo), lo + 1, lo)
-    hi = jnp.where((hi > 0) & (_positions(c, g, hi - 1, N) >= t_hi), hi - 1, hi)
-    hi = jnp.where((hi < N) & (_positions(c, g, hi, N) < t_hi), hi + 1, hi)
-    # 0 < g < 1/16: the run is every source between the two piles (b is monotone, so the piles are its ends).
+    eps = (N * WINDOW_MARGIN) * inv_g  # (BR, 1) in source steps; far above the fp32 error of the estimates
+    j0 = jnp.minimum(jnp.maximum(jnp.floor((t_lo - cb) * inv_g - eps) + 1.0, 0.0), N * 1.0).astype(jnp.int32)
+    j1 = jnp.minimum(jnp.maximum(jnp.ceil((t_hi - cb) * inv_g + eps), 0.0), N * 1.0).astype(jnp.int32)
     dense = g_ok & ~band
-    n_lo = jnp.sum(at_lo.astype(jnp.int32), axis=1, keepdims=True)
-    n_hi = jnp.sum(at_hi.astype(jnp.int32), axis=1, keepdims=True)
-    lo = jnp.where(band, lo, jnp.where(dense, n_lo, 0))
-    hi = jnp.where(band, hi, jnp.where(dense, N - n_hi, 0))
-    n_w = jnp.max(jnp.max(hi - lo, axis=1), axis=0)
+    j0 = jnp.where(band, jnp.maximum(j0, n_lo), jnp.where(dense, n_lo, 0))
+    j1 = jnp.where(band, jnp.minimum(j1, N - n_hi), jnp.where(dense, N - n_hi, 0))
+    j1 = jnp.where(lane_ok, j1, j0)  # lanes past N: empty windows
+    n_w = jnp.max(jnp.max(j1 - j0, axis=1), axis=0)
+    km1 = kf - 1.0
 
     def run_step(w, acc):
-        j = lo + w  # (BR, BLOCK_N) source index
-        ok = j < hi  # empty runs (lo == hi) for invalid rows, rows past B and lanes past N
+        j = j0 + w  # (BR, BLOCK_N) source index
+        ok = j < j1
         lpj = plt.load(lp_ref.at[addr(row_base + j, ok, sentinel)], mask=ok, other=-inf)
         pj = _exp(lpj.astype(f32), exp_mode, interpret)
-        bj = _positions(c, g, j, N)
-        lj = jnp.floor(bj)
-        fj = bj - lj
-        wt = jnp.where(kf == lj, 1.0 - fj, jnp.where(kf == lj + 1.0, fj, 0.0))
+        # Unclamped b: outside [0, N - 1] it fails the test below exactly as the clamped value (a pile) does.
+        bj = _line(c, g, j, interpret)
+        keep = ok & (bj > t_lo) & (bj < t_hi)
+        # l_j = k: weight 1 - f_j = 1 - (b_j - k); l_j = k - 1: weight f_j = b_j - (k - 1) (both subtractions exact)
+        wt = jnp.where(bj >= kf, 1.0 - (bj - kf), bj - km1)
         # The select between the product and 0 keeps the product rounded (no FMA into acc), as in the Triton kernel.
-        return acc + jnp.where(ok, pj * wt, 0.0)
+        return acc + jnp.where(keep, pj * wt, 0.0)
 
     acc = jax.lax.fori_loop(0, n_w, run_step, jnp.zeros((BR, BLOCK_N), f32))  # traced bound: scf.for on the GPU
 
-    # 4. Piles, the two-hot of g == 0 rows, NaN rows; store.
+    # 4. The full-row pass (lane = source j; after the loop so that p is not live through it): one exp per element
+    #    of the row loaded in step 2. Pile sums and total mass in the fixed tree; piles, the two-hot of g == 0 rows,
+    #    NaN rows; store.
+    if lp.dtype == f32:
+        p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
+    else:  # as in the Triton kernel: lp + 0 only turns -0 into +0 (same exp); keeps 16-bit rows in the lane layout
+        lp = lp.astype(f32)
+        p = _exp(jnp.where(acc == acc, lp, lp + 0.0), exp_mode, interpret)
+    p_lo = jnp.where(done, 0.0, _row_sum(jnp.where(at_lo, p, 0.0), BR, BLOCK_N))
+    p_hi = jnp.where(done, 0.0, _row_sum(jnp.where(at_hi, p, 0.0), BR, BLOCK_N))
+    p_all = _row_sum(p, BR, BLOCK_N)
+    bad = bad | ~(p_all < inf)  # a NaN or +inf log-prob makes the total NaN or +inf
     b_star = jnp.minimum(jnp.maximum(c, 0.0), N - 1.0)  # (BR, 1)
     l_star = jnp.floor(b_star)
     f_star = b_star - l_star

@@ -6,6 +6,8 @@ launch is `triton_kernels.launch`.
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -13,8 +15,14 @@ from shared_spec.support import BAND_MIN_DISCOUNT
 
 __all__ = ["G_BAND_MIN", "categorical_td_target_kernel"]
 
-# Rows with 0 < g < G_BAND_MIN take every source between the piles instead of the estimated run (SPEC.md 8).
+# Rows with 0 < g < G_BAND_MIN scan the whole interior instead of the estimated window (SPEC.md 8).
 G_BAND_MIN = tl.constexpr(BAND_MIN_DISCOUNT)
+# The window margin, in units of N / g source steps: 2**-18, four times the bound 2**-20 N / g on the fp32 error of
+# the window estimates (SPEC.md 8).
+WINDOW_MARGIN = tl.constexpr(2.0**-18)
+LOG2E = tl.constexpr(1.4426950408889634)  # rounded to fp32 (0x3FB8AA3B) where it multiplies an fp32 tensor
+LOG2_MAX_BLOCK_N = tl.constexpr(12)  # BLOCK_N <= 4096
+_INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")  # read at import, as triton.jit does
 
 
 @triton.jit
@@ -24,15 +32,53 @@ def _round(x):
 
 
 @triton.jit
+def _line(c, g, j):
+    # c + R(g * j) in fp32 (SPEC.md 3). On the GPU the product is mul.rn.f32: an explicit rounding modifier keeps
+    # ptxas from contracting it into an FMA, which is what R guarantees, in one instruction instead of three.
+    jf = j.to(tl.float32)
+    if _INTERPRET:
+        return c + _round(g * jf)
+    else:
+        return c + tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [tl.broadcast_to(g, jf.shape), jf],
+                                             dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _positions(c, g, j, NM1: tl.constexpr):
     # b_j = min(max(c + R(g * j), 0), N - 1) in fp32, the one formula every implementation uses.
-    b = c + _round(g * j.to(tl.float32))
-    return tl.minimum(tl.maximum(b, 0.0), NM1 * 1.0)
+    return tl.minimum(tl.maximum(_line(c, g, j), 0.0), NM1 * 1.0)
+
+
+@triton.jit
+def _exp(x):
+    # fp32 exp as ex2.approx.ftz.f32(x * fp32(log2 e)) on the GPU; the Pallas kernel emits the same two
+    # instructions. ftz flushes results below 2**-126 to 0 (probabilities of no consequence) and saves the
+    # subnormal range fix-up that ptxas wraps around ex2.approx.f32. Under TRITON_INTERPRET=1: numpy's float32 exp
+    # (the Pallas kernel's interpret mode calls the same function).
+    if _INTERPRET:
+        return tl.exp(x)
+    else:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * LOG2E], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+
+
+@triton.jit
+def _row_sum(x, BR: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Row sums in a fixed tree written out here (SPEC.md 8): each level splits the lanes into a first and a second
+    # half and adds them lane by lane (x[i] + x[i + H]), so every sum is a plain elementwise IEEE addition. tl.sum is
+    # not used for floats: its tree follows the register layout, which differs between compilers, and a reshape
+    # followed by a reduction may be folded by the compiler into one reduction with its own order.
+    for lvl in tl.static_range(LOG2_MAX_BLOCK_N):
+        if (BLOCK_N >> lvl) > 1:
+            halves = tl.permute(tl.reshape(x, [BR, 2, BLOCK_N >> (lvl + 1)]), [0, 2, 1])
+            first, second = tl.split(halves)
+            x = first + second
+    return x  # (BR, 1)
 
 
 # Row strides are not specialised on the value 1: a provably contiguous (BR, 1) load would make Triton's coalescing
 # pass pick a column-major layout for the row scalars, and every mix with the row-major (BR, BLOCK_N) tiles would then
-# be a layout conversion through shared memory (with barriers inside the band loop).
+# be a layout conversion through shared memory.
 @triton.jit(do_not_specialize=["q_stride_b", "r_stride", "d_stride", "s_stride", "out_stride_b", "lp_stride_b"])
 def categorical_td_target_kernel(
     q_ptr, q_stride_e, q_stride_b,  # next_qs (E, B): critic means
@@ -54,8 +100,7 @@ def categorical_td_target_kernel(
     min_v = tl.cast(min_v, tl.float32)
     inv_delta = tl.cast(inv_delta, tl.float32)
     pid = tl.program_id(0)
-    # Every per-row quantity is a (BR, 1) tensor in the same 2-D layout as the (BR, BLOCK_N) tiles, so broadcasts
-    # and row reductions need no layout conversion through shared memory.
+    # Every per-row quantity is a (BR, 1) tensor in the same 2-D layout as the (BR, BLOCK_N) tiles.
     rows = pid * BR + tl.arange(0, BR)[:, None]  # (BR, 1)
     row_ok = rows < B
     rows64 = rows.to(tl.int64)
@@ -84,60 +129,69 @@ def categorical_td_target_kernel(
     bad = bad | ~((g >= 0.0) & (g < float("inf")))
     row_base = lp_ptr + sel * lp_stride_e + rows64 * lp_stride_b  # (BR, 1) pointer to the selected row
 
-    # 2. Full-row pass: j = k lanes. Pile sums at both clamped ends, total mass, NaN/+inf log-probs.
+    # 2. Positions of the sources (lane = source j) and the sizes of the two clamped piles. The selected row of
+    #    log-probs is loaded here, once (issued early for latency; its exp is taken in step 4).
     m2 = row_ok & lane_ok  # (BR, BLOCK_N)
-    lp = tl.load(row_base + k * lp_stride_n, mask=m2, other=float("-inf")).to(tl.float32)
-    p = tl.exp(lp)  # (BR, BLOCK_N), 0 on masked lanes
     b = _positions(c, g, k, N - 1)
+    lp = tl.load(row_base + k * lp_stride_n, mask=m2, other=float("-inf")).to(tl.float32)
     done = g == 0.0  # (BR, 1) every b_j equals clamp(c): a two-hot of the total mass
     at_lo = (b == 0.0) & lane_ok  # (BR, BLOCK_N) the low pile
     at_hi = (b == N - 1.0) & lane_ok  # the high pile
-    p_lo = tl.sum(tl.where(at_lo, p, 0.0), axis=1, keep_dims=True)
-    p_hi = tl.sum(tl.where(at_hi, p, 0.0), axis=1, keep_dims=True)
-    p_all = tl.sum(p, axis=1, keep_dims=True)
-    bad = bad | ~(p_all < float("inf"))  # a NaN or +inf log-prob makes the total NaN or +inf
-    p_lo = tl.where(done, 0.0, p_lo)
-    p_hi = tl.where(done, 0.0, p_hi)
+    # Integer counts are exact in any order (the float sums are taken in step 4).
+    n_lo = tl.sum(at_lo.to(tl.int32), axis=1, keep_dims=True)  # (BR, 1) the interior is [n_lo, N - n_hi)
+    n_hi = tl.sum(at_hi.to(tl.int32), axis=1, keep_dims=True)
 
-    # 3. The run of interior sources feeding atom k: t_lo < b_j < t_hi with t_lo = max(k - 1, 0) and
-    #    t_hi = min(k + 1, N - 1) (pile sources are in the pile sums). b is monotone in j, so the run is
-    #    [lo, hi) with lo = #{j: b_j <= t_lo}, hi = #{j: b_j < t_hi}. Both counts are estimated from the line
-    #    c + g j and then corrected by one step each way with the exact fp32 b (SPEC.md 8).
+    # 3. Interior sources feeding atom k (rows whose total mass is non-finite are overwritten in step 4):
+    #    t_lo < b_j < t_hi with t_lo = max(k - 1, 0), t_hi = min(k + 1, N - 1)
+    #    (pile sources are in the pile sums). b is monotone in j, so they form a run; the lane scans a window
+    #    [j0, j1) that contains it and keeps exactly the sources that pass the test on the exact fp32 b_j, adding
+    #    them in ascending j (the window's other sources add +0). Band rows (g >= 1/16): the window comes from the
+    #    line c + g j, widened by a margin above its fp32 error (SPEC.md 8). 0 < g < 1/16: the whole interior.
     g_ok = ~bad & row_ok & (g > 0.0)
     band = g_ok & (g >= G_BAND_MIN)
-    inv_g = 1.0 / tl.where(band, g, 1.0)  # only used for the estimates
+    inv_g = 1.0 / tl.where(band, g, 1.0)  # only used for the window
     cb = tl.where(band, c, 0.0)
     t_lo = tl.maximum(kf - 1.0, 0.0)  # (1, BLOCK_N)
     t_hi = tl.minimum(kf + 1.0, N - 1.0)
-    lo = tl.minimum(tl.maximum(tl.floor((t_lo - cb) * inv_g) + 1.0, 0.0), N * 1.0).to(tl.int32)  # (BR, BLOCK_N)
-    hi = tl.minimum(tl.maximum(tl.ceil((t_hi - cb) * inv_g), 0.0), N * 1.0).to(tl.int32)
-    lo = tl.where((lo > 0) & (_positions(c, g, lo - 1, N - 1) > t_lo), lo - 1, lo)
-    lo = tl.where((lo < N) & (_positions(c, g, lo, N - 1) <= t_lo), lo + 1, lo)
-    hi = tl.where((hi > 0) & (_positions(c, g, hi - 1, N - 1) >= t_hi), hi - 1, hi)
-    hi = tl.where((hi < N) & (_positions(c, g, hi, N - 1) < t_hi), hi + 1, hi)
-    # 0 < g < 1/16: the run is every source between the two piles (b is monotone, so the piles are its ends).
+    eps = (N * WINDOW_MARGIN) * inv_g  # (BR, 1) in source steps; far above the fp32 error of the estimates
+    j0 = tl.minimum(tl.maximum(tl.floor((t_lo - cb) * inv_g - eps) + 1.0, 0.0), N * 1.0).to(tl.int32)
+    j1 = tl.minimum(tl.maximum(tl.ceil((t_hi - cb) * inv_g + eps), 0.0), N * 1.0).to(tl.int32)
     dense = g_ok & ~band
-    n_lo = tl.sum(at_lo.to(tl.int32), axis=1, keep_dims=True)
-    n_hi = tl.sum(at_hi.to(tl.int32), axis=1, keep_dims=True)
-    lo = tl.where(band, lo, tl.where(dense, n_lo, 0))
-    hi = tl.where(band, hi, tl.where(dense, N - n_hi, 0))
-    n_w = tl.max(tl.max(hi - lo, axis=1), axis=0)
+    j0 = tl.where(band, tl.maximum(j0, n_lo), tl.where(dense, n_lo, 0))
+    j1 = tl.where(band, tl.minimum(j1, N - n_hi), tl.where(dense, N - n_hi, 0))
+    j1 = tl.where(lane_ok, j1, j0)  # lanes past N: empty windows
+    n_w = tl.max(tl.max(j1 - j0, axis=1), axis=0)
     acc = tl.zeros([BR, BLOCK_N], dtype=tl.float32)
+    km1 = kf - 1.0
     w = 0
     while w < n_w:  # a while loop: the interpreter cannot use a reduced tensor as a range() bound
-        j = lo + w  # (BR, BLOCK_N) source index
-        ok = j < hi  # empty runs (lo == hi) for invalid rows, rows past B and lanes past N
-        lpj = tl.load(row_base + j.to(tl.int64) * lp_stride_n, mask=ok, other=float("-inf"))
-        pj = tl.exp(lpj.to(tl.float32))
-        bj = _positions(c, g, j, N - 1)
-        lj = tl.floor(bj)
-        fj = bj - lj
-        wt = tl.where(kf == lj, 1.0 - fj, tl.where(kf == lj + 1.0, fj, 0.0))
-        # The select between the product and 0 already keeps the product rounded (no FMA into acc).
-        acc = acc + tl.where(ok, pj * wt, 0.0)
+        j = j0 + w  # (BR, BLOCK_N) source index
+        ok = j < j1
+        lpj = tl.load(row_base + j * lp_stride_n, mask=ok, other=float("-inf"))  # int32 offset into the row
+        pj = _exp(lpj.to(tl.float32))
+        # Unclamped b: outside [0, N - 1] it fails the test below exactly as the clamped value (a pile) does.
+        bj = _line(c, g, j)
+        keep = ok & (bj > t_lo) & (bj < t_hi)
+        # l_j = k: weight 1 - f_j = 1 - (b_j - k); l_j = k - 1: weight f_j = b_j - (k - 1) (both subtractions exact)
+        wt = tl.where(bj >= kf, 1.0 - (bj - kf), bj - km1)
+        # The select between the product and 0 keeps the product rounded (no FMA into acc).
+        acc = acc + tl.where(keep, pj * wt, 0.0)
         w += 1
 
-    # 4. Piles, the two-hot of terminated rows, NaN rows; store.
+    # 4. The full-row pass (lane = source j): one exp per element of the row loaded in step 2. Pile sums and total
+    #    mass in the fixed tree; piles, the two-hot of g == 0 rows, NaN rows; store. It comes after the window loop,
+    #    so that p is not live through it and the layouts of the tree's narrow levels do not spread into the
+    #    lane-wide work.
+    if lp_ptr.dtype.element_ty == tl.float32:
+        p = _exp(lp)  # (BR, BLOCK_N), 0 on masked lanes
+    else:
+        # lp + 0.0 only turns -0 into +0 (same exp). Tying p to acc keeps 16-bit log-probs in the lane layout: without
+        # it Triton moves the narrow 16-bit row into the tree's replicated layout and computes every exp there.
+        p = _exp(tl.where(acc == acc, lp, lp + 0.0))
+    p_lo = tl.where(done, 0.0, _row_sum(tl.where(at_lo, p, 0.0), BR, BLOCK_N))
+    p_hi = tl.where(done, 0.0, _row_sum(tl.where(at_hi, p, 0.0), BR, BLOCK_N))
+    p_all = _row_sum(p, BR, BLOCK_N)
+    bad = bad | ~(p_all < float("inf"))  # a NaN or +inf log-prob makes the total NaN or +inf
     b_star = tl.minimum(tl.maximum(c, 0.0), N - 1.0)  # (BR, 1)
     l_star = tl.floor(b_star)
     f_star = b_star - l_star

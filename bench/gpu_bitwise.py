@@ -1,0 +1,299 @@
+"""GPU check that the Triton and Pallas kernels give bitwise-identical targets, and interleaved kernel timings.
+
+    python3 -m bench.gpu_bitwise --out <dir> [--skip-timing] [--rounds 5] [--baseline-kernel <path to a kernel .py>]
+
+Bitwise part (exits 1 if any configuration differs): the case matrix over input kinds (shared_spec.make_inputs),
+B in {1, 127, 512, 2048, 65536, 1048576}, N in {2, 51, 101, 256, 1024}, E in {1, 2, 5}, discounts 0, just below and
+above the band threshold, 0.5, 0.99, 1, fp32/bf16/fp16 log-probs, and strided (chunk-view) torch inputs. Every
+configuration runs through both public ops with strict backends on the same numpy inputs and compares the output bits
+(NaN rows by position), the NaN rows against the float64 spec, and the first 4096 rows against the float64 spec.
+
+Timing part (CUDA-graph replay for torch, a jitted dependent loop for Pallas), in `--rounds` interleaved rounds in
+one process: upstream's compiled path (bench/upstream.py), an optional baseline kernel file (the previous kernel, same
+signature), the kernel under each launch configuration of a small sweep, and the Pallas kernel; plus the copy
+bandwidth measured in the same process and the bytes floor (one read of the selected critic's log-probs + one write
+of the output). Writes results.json and prints a table.
+"""
+
+from __future__ import annotations
+
+# ruff: noqa: B023  (the timed closures run inside the iteration that defines them)
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+GAMMA = 0.99
+NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
+
+
+def _cases(quick: bool) -> list[dict]:
+    from shared_spec import KINDS
+
+    cases = []
+    kinds = list(KINDS)
+    for B in (1, 127, 512, 2048):
+        cases += [dict(B=B, kind=k) for k in kinds]
+    cases += [dict(B=65536, kind=k) for k in ("random", "peaked", "mixed", "nonfinite")]
+    cases += [dict(B=1_048_576, kind=k) for k in ("random", "peaked")]
+    cases += [dict(B=2048, N=n, kind=k) for n in (2, 51, 256, 1024) for k in ("mixed", "nonfinite")]
+    cases += [dict(B=2048, E=e, kind=k) for e in (1, 5) for k in ("mixed", "nonfinite")]
+    cases += [dict(B=2048, gamma=g, kind="mixed") for g in (0.0, 0.0625 - 1e-6, 0.0625, 0.0625 + 1e-6, 0.5, 1.0)]
+    cases += [dict(B=2048, dtype=dt, kind=k) for dt in ("bfloat16", "float16") for k in ("mixed", "nonfinite")]
+    cases += [dict(B=2048, strided=True, kind=k) for k in ("mixed", "nonfinite")]
+    cases += [dict(B=65536, strided=True, kind="random")]
+    if quick:
+        cases = [c for c in cases if c["B"] <= 2048][:12]
+    return cases
+
+
+def run_bitwise(quick: bool) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    import jax_impl
+    import torch_impl
+    from shared_spec import make_inputs
+    from shared_spec import reference as R
+
+    rows, failures = [], 0
+    for case in _cases(quick):
+        B, N, E = case["B"], case.get("N", 101), case.get("E", 2)
+        gamma, dtype, kind = case.get("gamma", GAMMA), case.get("dtype", "float32"), case["kind"]
+        t0 = time.time()
+        x = make_inputs(B, N, E, seed=7, kind=kind)
+        tdt = getattr(torch, dtype)
+        if case.get("strided"):  # upstream's x.chunk(2, dim=1)[1]: views with an offset into (E, 2B[, N]) buffers
+            t = {}
+            for k, v in x.items():
+                axis = 1 if v.ndim >= 2 else 0
+                full = np.ascontiguousarray(np.concatenate([np.flip(v, axis), v], axis=axis))  # decoy half first
+                t[k] = torch.from_numpy(full).cuda().chunk(2, dim=axis)[1]
+        else:
+            t = {k: torch.from_numpy(v).cuda() for k, v in x.items()}
+        t["next_log_probs"] = t["next_log_probs"].to(tdt) if dtype != "float32" else t["next_log_probs"]
+        tri = torch_impl.categorical_td_target(**t, gamma=gamma, backend="triton", strict=True)
+        jx = {k: jnp.asarray(v) for k, v in x.items()}
+        jx["next_log_probs"] = jx["next_log_probs"].astype(getattr(jnp, dtype))
+        pal = jax_impl.categorical_td_target(**jx, gamma=gamma, backend="pallas", strict=True)
+        a = tri.cpu().numpy()
+        b = np.asarray(jax.device_get(pal))
+        same_nan = bool(np.array_equal(np.isnan(a), np.isnan(b)))
+        ok = ~np.isnan(a)
+        bitwise = same_nan and bool(np.array_equal(a.view(np.int32)[ok], b.view(np.int32)[ok]))
+        n_diff = int((a.view(np.int32) != b.view(np.int32))[ok].sum()) if same_nan else -1
+        max_diff = float(np.abs(a[ok] - b[ok]).max()) if same_nan and ok.any() else 0.0
+        # float64 spec on (the first 4096 rows of) the inputs the kernels saw (log-probs rounded to their dtype).
+        m = min(B, 4096)
+        xs = {k: (v[:, :m] if k in ("next_qs", "next_log_probs") else v[:m]) for k, v in x.items()}
+        if dtype != "float32":
+            xs["next_log_probs"] = torch.from_numpy(xs["next_log_probs"]).to(tdt).float().numpy()
+        ref = R.categorical_td_target(**xs, gamma=gamma)
+        nan_ok = bool(np.array_equal(np.isnan(ref), np.isnan(a[:m])))
+        okr = ~np.isnan(ref)
+        err64 = float(np.abs(a[:m][okr] - ref[okr]).max()) if okr.any() else 0.0
+        row = dict(case, N=N, E=E, gamma=gamma, dtype=dtype, bitwise=bitwise, nan_rows_equal=same_nan,
+                   differing_elements=n_diff, max_abs_diff=max_diff, nan_rows_match_spec=nan_ok,
+                   max_err_vs_float64=err64, seconds=round(time.time() - t0, 2))
+        rows.append(row)
+        failures += (not bitwise) or (not nan_ok)
+        print(f"bitwise {bitwise!s:5} nan_spec {nan_ok!s:5} diff {n_diff:6d} ({max_diff:.2e}) err64 {err64:.2e} "
+              f"{json.dumps(case)}", flush=True)
+    # Determinism: 50 repeats of each kernel at B = 65536 (mixed) are bitwise identical.
+    x = make_inputs(65536, 101, 2, seed=11, kind="mixed")
+    t = {k: torch.from_numpy(v).cuda() for k, v in x.items()}
+    first = torch_impl.categorical_td_target(**t, gamma=GAMMA, backend="triton", strict=True)
+    det_t = all(torch.equal(torch.nan_to_num(first, nan=-1.0), torch.nan_to_num(
+        torch_impl.categorical_td_target(**t, gamma=GAMMA, backend="triton", strict=True), nan=-1.0))
+        for _ in range(50))
+    jx = {k: jnp.asarray(v) for k, v in x.items()}
+    p0 = np.asarray(jax_impl.categorical_td_target(**jx, gamma=GAMMA, backend="pallas", strict=True))
+    det_p = all(np.array_equal(np.nan_to_num(p0, nan=-1.0), np.nan_to_num(np.asarray(
+        jax_impl.categorical_td_target(**jx, gamma=GAMMA, backend="pallas", strict=True)), nan=-1.0))
+        for _ in range(50))
+    failures += (not det_t) + (not det_p)
+    return dict(rows=rows, bitwise_all=all(r["bitwise"] for r in rows), configurations=len(rows),
+                bitwise_count=sum(r["bitwise"] for r in rows), deterministic_triton_50=det_t,
+                deterministic_pallas_50=det_p, failures=int(failures))
+
+
+def _graph_time(fn, iters: int = 20, reps: int = 7) -> float:
+    """Median microseconds per call of `fn` captured `iters` times in one CUDA graph."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    # thread_local: JAX's runtime threads in the same process must not invalidate the capture
+    with torch.cuda.graph(g, capture_error_mode="thread_local"):
+        for _ in range(iters):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / iters)
+    return statistics.median(times)
+
+
+def _copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written), 2 GiB buffers."""
+    import torch
+
+    n = 1 << 29
+    a = torch.empty(n, dtype=torch.float32, device="cuda").uniform_()
+    b = torch.empty_like(a)
+    t = _graph_time(lambda: b.copy_(a), iters=5, reps=5)
+    return 2 * 4 * n / (t * 1e-6)
+
+
+def _load_kernel_file(path: str):
+    spec = importlib.util.spec_from_file_location("baseline_kernel_module", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod.categorical_td_target_kernel
+
+
+def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep: list[tuple[int, int]],
+               dtype: str = "float32") -> dict:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    from bench import upstream
+    from jax_impl import pallas_kernel as pk
+    from shared_spec import make_inputs
+    from torch_impl import ops
+    from torch_impl.reference import support_constants
+    from triton_kernels import categorical_td_target_kernel, kernel_config
+
+    bw = _copy_bandwidth()
+    sel, comp = upstream.compiled()
+    base = _load_kernel_file(baseline_kernel) if baseline_kernel else None
+    mv, inv_delta = support_constants(101, -5.0, 5.0)
+    out = dict(copy_bandwidth_bytes_per_s=bw, sizes={}, log_prob_dtype=dtype)
+    bws = [bw]
+    for B in sizes:
+        x = make_inputs(B, 101, 2, seed=3, kind="random")
+        t = {k: torch.from_numpy(v).cuda() for k, v in x.items()}
+        t["next_log_probs"] = t["next_log_probs"].to(getattr(torch, dtype))
+        args = tuple(t[k] for k in NAMES)
+        variants = {"upstream_compiled": lambda: upstream.upstream_target(sel, comp, *args, GAMMA)}
+        if base is not None:
+            variants["baseline_kernel"] = lambda: ops.launch(base, *args, GAMMA, mv, inv_delta,
+                                                             config={"BR": 1, "num_warps": 1})
+        pinned = kernel_config(B, 101, False)
+        variants[f"triton_pinned_BR{pinned['BR']}_w{pinned['num_warps']}"] = lambda: ops.launch(
+            categorical_td_target_kernel, *args, GAMMA, mv, inv_delta)
+        for br, nw in sweep:
+            if (br, nw) != (pinned["BR"], pinned["num_warps"]):
+                variants[f"triton_BR{br}_w{nw}"] = (lambda br=br, nw=nw: ops.launch(
+                    categorical_td_target_kernel, *args, GAMMA, mv, inv_delta, config={"BR": br, "num_warps": nw}))
+        ref = ops.launch(categorical_td_target_kernel, *args, GAMMA, mv, inv_delta)
+        for name, fn in variants.items():  # every kernel variant computes the same bits (tile-independent order)
+            if name.startswith("triton_"):
+                assert torch.equal(torch.nan_to_num(fn(), nan=-1.0), torch.nan_to_num(ref, nan=-1.0)), name
+        jx = [jnp.asarray(x[k]) for k in NAMES]
+        jx[1] = jx[1].astype(getattr(jnp, dtype))
+        iters = 20
+
+        def make_loop(br, nw):
+            @jax.jit
+            def loop(q, lp, r, d, s):  # `iters` dependent calls unrolled in one program (no device-side loop)
+                carry = jnp.float32(0.0)
+                for _ in range(iters):
+                    o = pk.categorical_td_target_pallas(q, lp, r + carry, d, s, jnp.float32(GAMMA),
+                                                        block_rows=br, num_warps=nw)
+                    carry = o[0, 0] * 0.0
+                return carry
+            return loop
+
+        pallas_variants = {"pallas_pinned": make_loop(None, None)}
+        for br, nw in sweep:
+            pallas_variants[f"pallas_BR{br}_w{nw}"] = make_loop(br, nw)
+        for f in pallas_variants.values():
+            f(*jx).block_until_ready()
+
+        def pallas_time(f):
+            ts = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                f(*jx).block_until_ready()
+                ts.append((time.perf_counter() - t0) * 1e6 / iters)
+            return min(ts)
+
+        res = {name: [] for name in list(variants) + list(pallas_variants)}
+        for _ in range(rounds):
+            for name, fn in variants.items():
+                res[name].append(_graph_time(fn))
+            for name, f in pallas_variants.items():
+                res[name].append(pallas_time(f))
+        bws.append(_copy_bandwidth())  # re-measured beside every size; the floor uses the largest reading
+        floor_us = (B * 101 * (t["next_log_probs"].element_size() + 4)) / max(bws) * 1e6
+        out["sizes"][B] = dict(floor_us=floor_us, pinned=pinned, times={
+            name: dict(median=statistics.median(v), min=min(v), max=max(v), all=v) for name, v in res.items()})
+        line = " ".join(f"{n}={statistics.median(v):.1f}" for n, v in res.items())
+        print(f"B={B} floor={floor_us:.1f}us {line}", flush=True)
+    out["copy_bandwidth_readings_bytes_per_s"] = bws
+    out["copy_bandwidth_bytes_per_s"] = max(bws)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-bitwise", action="store_true")
+    ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--baseline-kernel", default=None)
+    ap.add_argument("--sizes", default="512,2048,65536,1048576")
+    ap.add_argument("--sweep", default="1:1,2:2,4:4,8:4,16:8")
+    ap.add_argument("--timing-dtype", default="float32", help="log-prob dtype of the timed inputs")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    import jax
+    import torch
+    import triton
+
+    res = dict(env=dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                        jax=jax.__version__, python=platform.python_version(), argv=sys.argv,
+                        date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
+    failures = 0
+    if not a.skip_bitwise:
+        res["bitwise"] = run_bitwise(a.quick)
+        failures += res["bitwise"]["failures"]
+        print(f"bitwise: {res['bitwise']['bitwise_count']}/{res['bitwise']['configurations']} configurations; "
+              f"deterministic triton {res['bitwise']['deterministic_triton_50']} pallas "
+              f"{res['bitwise']['deterministic_pallas_50']}", flush=True)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    if not a.skip_timing:
+        sweep = [tuple(int(v) for v in s.split(":")) for s in a.sweep.split(",") if s]
+        res["timing"] = run_timing(a.rounds, a.baseline_kernel, [int(s) for s in a.sizes.split(",")], sweep,
+                                   a.timing_dtype)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    print("FAILED" if failures else "OK: bitwise identical everywhere", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

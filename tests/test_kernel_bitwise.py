@@ -1,0 +1,65 @@
+"""The two interpreted kernels (Triton interpreter, Pallas interpret mode) compute the same bits on CPU.
+
+Both kernels perform the same fp32 operations in the same order (SPEC.md section 8: fixed row-sum tree, ascending
+window scan) and, in interpret mode, take exp from the same function (numpy's float32 exp; the Pallas kernel calls it
+through a host callback). One difference is left, and it is the reason for the only tolerance here: XLA on CPU
+flushes subnormal numbers to zero in its arithmetic and numpy does not, so an output whose value sits at the
+subnormal scale (a sum holding a product below 2**-126) can differ, by less than 2**-125 in absolute value. Every
+other element must be bitwise identical. On the GPU both kernels flush alike (ex2.approx.ftz) and are compared bit
+for bit by bench/gpu_bitwise.py.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import jax_impl
+import torch_impl
+from shared_spec import make_inputs
+
+SUBNORMAL_SCALE = 2.0**-125
+
+
+def _both(B, N, E, kind, gamma, seed=0):
+    x = make_inputs(B, N, E, seed=seed, kind=kind)
+    t = torch_impl.categorical_td_target(**{k: torch.from_numpy(v) for k, v in x.items()}, gamma=gamma,
+                                         backend="triton", strict=True).numpy()
+    p = np.asarray(jax_impl.categorical_td_target(**{k: jnp.asarray(v) for k, v in x.items()}, gamma=gamma,
+                                                  backend="pallas", strict=True))
+    return t, p
+
+
+@pytest.mark.parametrize("B,N,E,kind,gamma", [
+    (37, 101, 2, "nonfinite", 0.99),  # every input kind, NaN and +-inf rows
+    (19, 51, 3, "mixed", 0.5),
+    (19, 101, 2, "mixed", 0.05),  # below the band threshold: the whole interior is scanned
+    (9, 2, 1, "mixed", 1.0),
+    (5, 256, 2, "peaked", 0.99),
+])
+def test_interpreted_kernels_agree_bitwise(B, N, E, kind, gamma):
+    t, p = _both(B, N, E, kind, gamma)
+    assert np.array_equal(np.isnan(t), np.isnan(p)), "NaN rows differ"
+    ok = ~np.isnan(t)
+    same_bits = t.view(np.int32) == p.view(np.int32)
+    subnormal_scale = np.abs(t.astype(np.float64) - p.astype(np.float64)) < SUBNORMAL_SCALE
+    assert np.all(same_bits | ~ok | subnormal_scale), np.abs(t - p)[ok].max()
+    # The check can fail: a one-ulp change of an ordinary element is caught.
+    q = p.copy()
+    i = np.argwhere(ok & (np.abs(p) > 1e-3))[0]
+    q[tuple(i)] = np.nextafter(q[tuple(i)], np.float32(2.0))
+    assert not np.all((t.view(np.int32) == q.view(np.int32)) | ~ok |
+                      (np.abs(t.astype(np.float64) - q.astype(np.float64)) < SUBNORMAL_SCALE))
+
+
+def test_tile_shape_does_not_change_the_bits():
+    """The reduction order is per row and written in the kernel: rows per program change nothing."""
+    from jax_impl import pallas_kernel as pk
+
+    x = make_inputs(21, 101, 2, seed=3, kind="mixed")
+    args = [jnp.asarray(x[k]) for k in ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
+    a = np.asarray(pk.categorical_td_target_pallas(*args, 0.99, block_rows=1))
+    b = np.asarray(pk.categorical_td_target_pallas(*args, 0.99, block_rows=8))
+    assert np.array_equal(a.view(np.int32), b.view(np.int32))
