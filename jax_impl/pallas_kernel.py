@@ -4,7 +4,8 @@ its `pallas_call` only (gate, self-test and registration: jax_impl/ops.py).
 The algorithm (SPEC.md section 8: min-Q scan, positions and pile sizes, the window scan of interior sources checked
 on the exact fp32 b, the full-row pass with the written row-sum tree, piles and two-hot last), the fp32 operation
 order (section 3) and the NaN policy (section 6) are those of the Triton kernel
-`triton_kernels/categorical_td_target.py`, statement for statement, with the same pinned launch configuration (`shared_spec.launch_config.kernel_config`) and
+`triton_kernels/categorical_td_target.py`, statement for statement, with the same pinned launch configuration
+(`shared_spec.launch_config.kernel_config`) and
 runtime row strides. Every float row sum is the fixed tree of `_row_sum`, no product is contracted into an FMA (R, and
 `mul.rn.f32` for g * j on the GPU), and exp is the same inline PTX in both kernels: `exp_mode="ex2"`
 (default) emits `ex2.approx.ftz.f32(x * fp32(log2 e))`; `exp_mode="libdevice"` uses `jnp.exp` (not bitwise with the
