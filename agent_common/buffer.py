@@ -1,4 +1,4 @@
-"""Uniform n-step replay buffer in numpy with upstream's truncation handling (FLASHSAC.md §13)."""
+"""Uniform n-step replay buffer in numpy with upstream's truncation handling (docs/flashsac.md)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ __all__ = [
     "step_env",
 ]
 
-# gymnasium 1.x warns that -v4 ids are out of date; upstream's recipe uses -v4 on purpose (FLASHSAC.md §14).
+# gymnasium 1.x warns that -v4 ids are out of date; upstream's recipe uses -v4 on purpose (docs/flashsac.md).
 warnings.filterwarnings("ignore", message=r".*The environment .* is out of date", category=DeprecationWarning)
 
 
@@ -83,7 +83,7 @@ def _time_limits(env: gym.Env) -> list[TimeLimit]:
 def make_env(
     env_name: str, seed: int, rescale_action: bool = True, max_episode_steps: int | None = None, index: int = 0
 ) -> gym.Env:
-    """One gym-MuJoCo env, wrapped as upstream ``make_mujoco_env`` does (FLASHSAC.md §14).
+    """One gym-MuJoCo env, wrapped as upstream ``make_mujoco_env`` does (docs/flashsac.md).
 
     Args:
         env_name: one of ``SUPPORTED_ENVS`` (e.g. ``"HalfCheetah-v4"``).
@@ -174,7 +174,7 @@ class StepResult:
 def step_env(envs: gym.vector.VectorEnv, action: np.ndarray) -> StepResult:
     """Steps a SameStep-autoreset vector env and recovers the true final observation of finished episodes.
 
-    Paper-era rule (FLASHSAC.md §15, §22): the final observation replaces the reset observation for terminated
+    Paper-era rule (docs/flashsac.md): the final observation replaces the reset observation for terminated
     *or* truncated envs. Only ``terminated`` masks the bootstrap, so truncated transitions bootstrap from the
     true final observation and terminated ones do not bootstrap at all.
 
@@ -211,7 +211,7 @@ def step_env(envs: gym.vector.VectorEnv, action: np.ndarray) -> StepResult:
 def evaluate(
     act: Callable[[np.ndarray], np.ndarray], envs: gym.vector.VectorEnv, num_episodes: int
 ) -> dict[str, float]:
-    """Deterministic evaluation as upstream ``evaluate`` (FLASHSAC.md §16).
+    """Deterministic evaluation as upstream ``evaluate`` (docs/flashsac.md).
 
     ``num_episodes / num_envs`` rounds; each resets the vector env, acts until every sub-env has finished once, and
     accumulates returns only until each sub-env's first done. The env is reset afterwards, as upstream does.

@@ -440,7 +440,7 @@ def strict_backend_as_config_error(make_agent: AgentFactory, unavailable: type[E
 
 
 def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
-    """Runs (or resumes) FlashSAC training as upstream ``train.py`` (FLASHSAC.md §15).
+    """Runs (or resumes) FlashSAC training as upstream ``train.py`` (docs/flashsac.md).
 
     Per interaction step: act (uniform random with a seeded RNG until ``buffer_min_length`` transitions, then the
     policy with zeta noise), step the envs, store the transition (true final obs on episode ends), update the reward

@@ -1,4 +1,4 @@
-"""Truncated-zeta noise repetition for exploration (FLASHSAC.md §12), in numpy with a seeded Generator."""
+"""Truncated-zeta noise repetition for exploration (docs/flashsac.md), in numpy with a seeded Generator."""
 
 from __future__ import annotations
 

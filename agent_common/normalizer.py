@@ -1,4 +1,4 @@
-"""Return-based reward normaliser (FLASHSAC.md §10), numpy float64 statistics."""
+"""Return-based reward normaliser (docs/flashsac.md), numpy float64 statistics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Warm-up + cosine-decay learning-rate schedule (FLASHSAC.md §11), optax-style, as a plain function."""
+"""Warm-up + cosine-decay learning-rate schedule (docs/flashsac.md), optax-style, as a plain function."""
 
 from __future__ import annotations
 

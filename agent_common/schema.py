@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 SUPPORTED_ENVS: tuple[str, ...] = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
-"""gym-MuJoCo tasks of upstream's CPU-sim recipe (FLASHSAC.md §14)."""
+"""gym-MuJoCo tasks of upstream's CPU-sim recipe (docs/flashsac.md)."""
 
 FRAMEWORKS: tuple[str, ...] = ("torch", "jax")
 
@@ -96,7 +96,7 @@ class EnvConfig(_Freezable):
 
 @dataclass
 class AgentConfig(_Freezable):
-    """``agent.*`` keys with upstream ``FlashSACConfig`` names (FLASHSAC.md §1, §19) plus project keys."""
+    """``agent.*`` keys with upstream ``FlashSACConfig`` names (docs/flashsac.md) plus project keys."""
 
     seed: int | None = None  # null -> top-level seed
     device_type: str = "auto"  # auto | cpu | cuda (upstream default cuda; auto = cuda if available)
@@ -632,7 +632,7 @@ def target_entropy(cfg: AgentConfig, action_low: Iterable[float], action_high: I
         action_high: (A,) upper action bounds.
 
     Returns:
-        The target entropy as a Python float (FLASHSAC.md §4), summed in float64.
+        The target entropy as a Python float (docs/flashsac.md), summed in float64.
     """
     if cfg.temp_target_entropy is not None:
         return float(cfg.temp_target_entropy)

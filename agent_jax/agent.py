@@ -44,7 +44,7 @@ def resolve_device(device_type: str) -> jax.Device:
 
 def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: jax.Array, noise: jax.Array,
                    deterministic: bool) -> jax.Array:
-    """Acting (FLASHSAC.md section 12): BN on running stats; tanh(mean) or tanh(mean + std * noise).
+    """Acting (docs/flashsac.md): BN on running stats; tanh(mean) or tanh(mean + std * noise).
 
     Args:
         actor_def: the FlashSACActor module.

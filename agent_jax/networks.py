@@ -1,6 +1,6 @@
 """Flax (linen) networks of the JAX FlashSAC agent, with the same module names and parameter shapes as agent_torch.
 
-Layout choices, so that issue 7 can convert weights by name alone:
+Layout choices, so that the converter (agent_interop) can convert weights by name alone:
 
 * Linear weights are stored in PyTorch's layout, ``(out, in)`` (ensemble: ``(N, out, in)``), not flax's
   ``(in, out)`` kernel layout, and are named ``weight``; BatchNorm affine parameters are ``weight`` / ``bias``
@@ -10,7 +10,7 @@ Layout choices, so that issue 7 can convert weights by name alone:
   ``log_temp``). linen names list members ``blocks_0``, ``blocks_1`` where PyTorch has ``blocks.0``, ``blocks.1``;
   the torch critic's ``atoms`` buffer is a constant here (it is never trained or saved).
 
-The unit-norm layers are FlashSAC's own layers (FLASHSAC.md section 8.1); flax has no equivalent with PyTorch's
+The unit-norm layers are FlashSAC's own layers (docs/flashsac.md); flax has no equivalent with PyTorch's
 BatchNorm semantics (biased batch variance for normalisation, unbiased variance in the running estimate), so they
 are written here on top of ``flax.linen``. Every module that owns projected weights has a
 ``normalize_parameters`` method that rewrites its parameters in place; call it through
@@ -60,7 +60,7 @@ def _orthogonal(key: Array, shape: Sequence[int], dtype: Any = jnp.float32) -> A
     """torch.nn.init.orthogonal_(gain=1) on the last two axes, independently for every leading index.
 
     For a (out, in) matrix the columns are orthonormal when out > in and the rows when out <= in, as in PyTorch;
-    rows are only made unit-norm by the first ``normalize_parameters`` (FLASHSAC.md section 8.1).
+    rows are only made unit-norm by the first ``normalize_parameters`` (docs/flashsac.md).
     """
     *lead, out_dim, in_dim = shape
     init = nn.initializers.orthogonal(scale=1.0, column_axis=-1)
@@ -199,7 +199,7 @@ class ResidualBlock(nn.Module):
 
 
 class FlashSACActor(nn.Module):
-    """Tanh-Gaussian actor with the paper-era normalised heads (FLASHSAC.md sections 8.2, 22).
+    """Tanh-Gaussian actor with the paper-era normalised heads (docs/flashsac.md).
 
     obs (B, O) -> BN -> UnitLinear(O -> d) -> blocks -> RMSNorm(d) -> mean / log-std heads (UnitLinear + bias).
     The action is tanh(u); the env is rescaled to [-1, 1], so there is no action bias / range term.
@@ -366,7 +366,7 @@ class EnsembleResidualBlock(nn.Module):
 
 
 class FlashSACDoubleCritic(nn.Module):
-    """Clipped double-Q (arXiv 1802.09477): N = 2 categorical critics fused as one ensemble (FLASHSAC.md 8.3).
+    """Clipped double-Q (arXiv 1802.09477): N = 2 categorical critics fused as one ensemble (docs/flashsac.md).
 
     Attributes:
         input_dim: O_c + A.
@@ -433,7 +433,7 @@ class FlashSACTemperature(nn.Module):
 
 
 def normalize_parameters(apply_fn: Callable[..., Any], params: Any, batch_stats: Any) -> Any:
-    """Weight projection of FLASHSAC.md section 8.5 as a pure function: returns the projected ``params`` tree.
+    """Weight projection of docs/flashsac.md as a pure function: returns the projected ``params`` tree.
 
     Unit-row linear weights, BN (weight, bias) jointly to norm sqrt(d), RMSNorm weight to norm sqrt(d); head
     biases are untouched. Run it after every optimiser step of the actor and the critic (never after the EMA).
@@ -455,7 +455,7 @@ def torch_state_dict(variables: dict[str, Any]) -> dict[str, np.ndarray]:
     """Flatten flax variables to agent_torch's ``state_dict`` names: ``blocks_0/fc1/weight`` -> ``blocks.0.fc1.weight``.
 
     Parameters and BN running statistics share one namespace, as in a torch module. Layouts are already PyTorch's,
-    so weight conversion between the two agents (issue 7) is a rename; the torch critic's ``atoms`` buffer has no
+    so weight conversion between the two agents (agent_interop) is a rename; the torch critic's ``atoms`` buffer has no
     counterpart (it is a constant here).
 
     Args:

@@ -59,7 +59,7 @@ class AgentState:
 def learning_rate_schedule(
     init_value: float, peak_value: float, end_value: float, warmup_steps: int, decay_steps: int
 ) -> optax.Schedule:
-    """Upstream ``warmup_cosine_decay_scheduler`` (FLASHSAC.md section 11) as an optax schedule.
+    """Upstream ``warmup_cosine_decay_scheduler`` (docs/flashsac.md) as an optax schedule.
 
     Linear warm-up init -> peak over ``warmup_steps``, then cosine peak -> end until ``decay_steps`` (the total
     length, warm-up included), then constant ``end_value``. Evaluated at the network's own optimiser step count.
@@ -123,7 +123,7 @@ def _modules(observation_dim: int, action_dim: int, actor_num_blocks: int, actor
 
 
 def create_agent_state(agent_cfg: Any, observation_dim: int, action_dim: int, seed: int) -> AgentState:
-    """Initialise all networks, project them once (FLASHSAC.md section 8.5) and build their optimisers.
+    """Initialise all networks, project them once (docs/flashsac.md) and build their optimisers.
 
     Args:
         agent_cfg: resolved ``Config.agent`` (needs the network, temperature and learning-rate keys).

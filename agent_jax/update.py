@@ -1,4 +1,4 @@
-"""FlashSAC update steps as pure functions returning info dicts with upstream's metric names (FLASHSAC.md 3-5, 9).
+"""FlashSAC update steps as pure functions returning info dicts with upstream's metric names (docs/flashsac.md).
 
 The twin of agent_torch/update.py (same function names, arguments in the same order, same info keys); here every
 function takes and returns explicit state, and ``update_networks`` chains them inside one ``jax.jit``.

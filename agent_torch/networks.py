@@ -1,4 +1,4 @@
-"""FlashSAC networks (FLASHSAC.md §8): BN embedder, inverted residual blocks, post-RMSNorm, unit-norm projection."""
+"""FlashSAC networks (docs/flashsac.md): BN embedder, inverted residual blocks, post-RMSNorm, unit-norm projection."""
 
 from __future__ import annotations
 
@@ -232,7 +232,7 @@ def _safe_tanh_log_det(u: torch.Tensor) -> torch.Tensor:
 
 
 class FlashSACActor(nn.Module):
-    """Tanh-Gaussian actor with the paper-era normalised heads (FLASHSAC.md §8.2, §22).
+    """Tanh-Gaussian actor with the paper-era normalised heads (docs/flashsac.md).
 
     obs (B, O) -> BN -> UnitLinear(O -> d) -> blocks -> RMSNorm(d) -> mean / log-std heads (UnitLinear + bias).
 
@@ -296,7 +296,7 @@ class FlashSACActor(nn.Module):
 
 
 class FlashSACDoubleCritic(nn.Module):
-    """Two critic members fused as an ensemble with a categorical head over a fixed support (FLASHSAC.md §8.3).
+    """Two critic members fused as an ensemble with a categorical head over a fixed support (docs/flashsac.md).
 
     Args:
         input_dim: O_c + A.

@@ -1,4 +1,4 @@
-"""FlashSAC update steps as free functions returning info dicts with upstream's metric names (FLASHSAC.md §3-§5, §9)."""
+"""FlashSAC update steps as free functions returning info dicts with upstream's metric names (docs/flashsac.md)."""
 
 from __future__ import annotations
 

@@ -232,7 +232,7 @@ def test_reward_normalizer_hand_computed():
     assert norm.G.tolist() == [2.0] and norm.count == 2.0
     norm.update(np.array([-3.0]), np.array([1.0]), np.array([0.0]))  # terminal step: G restarts at r = -3
     assert norm.G.tolist() == [-3.0] and norm.G_max == 3.0
-    # mean of {2, 2, -3}; M2 recursion as in FLASHSAC.md §10
+    # mean of {2, 2, -3}; M2 recursion as in docs/flashsac.md
     var2 = 1e-4 * (1 + 1e-4) / 2  # after the 2nd update (delta 0)
     delta = -3.0 - 2.0
     m2 = var2 * (2 + 1e-4) + delta**2 * 2 * 1 / 3
@@ -315,7 +315,7 @@ def test_warmup_cosine_decay():
     assert warmup_cosine_decay(0, **kw) == 3e-4
     assert warmup_cosine_decay(1, **kw) == pytest.approx(3e-4)
     assert warmup_cosine_decay(1_000_000, **kw) == 1.5e-4 and warmup_cosine_decay(2_000_000, **kw) == 1.5e-4
-    # actor / temperature stop mid-schedule (~495k of ~990k steps): ≈ 2.26e-4 (FLASHSAC.md §1)
+    # actor / temperature stop mid-schedule (~495k of ~990k steps): ≈ 2.26e-4 (docs/flashsac.md)
     assert warmup_cosine_decay(495_000, **kw) == pytest.approx(2.26e-4, abs=5e-7)
     assert warmup_cosine_decay(990_000, **kw) == pytest.approx(1.50e-4, abs=1e-7)
     assert warmup_cosine_decay(5, 0.0, 1.0, 0.0, 10, 20) == pytest.approx(0.5)

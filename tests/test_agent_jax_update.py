@@ -92,7 +92,7 @@ def _assert_projected(params) -> None:
 
 
 def test_parameter_counts_match_upstream():
-    """Default widths on HalfCheetah: 268,590 actor and 2,171,686 critic parameters (FLASHSAC.md 8.7)."""
+    """Default widths on HalfCheetah: 268,590 actor and 2,171,686 critic parameters (docs/flashsac.md)."""
     cfg = load_config(framework="jax")
     state = create_agent_state(cfg.agent, OBS_DIM, ACT_DIM, seed=0)
     count = lambda tree: sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(tree))

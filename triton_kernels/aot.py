@@ -1,4 +1,4 @@
-"""Ahead-of-time compilation of the kernel for a CUDA target on a machine without a GPU (KERNEL_NOTES 3.1).
+"""Ahead-of-time compilation of the kernel for a CUDA target on a machine without a GPU (docs/kernel_notes.md).
 
     python -m triton_kernels.aot --arch 90 --N 101 --E 2
 
