@@ -1,4 +1,4 @@
-"""The Triton kernel compiles for the H200 (sm_90) on this CPU machine; ptxas reports no spills (docs/kernel_notes.md)."""
+"""The Triton kernel compiles for the H200 (sm_90) on this CPU machine: no spills (docs/kernel_notes.md)."""
 
 import json
 import os
