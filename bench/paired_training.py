@@ -89,7 +89,7 @@ def summarize_savings(savings: list[float] | np.ndarray, n_boot: int = 10_000, c
             "confidence": confidence, "n_boot": int(n_boot)}
 
 
-def _command(framework: str, backend: str, seed: int, num_env_steps: int, run_dir: str,
+def train_command(framework: str, backend: str, seed: int, num_env_steps: int, run_dir: str,
              extra: list[str]) -> list[str]:
     module = PAIRS[framework][0]
     overrides = [f"num_env_steps={num_env_steps}", f"seed={seed}", f"agent.categorical_target_backend={backend}",
@@ -134,7 +134,7 @@ def run_pair(framework: str, seed: int, repeat: int, num_env_steps: int, out_dir
         tag = f"{framework}-{backend}-seed{seed}-rep{repeat}"
         run_dir = os.path.join(out_dir, "runs", tag)
         os.makedirs(run_dir, exist_ok=True)
-        cmd = _command(framework, backend, seed, num_env_steps, run_dir, extra)
+        cmd = train_command(framework, backend, seed, num_env_steps, run_dir, extra)
         env = jax_cache_env(os.path.join(out_dir, "jax_cache")) if framework == "jax" else None
         runs[backend] = _timed_run(cmd, os.path.join(out_dir, "logs", tag + ".log"), timeout_s, env)
         print(f"  {tag}: rc={runs[backend]['returncode']} {runs[backend]['wall_s']:.1f} s", flush=True)
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.dry_run:
         for fw in frameworks:
             for backend in PAIRS[fw][1:]:
-                print(" ".join(_command(fw, backend, seeds[0], a.num_env_steps, os.path.join(out, "runs", "X"),
+                print(" ".join(train_command(fw, backend, seeds[0], a.num_env_steps, os.path.join(out, "runs", "X"),
                                         a.overrides)))
         return 0
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         for fw in frameworks:
             for backend in PAIRS[fw][1:]:
                 tag = f"warmup-{fw}-{backend}"
-                cmd = _command(fw, backend, seeds[0], warmup_steps(a.overrides), os.path.join(out, "runs", tag),
+                cmd = train_command(fw, backend, seeds[0], warmup_steps(a.overrides), os.path.join(out, "runs", tag),
                                a.overrides)
                 env = jax_cache_env(os.path.join(out, "jax_cache")) if fw == "jax" else None
                 run = _timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s, env)

@@ -20,7 +20,8 @@ import torch
 import jax_impl.dispatch as jax_dispatch
 import torch_impl.dispatch as torch_dispatch
 from bench import harness as H
-from bench.harness import metrics, runner
+from bench.harness import runner
+from shared_spec.tolerances import atol_vs_float64
 
 CASE = H.HarnessCase(33, layout="chunk", kind="mixed")  # upstream's layout, every value kind
 QUICK = H.RunConfig(seed=7, trials=2, repeats=1, perf_reps=1, smoke=True)
@@ -198,7 +199,7 @@ def test_catches_a_silent_fallback(tmp_path, monkeypatch, impl):
     _assert_caught(rec, "2_correctness", "the kernel never ran")
     c2 = rec["stages"]["2_correctness"]
     assert all(t["kernel_calls"] == 0 for t in c2["trials"])
-    assert c2["max_abs_error_finite_rows"] <= metrics._atol(CASE.N, "float32")  # the values alone would have passed
+    assert c2["max_abs_error_finite_rows"] <= atol_vs_float64(CASE.N)  # the values alone would have passed
 
 
 def test_expected_skip_is_a_result_not_a_crash(tmp_path, monkeypatch):

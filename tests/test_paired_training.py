@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.paired_training import _command, merge_overrides, pair_saving_percent, summarize_savings
+from bench.paired_training import merge_overrides, pair_saving_percent, summarize_savings, train_command
 
 # The seed project's six paired torch/Triton savings have this shape: mean 3.23, median 2.39, range -2.26..9.87.
 SEED_PROJECT_LIKE = [-2.26, 1.50, 2.00, 2.78, 5.49, 9.87]
@@ -56,7 +56,7 @@ def test_summary_edge_cases():
 
 
 def test_commands_pin_backend_seed_and_strict_mode():
-    cmd = _command("jax", "pallas", 2, 500, "/tmp/run", ["agent.sample_batch_size=64"])
+    cmd = train_command("jax", "pallas", 2, 500, "/tmp/run", ["agent.sample_batch_size=64"])
     assert cmd[1:3] == ["-m", "agent_jax.train"]
     pairs = dict(o.split("=", 1) for o in cmd[4::2])
     assert cmd[3::2] == ["--overrides"] * len(pairs)
@@ -140,7 +140,7 @@ def test_training_loop_time_is_read_from_the_cli_result_line(tmp_path, monkeypat
     def fake_command(fw, backend, seed, steps, run_dir, extra):
         return [sys.executable, "-c", script, next(loops)]
 
-    monkeypatch.setattr(pt, "_command", fake_command)
+    monkeypatch.setattr(pt, "train_command", fake_command)
     assert pt.main(["--out", str(tmp_path / "out"), "--seeds", "0,1", "--frameworks", "torch", "--repeats", "1",
                     "--no-warm-up"]) == 0
     res = json.loads((tmp_path / "out" / "results.json").read_text())

@@ -18,23 +18,13 @@ from shared_spec.tolerances import (
     ATOL_FLOAT64,
     ATOL_MASS,
     LOW_PRECISION_FACTOR,
+    atol_vs_float64,
     max_abs_error,
     max_mass_error,
 )
 
 __all__ = ["correctness_metrics", "critic_mismatch_fraction"]
 
-
-
-def _atol(num_bins: int, dtype: str) -> float:
-    """The harness's fp32 vs float64 tolerance for an N-atom support: ATOL_FLOAT64 for N <= 101, scaled with the fp32
-    spacing of N - 1 for larger supports (SPEC.md section 7). ``dtype`` names the arithmetic compared ("float32").
-
-    The one place the harness derives a tolerance from N: shared_spec.tolerances is to provide this rule as
-    ``atol_vs_float64(num_bins, dtype)``; this body then becomes ``return atol_vs_float64(num_bins, dtype)``."""
-    if dtype != "float32":
-        raise ValueError(f"dtype must be 'float32' (low-precision log-probs follow the 2x rule), got {dtype!r}")
-    return ATOL_FLOAT64 * max(1.0, (num_bins - 1) / 100)
 
 
 def critic_mismatch_fraction(got: np.ndarray, x: dict[str, np.ndarray], gamma: float, tol: float) -> float:
@@ -71,7 +61,7 @@ def correctness_metrics(got: np.ndarray, x: dict[str, np.ndarray], case: Harness
     xr = first_rows(round_log_probs(x, case.dtype), n)
     want = R.categorical_td_target(**xr, gamma=case.gamma)
     g = got[:n].astype(np.float64)
-    tol = _atol(N, "float32")  # vs the spec on the rounded log-probs: fp32 arithmetic
+    tol = atol_vs_float64(N, "float32")  # vs the spec on the rounded log-probs: fp32 arithmetic
     unwritten = int((_nan_rows(g) & ~_nan_rows(want)).sum())
     spurious = int((~np.isnan(g).all(axis=1) & _nan_rows(want)).sum())
     m = {"rows_vs_float64": n, "tolerance": tol, "max_abs_error": max_abs_error(g, want),
