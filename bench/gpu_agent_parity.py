@@ -40,9 +40,7 @@ import os
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before jax initialises: torch shares the GPU
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
@@ -68,14 +66,12 @@ def _stub_gymnasium() -> bool:
 
 
 def _environment(jax: Any, torch: Any, stubbed: bool) -> dict[str, Any]:
-    import triton
+    """bench.common's environment record plus what decides parity here: matmul precision flags, interpreters."""
+    from bench.common import environment
 
     dev = jax.devices()[0]
-    return {
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(), "torch": torch.__version__, "jax": jax.__version__,
-        "triton": triton.__version__, "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available()
-        else None, "jax_device": str(dev), "jax_device_kind": getattr(dev, "device_kind", None),
+    return environment() | {
+        "jax_device": str(dev), "jax_device_kind": getattr(dev, "device_kind", None),
         "jax_default_matmul_precision": str(jax.config.jax_default_matmul_precision),
         "torch_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "torch_float32_matmul_precision": torch.get_float32_matmul_precision(), "gymnasium_stub": stubbed,
