@@ -71,6 +71,7 @@ def _environment(jax: Any, torch: Any, stubbed: bool) -> dict[str, Any]:
 
     dev = jax.devices()[0]
     return environment() | {
+        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "jax_device": str(dev), "jax_device_kind": getattr(dev, "device_kind", None),
         "jax_default_matmul_precision": str(jax.config.jax_default_matmul_precision),
         "torch_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
