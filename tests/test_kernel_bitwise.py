@@ -56,7 +56,7 @@ def test_interpreted_kernels_agree_bitwise(B, N, E, kind, gamma):
 
 def test_tile_shape_does_not_change_the_bits():
     """The reduction order is per row and written in the kernel: rows per program change nothing."""
-    from jax_impl import pallas_kernel as pk
+    from jax_impl import ops as pk
 
     x = make_inputs(21, 101, 2, seed=3, kind="mixed")
     args = [jnp.asarray(x[k]) for k in ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
