@@ -284,6 +284,14 @@ def _to_jax_tree(net: str, kind: str, template: Any, torch_values: dict[str, Any
     return flax.serialization.from_state_dict(template, unflatten_tree(out))
 
 
+def _endpoints(torch_agent: Any, jax_agent: Any, check_hyperparameters: bool) -> tuple[dict, dict, Any]:
+    """Checks the pair (``check_compatible``) and returns the torch modules, the torch network bundles and the JAX
+    agent's state: what both conversion directions start from."""
+    check_compatible(torch_agent, jax_agent, check_hyperparameters)
+    bundles = {"actor": torch_agent.actor, "critic": torch_agent.critic, "temperature": torch_agent.temperature}
+    return _torch_modules(torch_agent), bundles, jax_agent.state
+
+
 def torch_to_jax(torch_agent: Any, jax_agent: Any, check_hyperparameters: bool = True) -> None:
     """Overwrites ``jax_agent``'s whole training state with ``torch_agent``'s (see the module doc for the list).
 
@@ -297,10 +305,7 @@ def torch_to_jax(torch_agent: Any, jax_agent: Any, check_hyperparameters: bool =
     Raises:
         ConversionError: architecture or configuration mismatch, naming the offending key or parameter.
     """
-    check_compatible(torch_agent, jax_agent, check_hyperparameters)
-    modules = _torch_modules(torch_agent)
-    bundles = {"actor": torch_agent.actor, "critic": torch_agent.critic, "temperature": torch_agent.temperature}
-    state = jax_agent.state
+    modules, bundles, state = _endpoints(torch_agent, jax_agent, check_hyperparameters)
     new = {}
     for net in NETWORKS:
         js = getattr(state, net)
@@ -392,10 +397,7 @@ def jax_to_torch(jax_agent: Any, torch_agent: Any, check_hyperparameters: bool =
     Raises:
         ConversionError: architecture or configuration mismatch, naming the offending key or parameter.
     """
-    check_compatible(torch_agent, jax_agent, check_hyperparameters)
-    modules = _torch_modules(torch_agent)
-    bundles = {"actor": torch_agent.actor, "critic": torch_agent.critic, "temperature": torch_agent.temperature}
-    state = jax_agent.state
+    modules, bundles, state = _endpoints(torch_agent, jax_agent, check_hyperparameters)
     counts = {}
     for net in NETWORKS:  # validate everything before the first write
         js = getattr(state, net)
