@@ -8,7 +8,8 @@ Sections
     timing      ``block_seconds`` (one timed block of calls between device syncs), ``interleaved_blocks``
                 (every variant's blocks in turn, so all variants see the same machine state), ``jit_loop`` (a
                 jitted loop of dependent calls: device time per call in JAX), ``capture_cuda_graph``.
-    reports     ``write_results`` (results.json + results.md), ``json_block``, ``fmt``, ``speedup_plot``.
+    reports     ``write_results`` (results.json + results.md), ``json_block``, ``fmt``, ``speedup_plot``,
+                ``section_markers``, ``replace_readme_section`` (the generated sections of README.md).
     recipe      upstream's CPU-sim HalfCheetah recipe (``UPSTREAM_RECIPE``, ``make_recipe``), configs built from
                 the project's config schema (``recipe_config``), and recipe-sized agents on synthetic batches
                 (``synthetic_torch_agents``, ``synthetic_jax_agent``) for timing without an environment.
@@ -229,6 +230,27 @@ def write_results(out_dir: str, res: dict, markdown: str) -> str:
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(markdown)
     return markdown
+
+
+def section_markers(name: str) -> tuple[str, str]:
+    """The begin and end markers of README.md's generated section ``name``."""
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+def replace_readme_section(name: str, body: str, path: str = os.path.join(REPO, "README.md")) -> None:
+    """Rewrites the text between ``<!-- name:begin -->`` and ``<!-- name:end -->`` in ``path`` with ``body``
+    (appends the marked section when the markers are missing): how generated README sections are regenerated."""
+    begin, end = section_markers(name)
+    with open(path) as f:
+        text = f.read()
+    new = f"{begin}\n{body}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + new + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + new + "\n"
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def speedup_plot(path: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]], title: str, *,

@@ -17,14 +17,14 @@ import glob
 import json
 import math
 import os
-import re
 import statistics
 import sys
 
+from bench.common import replace_readme_section, section_markers
 from bench.harness.report import fast_p_table
 from bench.harness.scoring import fast_p_summary
 
-BEGIN, END = "<!-- performance:begin -->", "<!-- performance:end -->"
+BEGIN, END = section_markers("performance")
 
 
 def section(folder: str) -> str:
@@ -160,14 +160,8 @@ def harness_section(folder: str) -> str:
 
 def main() -> None:
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results/h200-2026-11-29"
-    text = open("README.md").read()
     body = section(folder) + (agents_section(*sys.argv[2:]) if len(sys.argv) > 2 else "")
-    new = f"{BEGIN}\n{body}\n{END}"
-    if BEGIN in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: new, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + new + "\n"
-    open("README.md", "w").write(text)
+    replace_readme_section("performance", body, "README.md")
 
 
 if __name__ == "__main__":
