@@ -8,6 +8,7 @@ Sections
     timing      ``block_seconds`` (one timed block of calls between device syncs), ``interleaved_blocks``
                 (every variant's blocks in turn, so all variants see the same machine state), ``jit_loop`` (a
                 jitted loop of dependent calls: device time per call in JAX), ``capture_cuda_graph``.
+    statistics  ``bootstrap_ci`` (percentile bootstrap, stratified over groups such as tasks).
     reports     ``write_results`` (results.json + results.md), ``json_block``, ``fmt``, ``speedup_plot``,
                 ``section_markers``, ``replace_readme_section`` (the generated sections of README.md).
     recipe      upstream's CPU-sim HalfCheetah recipe (``UPSTREAM_RECIPE``, ``make_recipe``), configs built from
@@ -207,6 +208,24 @@ def jit_loop(op: Callable[..., Any], K: int) -> Callable[..., Any]:
 
 
 # ------------------------------------------------------------------------------------------------------- reports
+
+
+BOOTSTRAP_REPS = 2000
+
+
+def bootstrap_ci(strata: Sequence[np.ndarray], statistic, reps: int = BOOTSTRAP_REPS, seed: int = 0,
+                 level: float = 0.95) -> tuple[float, float, float]:
+    """(point, low, high): the statistic of all scores and its stratified percentile-bootstrap interval.
+
+    Each stratum (a task's seeds) is resampled with replacement on its own and the resampled strata are pooled, as
+    rliable does across tasks; with one stratum it is the plain bootstrap over seeds.
+    """
+    rng = np.random.default_rng(seed)
+    pooled = np.concatenate(strata)
+    samples = np.concatenate([s[rng.integers(0, len(s), size=(reps, len(s)))] for s in strata], axis=1)
+    values = statistic(samples, axis=1)
+    low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(statistic(pooled[None, :], axis=1)[0]), float(low), float(high)
 
 
 def fmt(v: object, spec: str = ".3g") -> str:

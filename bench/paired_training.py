@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from agent_jax.compilation_cache import jax_cache_env
-from bench.common import REPO, environment, write_results
+from bench.common import REPO, bootstrap_ci, environment, write_results
 
 __all__ = ["DEFAULT_OVERRIDES", "PAIRS", "main", "merge_overrides", "pair_saving_percent", "run_pair",
            "summarize_savings"]
@@ -78,15 +78,11 @@ def summarize_savings(savings: list[float] | np.ndarray, n_boot: int = 10_000, c
         raise ValueError(f"savings must be finite, got {a.tolist()}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    rng = np.random.default_rng(seed)
-    boots = a[rng.integers(0, a.size, size=(int(n_boot), a.size))]  # (n_boot, n)
-    lo, hi = (1.0 - confidence) / 2.0, 1.0 - (1.0 - confidence) / 2.0
-    means, medians = boots.mean(axis=1), np.median(boots, axis=1)
-    return {"n": int(a.size), "mean": float(a.mean()), "median": float(np.median(a)), "min": float(a.min()),
+    mean = bootstrap_ci([a], np.mean, int(n_boot), seed, confidence)  # the same resamples for both statistics
+    median = bootstrap_ci([a], np.median, int(n_boot), seed, confidence)
+    return {"n": int(a.size), "mean": mean[0], "median": median[0], "min": float(a.min()),
             "max": float(a.max()), "std": float(a.std(ddof=1)) if a.size > 1 else 0.0,
-            "mean_ci": [float(np.quantile(means, lo)), float(np.quantile(means, hi))],
-            "median_ci": [float(np.quantile(medians, lo)), float(np.quantile(medians, hi))],
-            "confidence": confidence, "n_boot": int(n_boot)}
+            "mean_ci": list(mean[1:]), "median_ci": list(median[1:]), "confidence": confidence, "n_boot": int(n_boot)}
 
 
 def train_command(framework: str, backend: str, seed: int, num_env_steps: int, run_dir: str,

@@ -1,0 +1,405 @@
+"""Learning evidence: train seeds x tasks x agents, collect the eval curves, compare them with FlashSAC's published
+returns.
+
+    python -m bench.learning run --root runs/learning --agents torch,jax --tasks HalfCheetah-v4 \\
+        --seeds 0,1000,2000,3000,4000 --num-env-steps 100000 --gpus 0 --per-gpu 4 --budget-s 540
+    python -m bench.learning collect --root runs/learning --out bench/results/<folder>
+    python -m bench.learning report bench/results/<folder> [more folders] [--readme]
+
+``run`` trains every (agent, task, seed) through the agents' own CLIs with upstream's CPU-sim recipe
+(``bench.common.UPSTREAM_RECIPE``; eval every 100k steps unless overridden), several runs per GPU at once. Each run
+gets ``max_wall_seconds`` from the remaining budget, so it checkpoints (buffer included) and exits cleanly in time;
+the next invocation resumes every unfinished run (``agent_load_path=<run dir>``) and starts the ones not begun. A
+run is finished when its eval.csv holds an evaluation at ``num_env_steps``.
+
+``collect`` copies each run's eval.csv and config.yaml with a run.json (agent, task, seed, source) into
+``<out>/<agent>/<task>/seed<seed>/``; ``--from agent:run_dir`` imports single run directories trained elsewhere.
+
+``report`` reads collected folders and writes ``learning.md`` / ``learning.json`` / ``learning_curves.png`` into the
+first one (``--readme`` also rewrites README.md's generated "learning" section). Per agent and task, at each step that
+has both a published figure and at least one run: the seeds' returns, their mean and interquartile mean (IQM) with
+95 % percentile-bootstrap intervals over seeds, and a test of "same mean as published" (see ``same_as_published``).
+Across tasks, the mean and IQM of returns normalised by the published mean at that step, with stratified bootstrap
+intervals (seeds resampled within each task), the aggregate method of rliable.
+
+Published figures: ``bench/results/published/flashsac_gym_mujoco.csv`` (its header comment names the source).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from bench.common import BOOTSTRAP_REPS, REPO, UPSTREAM_RECIPE, bootstrap_ci, environment, replace_readme_section
+
+PUBLISHED = os.path.join(REPO, "bench", "results", "published", "flashsac_gym_mujoco.csv")
+TASKS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
+AGENTS = ("torch", "jax")
+# the expected range of n normal samples in standard deviations (d2 of quality control), n = 2..10
+_D2 = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
+
+
+# ------------------------------------------------------------------------------------------------------------ run
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    agent: str
+    task: str
+    seed: int
+
+    def run_dir(self, root: str) -> str:
+        return os.path.join(root, self.agent, self.task, f"seed{self.seed}")
+
+
+def eval_returns(run_dir: str) -> dict[int, float]:
+    """env step -> mean evaluation return, from a run's eval.csv (empty when there is none yet)."""
+    path = os.path.join(run_dir, "eval.csv")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, newline="") as f:
+        return {int(float(r["env_step"])): float(r["value"]) for r in csv.DictReader(f) if r["metric"] == "avg_return"}
+
+
+def run_finished(run_dir: str, num_env_steps: int) -> bool:
+    return any(step >= num_env_steps for step in eval_returns(run_dir))
+
+
+def train_command(spec: RunSpec, root: str, num_env_steps: int, wall_seconds: float,
+                  overrides: Sequence[str] = ()) -> list[str]:
+    """The agent CLI command that starts ``spec``'s run, or resumes it when its directory already holds one."""
+    run_dir = spec.run_dir(root)
+    recipe = [o for o in UPSTREAM_RECIPE if not o.startswith("env.env_name=")]
+    settings = [*recipe, f"env.env_name={spec.task}", f"seed={spec.seed}", f"num_env_steps={num_env_steps}",
+                "evaluation_per_interaction_step=100_000", "progress_bar=false", *overrides,
+                f"max_wall_seconds={max(int(wall_seconds), 1)}"]
+    if os.path.isfile(os.path.join(run_dir, "config.yaml")):
+        settings = [f"agent_load_path={run_dir}", f"max_wall_seconds={max(int(wall_seconds), 1)}"]
+    else:
+        settings.append(f"save_path={run_dir}")
+    cmd = [sys.executable, "-m", f"agent_{spec.agent}.train"]
+    for s in settings:
+        cmd += ["--overrides", s]
+    return cmd
+
+
+def run_all(specs: Sequence[RunSpec], root: str, num_env_steps: int, budget_s: float, gpus: Sequence[str],
+            per_gpu: int, overrides: Sequence[str] = (), min_run_s: float = 60.0, margin_s: float = 30.0) -> dict:
+    """Runs the unfinished ``specs``, ``per_gpu`` at a time on each of ``gpus`` ("" = no GPU), within ``budget_s``.
+
+    A run starts only while at least ``min_run_s`` of the budget is left, and gets the rest of the budget less
+    ``margin_s`` (its checkpoint time) as ``max_wall_seconds``. Returns what each run did (exit status, seconds).
+    """
+    t0 = time.monotonic()
+    todo = [s for s in specs if not run_finished(s.run_dir(root), num_env_steps)]
+    running: dict[str, tuple[RunSpec, subprocess.Popen, float, object]] = {}
+    done: dict[str, dict] = {}
+    while todo or running:
+        left = budget_s - (time.monotonic() - t0)
+        busy = [v[3] for v in running.values()]
+        free = [g for g in gpus for _ in range(per_gpu - busy.count(g))]
+        while todo and free and left - margin_s >= min_run_s:
+            spec, gpu = todo.pop(0), free.pop(0)
+            run_dir = spec.run_dir(root)
+            os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+            cmd = train_command(spec, root, num_env_steps, left - margin_s, overrides)
+            env = dict(os.environ)
+            if gpu:
+                env["CUDA_VISIBLE_DEVICES"] = gpu
+            log = open(run_dir + ".log", "a")
+            log.write(f"\n$ {' '.join(cmd)}\n")
+            log.flush()
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+            running[run_dir] = (spec, proc, time.monotonic(), gpu)
+            print(f"started {spec} on gpu {gpu or '-'}", flush=True)
+        if not running:
+            break  # budget too short to start what is left
+        time.sleep(1.0)
+        for run_dir, (spec, proc, started, _gpu) in list(running.items()):
+            if proc.poll() is not None:
+                del running[run_dir]
+                done[run_dir] = {"agent": spec.agent, "task": spec.task, "seed": spec.seed,
+                                 "returncode": proc.returncode, "seconds": round(time.monotonic() - started, 1),
+                                 "finished": run_finished(run_dir, num_env_steps)}
+                print(f"{spec}: exit {proc.returncode}, finished={done[run_dir]['finished']}", flush=True)
+    return {"runs": done, "not_started": [vars(s) for s in todo], "seconds": round(time.monotonic() - t0, 1)}
+
+
+# -------------------------------------------------------------------------------------------------------- collect
+
+
+def collect_run(agent: str, run_dir: str, out: str) -> str:
+    """Copies ``run_dir``'s eval.csv and config.yaml (and learning_curve.png) to ``out/<agent>/<task>/seed<s>/``."""
+    if agent not in AGENTS:
+        raise ValueError(f"agent: expected one of {AGENTS}, got {agent!r}")
+    config = _read_config(run_dir)
+    task, seed = config["env"]["env_name"], int(config["seed"])
+    dest = os.path.join(out, agent, task, f"seed{seed}")
+    os.makedirs(dest, exist_ok=True)
+    for name in ("eval.csv", "config.yaml", "learning_curve.png"):
+        if os.path.isfile(os.path.join(run_dir, name)):
+            shutil.copyfile(os.path.join(run_dir, name), os.path.join(dest, name))
+    with open(os.path.join(dest, "run.json"), "w") as f:
+        json.dump({"agent": agent, "task": task, "seed": seed, "source": os.path.abspath(run_dir),
+                   "num_eval_episodes": config.get("num_eval_episodes")}, f, indent=1)
+    return dest
+
+
+def _read_config(run_dir: str) -> dict:
+    import yaml  # a dependency of omegaconf
+
+    path = os.path.join(run_dir, "config.yaml")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"run_dir: {run_dir} holds no config.yaml (not a run directory)")
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+# --------------------------------------------------------------------------------------------------------- report
+
+
+def load_published(path: str = PUBLISHED) -> dict[str, dict[int, dict]]:
+    """task -> env step -> {"mean", "min", "max", "n"} (min/max None where the source gives none)."""
+    out: dict[str, dict[int, dict]] = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(line for line in f if not line.startswith("#")):
+            lo, hi = (float(r[k]) if r[k] else None for k in ("min_seed", "max_seed"))
+            out.setdefault(r["env_name"], {})[int(r["env_step"])] = {
+                "mean": float(r["mean_return"]), "min": lo, "max": hi, "n": int(r["num_seeds"])}
+    return out
+
+
+def load_runs(folders: Sequence[str]) -> dict[tuple[str, str], dict[int, dict[int, float]]]:
+    """(agent, task) -> seed -> env step -> return, from every run.json under ``folders``."""
+    runs: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
+    for folder in folders:
+        for dirpath, _dirs, files in sorted(os.walk(folder)):
+            if "run.json" in files:
+                meta = json.load(open(os.path.join(dirpath, "run.json")))
+                key = (meta["agent"], meta["task"])
+                if meta["seed"] in runs.get(key, {}):
+                    raise ValueError(f"folders: {key} seed {meta['seed']} appears twice (second in {dirpath})")
+                runs.setdefault(key, {})[meta["seed"]] = eval_returns(dirpath)
+    return runs
+
+
+def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Interquartile mean: the mean of the middle 50 % (rliable's definition, scipy's trim_mean at 0.25)."""
+    from scipy import stats
+
+    return stats.trim_mean(x, 0.25, axis=axis)
+
+
+def same_as_published(returns: np.ndarray, published: dict) -> dict:
+    """Two-sided test of "our mean equals the published mean" at one step.
+
+    Where the source gives the published seeds' min and max, Welch's t-test with the published standard deviation
+    estimated from their range (range / d2(n), the expected range of n normal samples); where it gives only the mean,
+    a one-sample t-test against it (which treats the published mean as exact, so it rejects more easily). With fewer
+    than two of our seeds there is no test.
+    """
+    from scipy import stats
+
+    n = len(returns)
+    if n < 2 or np.std(returns) == 0:
+        return {"test": "none (fewer than 2 seeds)" if n < 2 else "none (zero spread)", "p": None}
+    if published["min"] is not None and published["max"] is not None and published["n"] in _D2:
+        sd = (published["max"] - published["min"]) / _D2[published["n"]]
+        res = stats.ttest_ind_from_stats(float(np.mean(returns)), float(np.std(returns, ddof=1)), n,
+                                         published["mean"], sd, published["n"], equal_var=False)
+        return {"test": "Welch t (published sd from range)", "p": float(res.pvalue)}
+    res = stats.ttest_1samp(returns, published["mean"])
+    return {"test": "one-sample t vs published mean", "p": float(res.pvalue)}
+
+
+def analyse(folders: Sequence[str], published_path: str = PUBLISHED) -> dict:
+    published = load_published(published_path)
+    runs = load_runs(folders)
+    rows, aggregate = [], {}
+    for (agent, task), seeds in sorted(runs.items()):
+        steps = sorted({s for curve in seeds.values() for s in curve} & set(published.get(task, {})))
+        for step in steps:
+            have = {seed: curve[step] for seed, curve in sorted(seeds.items()) if step in curve}
+            x = np.array(list(have.values()), dtype=np.float64)
+            pub = published[task][step]
+            mean = bootstrap_ci([x], np.mean)
+            iq = bootstrap_ci([x], iqm)
+            rows.append({"agent": agent, "task": task, "env_step": step, "seeds": list(have), "returns": x.tolist(),
+                         "mean": mean, "iqm": iq, "published": pub, **same_as_published(x, pub),
+                         "interval_excludes_published": not (mean[1] <= pub["mean"] <= mean[2]) if len(x) > 1
+                         else None})
+            if step > 0:
+                aggregate.setdefault((agent, step), []).append(x / pub["mean"])
+    agg = [{"agent": agent, "env_step": step, "tasks": len(strata),
+            "normalised_mean": bootstrap_ci(strata, np.mean), "normalised_iqm": bootstrap_ci(strata, iqm)}
+           for (agent, step), strata in sorted(aggregate.items())]
+    return {"rows": rows, "aggregate": agg, "published_source": published_path, "folders": list(folders),
+            "bootstrap_reps": BOOTSTRAP_REPS}
+
+
+def _ci(v: Sequence[float]) -> str:
+    return f"{v[0]:,.0f} [{v[1]:,.0f}, {v[2]:,.0f}]"
+
+
+def markdown(res: dict) -> str:
+    lines = ["| agent | task | env step | seeds | returns | mean [95 % CI] | IQM [95 % CI] | published mean "
+             "[min, max] | test | p |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        if r["env_step"] == 0:
+            continue
+        pub = r["published"]
+        span = f" [{pub['min']:,.0f}, {pub['max']:,.0f}]" if pub["min"] is not None else ""
+        p = "" if r["p"] is None else f"{r['p']:.2f}"
+        lines.append(f"| {r['agent']} | {r['task']} | {r['env_step']:,} | {len(r['seeds'])} | "
+                     f"{', '.join(f'{v:,.0f}' for v in r['returns'])} | {_ci(r['mean'])} | {_ci(r['iqm'])} | "
+                     f"{pub['mean']:,.0f}{span} | {r['test']} | {p} |")
+    if res["aggregate"]:
+        lines += ["", "Across tasks (returns divided by the published mean at that step; stratified bootstrap):", "",
+                  "| agent | env step | tasks | normalised mean [95 % CI] | normalised IQM [95 % CI] |",
+                  "|---|---|---|---|---|"]
+        for a in res["aggregate"]:
+            m, q = a["normalised_mean"], a["normalised_iqm"]
+            lines.append(f"| {a['agent']} | {a['env_step']:,} | {a['tasks']} | {m[0]:.3f} [{m[1]:.3f}, {m[2]:.3f}] | "
+                         f"{q[0]:.3f} [{q[1]:.3f}, {q[2]:.3f}] |")
+    return "\n".join(lines) + "\n"
+
+
+def curves_plot(folders: Sequence[str], path: str, published_path: str = PUBLISHED) -> None:
+    """One panel per task: every seed's curve per agent, the published mean and its min-max range."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    published, runs = load_published(published_path), load_runs(folders)
+    tasks = sorted({task for _agent, task in runs})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        pub = published.get(task, {})
+        last = max((s for (_a, t), seeds in runs.items() if t == task for c in seeds.values() for s in c), default=0)
+        steps = [s for s in sorted(pub) if s <= max(last, 100_000)]
+        ax.plot(steps, [pub[s]["mean"] for s in steps], "k--", label="published mean")
+        band = [s for s in steps if pub[s]["min"] is not None]
+        if band:  # the source gives min and max at a few steps only: bars, not a band
+            mid = [pub[s]["mean"] for s in band]
+            ax.errorbar(band, mid, yerr=[[m - pub[s]["min"] for s, m in zip(band, mid, strict=True)],
+                                         [pub[s]["max"] - m for s, m in zip(band, mid, strict=True)]],
+                        fmt="none", ecolor="k", capsize=4, label="published min-max")
+        for color, agent in zip(("tab:blue", "tab:orange"), AGENTS, strict=True):
+            for i, (_seed, curve) in enumerate(sorted(runs.get((agent, task), {}).items())):
+                xs = sorted(curve)
+                ax.plot(xs, [curve[s] for s in xs], color=color, alpha=0.7, lw=1,
+                        label=f"{agent} agent" if i == 0 else None)
+        ax.set_title(task)
+        ax.set_xlabel("env steps")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("evaluation return")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def readme_section(folders: Sequence[str], text: str) -> str:
+    """README.md's generated "learning" section for ``folders`` with the report table ``text``."""
+    rel = [os.path.relpath(os.path.abspath(f), REPO) for f in folders]
+    return (f"Generated by `python -m bench.learning report {' '.join(rel)} --readme` from the committed runs "
+            f"(method: `bench/learning.py`; published figures: "
+            f"[`bench/results/published/`](bench/results/published/flashsac_gym_mujoco.csv)).\n\n{text}\n"
+            f"![learning curves]({rel[0]}/learning_curves.png)\n")
+
+
+def report(folders: Sequence[str], readme: bool = False) -> str:
+    res = analyse(folders)
+    text = markdown(res)
+    out = folders[0]
+    with open(os.path.join(out, "learning.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(out, "learning.md"), "w") as f:
+        f.write(text)
+    curves_plot(folders, os.path.join(out, "learning_curves.png"))
+    if readme:
+        replace_readme_section("learning", readme_section(folders, text))
+    return text
+
+
+# ------------------------------------------------------------------------------------------------------------ CLI
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.learning", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="train (or continue) seeds x tasks x agents")
+    run.add_argument("--root", required=True)
+    run.add_argument("--agents", default="torch,jax")
+    run.add_argument("--tasks", default="HalfCheetah-v4")
+    run.add_argument("--seeds", default="0,1000,2000,3000,4000")
+    run.add_argument("--num-env-steps", type=int, default=100_000)
+    run.add_argument("--gpus", default="0", help="comma-separated CUDA device ids; '' for none")
+    run.add_argument("--per-gpu", type=int, default=4)
+    run.add_argument("--budget-s", type=float, required=True)
+    run.add_argument("--min-run-s", type=float, default=60.0)
+    run.add_argument("--overrides", action="append", default=[])
+    col = sub.add_parser("collect", help="copy the runs' eval curves into a results folder")
+    col.add_argument("--root", help="a run root written by `run`")
+    col.add_argument("--from", dest="sources", action="append", default=[], metavar="AGENT:RUN_DIR")
+    col.add_argument("--out", required=True)
+    rep = sub.add_parser("report", help="tables, tests and curves from collected folders")
+    rep.add_argument("folders", nargs="+")
+    rep.add_argument("--readme", action="store_true", help="also rewrite README.md's learning section")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "run":
+        agents, tasks = _csv(args.agents), _csv(args.tasks)
+        for a in agents:
+            if a not in AGENTS:
+                ap.error(f"--agents: expected a subset of {AGENTS}, got {a!r}")
+        try:
+            seeds = [int(s) for s in _csv(args.seeds)]
+        except ValueError:
+            ap.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
+        if args.per_gpu < 1 or args.budget_s <= 0 or args.num_env_steps <= 0:
+            ap.error("--per-gpu, --budget-s and --num-env-steps must be positive")
+        specs = [RunSpec(a, t, s) for t in tasks for s in seeds for a in agents]
+        gpus = _csv(args.gpus) or [""]
+        res = run_all(specs, args.root, args.num_env_steps, args.budget_s, gpus, args.per_gpu, args.overrides,
+                      min_run_s=args.min_run_s)
+        res["environment"] = environment()
+        os.makedirs(args.root, exist_ok=True)
+        with open(os.path.join(args.root, f"invocation-{time.strftime('%Y%m%d-%H%M%S')}.json"), "w") as f:
+            json.dump(res, f, indent=1, default=str)
+        print(json.dumps({k: v for k, v in res.items() if k != "environment"}, indent=1))
+        return 0
+    if args.cmd == "collect":
+        if not args.root and not args.sources:
+            ap.error("collect: give --root and/or --from AGENT:RUN_DIR")
+        pairs = [tuple(s.split(":", 1)) for s in args.sources]
+        if args.root:
+            for agent in AGENTS:
+                base = os.path.join(args.root, agent)
+                for dirpath, _dirs, files in sorted(os.walk(base)):
+                    if "config.yaml" in files:
+                        pairs.append((agent, dirpath))
+        for agent, run_dir in pairs:
+            print(collect_run(agent, run_dir, args.out))
+        return 0
+    print(report(args.folders, readme=args.readme))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""The learning-evidence runner and its statistics (bench/learning.py), on CPU.
+
+The statistics are checked on numbers with known answers; the runner trains a tiny torch run through the real CLI,
+stops it on its wall budget, and finishes it in a second invocation from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from bench.common import bootstrap_ci
+from bench.learning import (
+    RunSpec,
+    analyse,
+    collect_run,
+    eval_returns,
+    iqm,
+    load_published,
+    main,
+    run_all,
+    run_finished,
+    same_as_published,
+    train_command,
+)
+
+
+def test_iqm_is_the_mean_of_the_middle_half():
+    assert iqm(np.arange(1.0, 9.0)) == pytest.approx(4.5)  # 3, 4, 5, 6
+    assert iqm(np.array([0.0, 10.0, 10.0, 1000.0])) == pytest.approx(10.0)  # outliers trimmed
+    assert iqm(np.array([[1.0, 2.0, 3.0, 100.0]]), axis=1)[0] == pytest.approx(2.5)
+
+
+def test_bootstrap_interval_contains_the_point_and_is_stratified():
+    rng = np.random.default_rng(0)
+    x = rng.normal(10.0, 1.0, size=50)
+    point, lo, hi = bootstrap_ci([x], np.mean)
+    assert point == pytest.approx(x.mean()) and lo < point < hi
+    half = 1.96 * x.std() / np.sqrt(x.size)
+    assert lo == pytest.approx(point - half, abs=0.1) and hi == pytest.approx(point + half, abs=0.1)
+    assert bootstrap_ci([np.array([3.0])], np.mean) == (3.0, 3.0, 3.0)
+    # strata are resampled separately: a constant stratum keeps its weight in every resample
+    a, b = np.zeros(4), np.array([0.0, 4.0, 8.0, 12.0])
+    _, lo2, hi2 = bootstrap_ci([a, b], np.mean, seed=1)
+    assert 0.0 <= lo2 <= hi2 <= 6.0  # never all-b resamples (mean up to 12)
+
+
+def test_same_as_published():
+    pub_range = {"mean": 9815.0, "min": 9685.0, "max": 10100.6, "n": 5}
+    close = np.array([9700.0, 9800.0, 9900.0, 10000.0, 9750.0])
+    far = np.array([6000.0, 6200.0, 6100.0, 5900.0, 6050.0])
+    assert same_as_published(close, pub_range)["p"] > 0.3
+    res = same_as_published(far, pub_range)
+    assert res["p"] < 1e-4 and "Welch" in res["test"]
+    mean_only = {"mean": 2121.0, "min": None, "max": None, "n": 5}
+    assert "one-sample" in same_as_published(far / 3, mean_only)["test"]
+    assert same_as_published(np.array([1.0]), pub_range)["p"] is None
+
+
+def test_published_figures_are_committed_with_their_source():
+    pub = load_published()
+    assert set(pub) == {"HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4"}
+    assert pub["HalfCheetah-v4"][100_000] == {"mean": 9815.0, "min": 9685.0, "max": 10100.6, "n": 5}
+    assert pub["HalfCheetah-v4"][1_000_000]["mean"] == 14465.0
+    assert all(len(steps) == 11 for steps in pub.values())  # 0, 100k, ..., 1M
+
+
+def test_commands_start_then_resume(tmp_path):
+    spec = RunSpec("jax", "Hopper-v4", 1000)
+    cmd = train_command(spec, str(tmp_path), 100_000, 500.4, ["agent.sample_batch_size=64"])
+    assert cmd[1:3] == ["-m", "agent_jax.train"]
+    args = cmd[4::2]
+    assert "env.env_name=Hopper-v4" in args and "seed=1000" in args and "num_env_steps=100000" in args
+    assert f"save_path={spec.run_dir(str(tmp_path))}" in args and args[-2:] == ["max_wall_seconds=500",
+                                                                                f"save_path={spec.run_dir(str(tmp_path))}"]
+    os.makedirs(spec.run_dir(str(tmp_path)))
+    open(os.path.join(spec.run_dir(str(tmp_path)), "config.yaml"), "w").close()
+    assert train_command(spec, str(tmp_path), 100_000, 42, [])[4::2] == [
+        f"agent_load_path={spec.run_dir(str(tmp_path))}", "max_wall_seconds=42"]
+
+
+TINY = ["num_threads=1", "agent.categorical_target_backend=torch", "agent.actor_hidden_dim=8",
+        "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1", "agent.critic_num_blocks=1",
+        "agent.sample_batch_size=8", "agent.buffer_min_length=20", "env.max_episode_steps=30", "num_eval_episodes=1",
+        "evaluation_per_interaction_step=500", "save_checkpoint_per_interaction_step=500", "agent.device_type=cpu"]
+
+
+@pytest.mark.slow
+def test_runner_continues_an_unfinished_run_and_reports_it(tmp_path):
+    root, steps = str(tmp_path / "runs"), 1000
+    spec = RunSpec("torch", "Hopper-v4", 3)
+    run_dir = spec.run_dir(root)
+    # a 3 s budget: the run gets max_wall_seconds=1 (or 2) and stops with a checkpoint long before 1,000 steps
+    first = run_all([spec], root, steps, budget_s=3.0, gpus=[""], per_gpu=1, overrides=TINY, min_run_s=1.0,
+                    margin_s=1.0)
+    log = open(run_dir + ".log").read()
+    assert first["runs"][run_dir]["returncode"] == 0 and not first["runs"][run_dir]["finished"], log
+    assert os.path.isdir(os.path.join(run_dir, "checkpoints")), log
+    second = run_all([spec], root, steps, budget_s=600.0, gpus=[""], per_gpu=1, overrides=TINY, min_run_s=1.0)
+    log = open(run_dir + ".log").read()
+    assert second["runs"][run_dir]["returncode"] == 0 and second["runs"][run_dir]["finished"], log
+    assert "resumed from" in log and log.count("$ ") == 2
+    assert run_finished(run_dir, steps) and set(eval_returns(run_dir)) >= {0, steps}
+    third = run_all([spec], root, steps, budget_s=600.0, gpus=[""], per_gpu=1, overrides=TINY)
+    assert third["runs"] == {}  # nothing left to do
+
+    out = str(tmp_path / "collected")
+    assert main(["collect", "--root", root, "--out", out]) == 0
+    dest = os.path.join(out, "torch", "Hopper-v4", "seed3")
+    assert json.load(open(os.path.join(dest, "run.json")))["seed"] == 3
+    assert eval_returns(dest) == eval_returns(run_dir)
+    with pytest.raises(ValueError, match="agent"):
+        collect_run("tf", run_dir, out)
+    res = analyse([out])
+    assert [r["env_step"] for r in res["rows"]] == [0]  # published steps only: 0 (no 100k yet)
+    assert res["aggregate"] == []  # step 0 is not normalised (published means near zero)
+    assert res["rows"][0]["returns"] == [eval_returns(run_dir)[0]]
+
+
+def test_readme_learning_section_is_current():
+    from bench.common import REPO, section_markers
+    from bench.learning import markdown, readme_section
+
+    readme = open(os.path.join(REPO, "README.md")).read()
+    begin, end = section_markers("learning")
+    body = readme.split(begin, 1)[1].split(end, 1)[0]
+    m = re.search(r"Generated by `python -m bench\.learning report ([^`]+?) --readme`", body)
+    assert m, "README's learning section does not name its command"
+    folders = [os.path.join(REPO, f) for f in m.group(1).split()]
+    assert body.strip() == readme_section(folders, markdown(analyse(folders))).strip(), (
+        "README's learning section is stale: run the command it names")
