@@ -5,10 +5,11 @@
 Sections (each guarded: one failure still reports the rest; exits 1 if any check fails):
 - eager_host_time: host microseconds per eager call at B = 512 (E = 2, N = 101, fp32), next to what it is made of:
   `torch_impl.categorical_td_target` (auto and strict triton), the dispatch alone (the kernel replaced by a no-op),
-  a bare launch of the same Triton kernel (`triton_kernels.launch`), the registered custom op
-  `torch.ops.flashsac.categorical_td_target`, an empty custom op with the same arguments, and `torch.empty` of the
-  output. Each timed call is bracketed by `perf_counter_ns` (the launch is asynchronous: this is host time); the
-  device is synchronised between blocks, outside the clock. A cProfile of the op lists where its time goes.
+  a bare launch of the same Triton kernel (`triton_kernels.launch`, its fast path and through JITFunction.run), the
+  registered custom op `torch.ops.flashsac.categorical_td_target`, an empty custom op with the same arguments, and
+  `torch.empty` of the output. Each timed call is bracketed by `perf_counter_ns` (the launch is asynchronous: this
+  is host time); the device is synchronised between blocks, outside the clock. A cProfile of the op lists where its
+  time goes.
 - triton: bitwise determinism (100 repeats, plus row-permutation equivariance), torch.compile(fullgraph=True) in
   the default and reduce-overhead modes (bitwise equal to eager, no graph break), CUDA-graph capture and replay with
   new inputs copied in, torch.library.opcheck, autocast (`bench.gpu_triton`'s checks).
@@ -100,6 +101,7 @@ def eager_host_time(device: str = "cuda", B: int = 512, calls: int = 500, blocks
         "op_triton_strict": lambda: torch_impl.categorical_td_target(**t, gamma=GAMMA, backend="triton",
                                                                      strict=True),
         "bare_launch": lambda: launch(categorical_td_target_kernel, *args, GAMMA, mv, inv_delta),
+        "bare_launch_jit_run": lambda: launch(categorical_td_target_kernel, *args, GAMMA, mv, inv_delta, fast=False),
         "registered_custom_op": lambda: torch.ops.flashsac.categorical_td_target(*args, GAMMA, mv, inv_delta),
         "empty_custom_op": lambda: empty_op(*args, GAMMA, mv, inv_delta),
         "torch_empty_output": lambda: torch.empty((B, 101), dtype=torch.float32, device=device),

@@ -8,8 +8,8 @@ gc = pytest.importorskip("bench.gpu_checks")
 
 def test_eager_host_time_measures_every_variant():
     res = gc.eager_host_time("cpu", B=4, calls=2, blocks=1, warmup=1)
-    assert set(res["us"]) == {"op_auto", "op_triton_strict", "bare_launch", "registered_custom_op",
-                              "empty_custom_op", "torch_empty_output", "dispatch_only"}
+    assert set(res["us"]) == {"op_auto", "op_triton_strict", "bare_launch", "bare_launch_jit_run",
+                              "registered_custom_op", "empty_custom_op", "torch_empty_output", "dispatch_only"}
     assert all(v["median"] > 0 for v in res["us"].values())
     assert "function calls" in res["cprofile_op_auto"]
 
