@@ -8,11 +8,12 @@ above the band threshold, 0.5, 0.99, 1, fp32/bf16/fp16 log-probs, and strided (c
 configuration runs through both public ops with strict backends on the same numpy inputs and compares the output bits
 (NaN rows by position), the NaN rows against the float64 spec, and the first 4096 rows against the float64 spec.
 
-Timing part (CUDA-graph replay for torch, a jitted dependent loop for Pallas), in `--rounds` interleaved rounds in
-one process: upstream's compiled path (bench/upstream.py), an optional baseline kernel file (the previous kernel, same
-signature), the kernel under each launch configuration of a small sweep, and the Pallas kernel; plus the copy
-bandwidth measured in the same process and the bytes floor (one read of the selected critic's log-probs + one write
-of the output). Writes results.json and prints a table.
+Timing part (CUDA-graph replay of 20 calls for torch; for Pallas the device time per call, a jitted fori_loop of
+dependent calls minus the same loop without the kernel), in `--rounds` interleaved rounds in one process: upstream's
+compiled path (bench/upstream.py), an optional baseline kernel file (the previous kernel, same signature), the kernel
+under each launch configuration of a small sweep, and the Pallas kernel; plus the copy bandwidth measured in the same
+process and the bytes floor (one read of the selected critic's log-probs + one write of the output). Writes
+results.json and prints a table.
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
         jx[1] = jx[1].astype(getattr(jnp, dtype))
         # Pallas device time per call: a jitted fori_loop of K dependent calls minus the same loop without the
         # kernel (bench.common.jit_loop), so neither the dispatch nor the loop's own cost is counted.
-        K = 200 if B <= 8192 else (50 if B <= 65536 else 10)
+        K = 1000 if B <= 8192 else (200 if B <= 65536 else 20)
         base_arr = jnp.ones((B, 101), jnp.float32)
         loop_args = (*jx, jnp.float32(GAMMA), base_arr)
 
@@ -232,7 +233,7 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
 
         def loop_seconds(f):
             best = float("inf")
-            for _ in range(5):
+            for _ in range(7):
                 t0 = time.perf_counter()
                 jax.block_until_ready(f(*loop_args))
                 best = min(best, time.perf_counter() - t0)
