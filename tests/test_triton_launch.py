@@ -122,3 +122,11 @@ def test_profiler_hooks_get_the_launch_metadata(gpu_like, monkeypatch):
         L.launch(jit, *args, 0.99, -5.0, 10.0)
     call = jit.compiled.calls[0]
     assert call[6] == ("metadata", (8,), 77) and call[7] is chain and call[8] is knobs.runtime.launch_exit_hook
+
+
+def test_a_compiled_kernel_without_the_launcher_api_is_never_cached(gpu_like):
+    jit, args = _Jit(), _inputs(8)
+    jit.compiled = object()  # what JITFunction.run returns in a Triton whose compiled kernels look different
+    for _ in range(2):
+        L.launch(jit, *args, 0.99, -5.0, 10.0)
+    assert len(jit.launches) == 2 and not L._COMPILED

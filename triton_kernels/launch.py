@@ -27,6 +27,7 @@ _config = functools.lru_cache(maxsize=256)(kernel_config)  # read-only dicts: ne
 # stream and hooks that JITFunction.run would pass.
 _COMPILED: dict[tuple, tuple[Any, Any]] = {}  # signature -> (launcher, compiled kernel)
 _MAX_COMPILED = 256
+_LAUNCHER_API = ("run", "function", "packed_metadata", "launch_metadata")  # used of a compiled kernel
 
 
 def launch(launcher, next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma: float, min_v: float,
@@ -79,7 +80,8 @@ def launch(launcher, next_qs, next_log_probs, reward, terminated, next_alpha_log
             compiled = compiled.result()
         if len(_COMPILED) >= _MAX_COMPILED:
             _COMPILED.clear()
-        _COMPILED[key] = (launcher, compiled)
+        if all(hasattr(compiled, a) for a in _LAUNCHER_API):  # else (another Triton): always through JITFunction.run
+            _COMPILED[key] = (launcher, compiled)
         return out
     compiled = hit[1]
     stream = drv.get_current_stream(device)
