@@ -21,10 +21,11 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 _config = functools.lru_cache(maxsize=256)(kernel_config)  # read-only dicts: never mutate the result
 
 # Eager fast path: compiled kernels by launch signature. Triton's JITFunction.run binds and specialises every
-# argument, checks the kernel's global constants and builds its cache key on each launch (27 us of host time per
-# launch on the H200, against 17 us through the fast path, bench/results/h200-2026-12-01-kernel). A repeat launch
+# argument, checks the kernel's global constants and builds its cache key on each launch (29 us of host time per
+# launch on the H200, against 14.6 us through the fast path, bench/results/h200-2026-12-01-kernel). A repeat launch
 # with the same signature takes the compiled kernel from here and calls its launcher directly, with the arguments,
-# stream and hooks that JITFunction.run would pass.
+# stream and hooks that JITFunction.run would pass. Triton's own options (debug, instrumentation knobs) are those of
+# the signature's first launch.
 _COMPILED: dict[tuple, tuple[Any, Any]] = {}  # signature -> (launcher, compiled kernel)
 _MAX_COMPILED = 256
 _LAUNCHER_API = ("run", "function", "packed_metadata", "launch_metadata")  # used of a compiled kernel
