@@ -8,11 +8,12 @@ above the band threshold, 0.5, 0.99, 1, fp32/bf16/fp16 log-probs, and strided (c
 configuration runs through both public ops with strict backends on the same numpy inputs and compares the output bits
 (NaN rows by position), the NaN rows against the float64 spec, and the first 4096 rows against the float64 spec.
 
-Timing part (CUDA-graph replay for torch, a jitted dependent loop for Pallas), in `--rounds` interleaved rounds in
-one process: upstream's compiled path (bench/upstream.py), an optional baseline kernel file (the previous kernel, same
-signature), the kernel under each launch configuration of a small sweep, and the Pallas kernel; plus the copy
-bandwidth measured in the same process and the bytes floor (one read of the selected critic's log-probs + one write
-of the output). Writes results.json and prints a table.
+Timing part (CUDA-graph replay of 20 calls for torch; for Pallas the device time per call, a jitted fori_loop of
+dependent calls minus the same loop without the kernel), in `--rounds` interleaved rounds in one process: upstream's
+compiled path (bench/upstream.py), an optional baseline kernel file (the previous kernel, same signature), the kernel
+under each launch configuration of a small sweep, and the Pallas kernel; plus the copy bandwidth measured in the same
+process and the bytes floor (one read of the selected critic's log-probs + one write of the output). Writes
+results.json and prints a table.
 """
 
 from __future__ import annotations
@@ -178,7 +179,8 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
     import torch
 
     from bench import upstream
-    from jax_impl import pallas_kernel as pk
+    from bench.common import jit_loop
+    from jax_impl import ops as pallas_ops
     from shared_spec import make_inputs
     from torch_impl import ops
     from torch_impl.reference import support_constants
@@ -212,42 +214,43 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
                 assert torch.equal(torch.nan_to_num(fn(), nan=-1.0), torch.nan_to_num(ref, nan=-1.0)), name
         jx = [jnp.asarray(x[k]) for k in NAMES]
         jx[1] = jx[1].astype(getattr(jnp, dtype))
-        iters = 20
+        # Pallas device time per call: a jitted fori_loop of K dependent calls minus the same loop without the
+        # kernel (bench.common.jit_loop), so neither the dispatch nor the loop's own cost is counted.
+        K = 1000 if B <= 8192 else (200 if B <= 65536 else 20)
+        base_arr = jnp.ones((B, 101), jnp.float32)
+        loop_args = (*jx, jnp.float32(GAMMA), base_arr)
 
-        def make_loop(br, nw):
-            @jax.jit
-            def loop(q, lp, r, d, s):  # `iters` dependent calls unrolled in one program (no device-side loop)
-                carry = jnp.float32(0.0)
-                for _ in range(iters):
-                    o = pk.categorical_td_target_pallas(q, lp, r + carry, d, s, jnp.float32(GAMMA),
-                                                        block_rows=br, num_warps=nw)
-                    carry = o[0, 0] * 0.0
-                return carry
-            return loop
+        def pallas_op(br, nw):
+            return lambda q, lp, r, d, s, g, base: pallas_ops.categorical_td_target_pallas(
+                q, lp, r, d, s, g, block_rows=br, num_warps=nw)
 
-        pallas_variants = {"pallas_pinned": make_loop(None, None)}
+        pallas_loops = {"pallas_pinned": jit_loop(pallas_op(None, None), K)}
         for br, nw in sweep:
-            pallas_variants[f"pallas_BR{br}_w{nw}"] = make_loop(br, nw)
-        for f in pallas_variants.values():
-            f(*jx).block_until_ready()
+            pallas_loops[f"pallas_BR{br}_w{nw}"] = jit_loop(pallas_op(br, nw), K)
+        empty_loop = jit_loop(lambda q, lp, r, d, s, g, base: base * g, K)
+        for f in (*pallas_loops.values(), empty_loop):
+            jax.block_until_ready(f(*loop_args))
 
-        def pallas_time(f):
-            ts = []
-            for _ in range(5):
+        def loop_seconds(f):
+            best = float("inf")
+            for _ in range(7):
                 t0 = time.perf_counter()
-                f(*jx).block_until_ready()
-                ts.append((time.perf_counter() - t0) * 1e6 / iters)
-            return min(ts)
+                jax.block_until_ready(f(*loop_args))
+                best = min(best, time.perf_counter() - t0)
+            return best
+
+        pallas_variants = {name: (lambda f=f: (loop_seconds(f) - loop_seconds(empty_loop)) / K * 1e6)
+                           for name, f in pallas_loops.items()}
 
         res = {name: [] for name in list(variants) + list(pallas_variants)}
         for _ in range(rounds):
             for name, fn in variants.items():
                 res[name].append(_graph_time(fn))
             for name, f in pallas_variants.items():
-                res[name].append(pallas_time(f))
+                res[name].append(f())
         bws.append(_copy_bandwidth())  # re-measured beside every size; the floor uses the largest reading
         floor_us = (B * 101 * (t["next_log_probs"].element_size() + 4)) / max(bws) * 1e6
-        out["sizes"][B] = dict(floor_us=floor_us, pinned=pinned, times={
+        out["sizes"][B] = dict(floor_us=floor_us, pinned=pinned, pallas_loop_K=K, times={
             name: dict(median=statistics.median(v), min=min(v), max=max(v), all=v) for name, v in res.items()})
         line = " ".join(f"{n}={statistics.median(v):.1f}" for n, v in res.items())
         print(f"B={B} floor={floor_us:.1f}us {line}", flush=True)

@@ -1,9 +1,10 @@
 """Regenerate README.md's "Performance" section from the committed H200 results.
 
-    python -m bench.report bench/results/h200-2026-11-29 bench/results/h200-2026-11-29-agents \\
-        bench/results/h200x2-2026-11-29-agents bench/results/h200-2026-11-29-update-speed
+    python -m bench.report bench/results/h200-2026-12-01-kernel bench/results/h200-2026-11-29-agents \\
+        bench/results/h200-2026-11-29 bench/results/h200x2-2026-11-29-agents bench/results/h200-2026-11-29-update-speed
 
-The first folder holds the kernel results (triton/, pallas/), the optional second one the agents' seed-0 runs
+The first folder holds the kernel results of one `bench/gpu_kernel_checks.sh` call (bitwise/, checks/), the
+optional second one the agents' seed-0 runs
 (agent_*_halfcheetah_seed0/summary.json), any further ones more JAX runs (agent_jax*_halfcheetah_seed*/); the kernel
 harness (harness/results.json), the paired training benchmark (paired/results.json) and the torch vs JAX update
 comparison (compare/*.json, bench/gpu_update_compare.py) come from the last agents folder that has them.
@@ -27,32 +28,75 @@ from bench.harness.scoring import fast_p_summary
 BEGIN, END = section_markers("performance")
 
 
+# bench.gpu_checks sections -> what they check (README wording).
+CHECKS = {
+    "triton": "Triton bitwise determinism over 100 repeats, `torch.compile(fullgraph=True)` (no graph break, "
+              "bitwise equal to eager), CUDA-graph capture and replay with new inputs, `torch.library.opcheck`",
+    "pallas_determinism": "Pallas bitwise determinism over 100 repeats",
+    "nan_policy": "the NaN policy in both kernels",
+    "strict": "strict mode in both frameworks",
+    "pallas_vjp": "the Pallas op's custom_vjp (zero gradients, primal bitwise equal to the forward)",
+    "fast_launch": "the eager fast launch path bitwise equal to `JITFunction.run` on 32 launch signatures",
+}
+
+
+def _cell(t: dict) -> str:
+    """"median (min-max)" of one variant's interleaved rounds."""
+    return f"{t['median']:.1f} ({t['min']:.1f}-{t['max']:.1f})"
+
+
+def _ratio(num: list[float], den: list[float]) -> str:
+    """Median and range of the per-round ratios num / den (the rounds are interleaved: same machine state)."""
+    r = [a / b for a, b in zip(num, den, strict=True)]
+    return f"{statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f})"
+
+
 def section(folder: str) -> str:
-    tri = json.load(open(os.path.join(folder, "triton", "results.json")))
-    pal = json.load(open(os.path.join(folder, "pallas", "results.json")))
-    env = tri["env"]
-    out = [f"Measured on an {env['gpu']} on {env['date_utc'][:10]} (torch {env['torch']}, triton {env['triton']}, "
-           f"jax {pal['env'].get('jax', '?')}, Python {env['python']}); raw data, commands and notes in "
-           f"[`{folder}`]({folder}/README.md). Median microseconds per call; \"graph\" is CUDA-graph replay; "
-           "the baseline is upstream FlashSAC's two `torch.compile`d functions (`bench/upstream.py`).", "",
-           "| B | upstream compiled | fused Triton | speedup | upstream compiled, graph | Triton, graph | speedup | "
-           "bytes/bandwidth floor |", "|---|---|---|---|---|---|---|---|"]
-    for r in tri["timing"]:
-        out.append(f"| {r['B']} | {r['upstream_compiled_direct_us']:.1f} | {r['ours_triton_direct_us']:.1f} | "
-                   f"{r['speedup_direct_vs_upstream_compiled']:.2f}x | {r['upstream_compiled_graph_us']:.1f} | "
-                   f"{r['ours_triton_graph_us']:.1f} | {r['speedup_graph_vs_upstream_compiled_graph']:.2f}x | "
-                   f"{r['bytes_floor_us']:.1f} |")
-    out += ["", "| B | Pallas in jit | jnp reference in jit | speedup | Triton, graph |", "|---|---|---|---|---|"]
-    for r in pal["timing"]:
-        if "pallas_us" in r:
-            out.append(f"| {r['B']} | {r['pallas_us']:.1f} | {r['jnp_ref_us']:.1f} | {r['speedup_vs_jnp_ref']:.1f}x | "
-                       f"{r['triton_graph_us']:.1f} |")
-    corr = tri["correctness"]
-    out += ["", f"Correctness (Triton, {len(corr)} configurations): max error vs the float64 spec "
-            f"{max(c['max_abs_vs_float64'] for c in corr):.2g}, vs the torch fp32 path "
-            f"{max(c['max_abs_vs_torch_fp32'] for c in corr):.2g}, row-mass error "
-            f"{max(c['max_mass_error'] for c in corr):.2g}; bitwise deterministic over 100 repeats.", "",
-            f"![speedup]({folder}/triton/speedup.png)"]
+    """The kernel section from one GPU call of bench/gpu_kernel_checks.sh: ``bitwise/results.json``
+    (bench.gpu_bitwise: the bitwise case matrix and the interleaved timings) and ``checks/results.json``
+    (bench.gpu_checks: eager host time and the contract checks)."""
+    bit = json.load(open(os.path.join(folder, "bitwise", "results.json")))
+    chk = json.load(open(os.path.join(folder, "checks", "results.json")))
+    env, timing = bit["env"], bit["timing"]
+    sizes = timing["sizes"]
+    rounds = len(next(iter(next(iter(sizes.values()))["times"].values()))["all"])
+    bw = timing["copy_bandwidth_bytes_per_s"] / 1e12
+    out = [f"Measured on an {env['gpu']} on {env['date'][:10]} (torch {env['torch']}, triton {env['triton']}, "
+           f"jax {env['jax']}, Python {env['python']}) by `bash bench/gpu_kernel_checks.sh`; raw data, commands and "
+           f"notes in [`{folder}`]({folder}/README.md). Microseconds per call, median (min-max) of {rounds} rounds "
+           "in one process, every variant once per round: torch sides by CUDA-graph replay of 20 calls, the "
+           "baseline is upstream FlashSAC's two `torch.compile`d functions (`bench/upstream.py`); Pallas as device "
+           "time per call, a jitted loop of dependent calls minus the same loop without the kernel. Ratios are the "
+           "median (min-max) of the per-round ratios. Bytes floor: one read of the selected critic's log-probs and "
+           f"one write of the output at the copy bandwidth measured in the same process ({bw:.2f} TB/s, read + "
+           "write).", "",
+           "| B | bytes floor | upstream compiled | Triton | Triton / floor | upstream / Triton | Pallas | "
+           "Pallas / Triton |", "|---|---|---|---|---|---|---|---|"]
+    for B, row in sizes.items():
+        t = row["times"]
+        tri = next(v for k, v in t.items() if k.startswith("triton_pinned"))
+        up, pal = t["upstream_compiled"], t["pallas_pinned"]
+        out.append(f"| {int(B):,} | {row['floor_us']:.1f} | {_cell(up)} | **{_cell(tri)}** | "
+                   f"{tri['median'] / row['floor_us']:.1f}x | {_ratio(up['all'], tri['all'])} | {_cell(pal)} | "
+                   f"{_ratio(pal['all'], tri['all'])} |")
+    eager = chk["eager_host_time"]
+    us = {k: v["median"] for k, v in eager["us"].items()}
+    out += ["", f"Eager call of `torch_impl.categorical_td_target` at B = {eager['B']}, host time (median of "
+            f"{eager['calls_per_variant']} calls, interleaved blocks): **{us['op_auto']:.1f} us** (target <= "
+            f"{eager['target_us']:.0f}); a bare launch of the same kernel {us['bare_launch']:.1f} us "
+            f"({us['bare_launch_jit_run']:.1f} through Triton's `JITFunction.run`), the dispatch alone "
+            f"{us['dispatch_only']:.1f}, `torch.empty` of the output {us['torch_empty_output']:.1f}, an empty torch "
+            f"custom op {us['empty_custom_op']:.1f}, the registered custom op {us['registered_custom_op']:.1f}."]
+    b = bit["bitwise"]
+    out += ["", f"Bitwise: Triton (pip) and Pallas (the Triton inside XLA) outputs identical in "
+            f"{b['bitwise_count']} of {b['configurations']} configurations of `bench.gpu_bitwise`'s case matrix; "
+            f"bitwise deterministic over 50 repeats: Triton {'yes' if b['deterministic_triton_50'] else 'NO'}, "
+            f"Pallas {'yes' if b['deterministic_pallas_50'] else 'NO'}; max error vs the float64 spec "
+            f"{max(r['max_err_vs_float64'] for r in b['rows']):.2g}."]
+    failed = chk["failures"]
+    ran = [what for key, what in CHECKS.items() if key in chk]
+    out += ["", "Contract checks (`bench.gpu_checks`, same call): " + (
+        "all passed: " + "; ".join(ran) + "." if not failed else "FAILED: " + ", ".join(failed) + ".")]
     return "\n".join(out)
 
 

@@ -25,17 +25,21 @@ def test_readme_performance_section_is_current():
 def test_report_uses_every_committed_result_folder():
     # a result folder the report can read (kernels, agent runs, harness, paired benchmark), committed but left out
     # of the generating command, would never reach the README
-    kinds = ("triton/results.json", "agent_*/summary.json", "harness/results.json", "paired/results.json",
+    kinds = ("bitwise/results.json", "agent_*/summary.json", "harness/results.json", "paired/results.json",
              "compare/*.json")
     folders = {f for f in glob.glob("bench/results/h200*") if any(glob.glob(os.path.join(f, k)) for k in kinds)}
     assert folders and folders == set(_report_args())
 
 
-def test_section_lists_every_measured_batch_size():
+def test_section_lists_every_measured_batch_size_with_its_rounds():
     folder = _report_args()[0]
     text = section(folder)
-    for r in json.load(open(os.path.join(folder, "triton", "results.json")))["timing"]:
-        assert f"| {r['B']} | {r['upstream_compiled_direct_us']:.1f} |" in text
+    timing = json.load(open(os.path.join(folder, "bitwise", "results.json")))["timing"]
+    for B, row in timing["sizes"].items():
+        up = row["times"]["upstream_compiled"]
+        assert len(up["all"]) >= 5, "fewer than 5 interleaved rounds"
+        assert f"| {int(B):,} | {row['floor_us']:.1f} | {up['median']:.1f} ({up['min']:.1f}-{up['max']:.1f}) |" in text
+    assert f"median (min-max) of {len(up['all'])} rounds" in text
 
 
 def test_agents_section_reports_every_committed_run():

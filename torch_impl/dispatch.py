@@ -154,9 +154,10 @@ def categorical_td_target(
         device, dtype, E, N = _checked(args, min_v, max_v)
     if type(gamma) is not float or not 0.0 <= gamma <= 1.0:  # checked on every call (cheap)
         check_gamma(gamma)
-    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in args)
-    decision = resolve_backend(backend, strict, device=device, dtype=dtype, num_bins=N, num_critics=E,
-                               needs_grad=needs_grad)
+    needs_grad = torch.is_grad_enabled() and (next_qs.requires_grad or next_log_probs.requires_grad
+                                              or reward.requires_grad or terminated.requires_grad
+                                              or next_alpha_log_pi.requires_grad)
+    decision = DISPATCHER.decide(backend, strict, _config(device, dtype, E, N, needs_grad))  # request checked above
     return IMPLEMENTATIONS[decision.backend](*args, float(gamma), float(min_v), float(max_v))
 
 

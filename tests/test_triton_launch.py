@@ -1,0 +1,132 @@
+"""triton_kernels.launch's eager fast path, on CPU: a stand-in JIT function and driver record what would be launched.
+
+On the GPU the fast path is checked bitwise against JITFunction.run by bench/gpu_checks.py (fast_launch)."""
+
+import importlib
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+from triton.runtime.jit import JITFunction
+
+from shared_spec import make_inputs
+from triton_kernels import categorical_td_target_kernel
+
+L = importlib.import_module("triton_kernels.launch")  # the module (the package exports its `launch` function)
+
+NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
+
+
+class _Compiled:
+    function, packed_metadata = "function", "packed"
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, *args):
+        self.calls.append(args)
+
+    def launch_metadata(self, grid, stream, *args):
+        return ("metadata", grid, stream)
+
+
+class _Jit(JITFunction):
+    def __init__(self):  # no JIT state: it only records launches through JITFunction's grid indexing
+        self.launches, self.compiled = [], _Compiled()
+
+    def __getitem__(self, grid):
+        def go(*args, **kwargs):
+            self.launches.append((grid, args, kwargs))
+            return self.compiled
+        return go
+
+
+@pytest.fixture
+def gpu_like(monkeypatch):
+    monkeypatch.setattr(L, "INTERPRET", False)
+    monkeypatch.setattr(L, "driver", SimpleNamespace(active=SimpleNamespace(get_current_device=lambda: 0,
+                                                                            get_current_stream=lambda d: 77)))
+    L._COMPILED.clear()
+    yield
+    L._COMPILED.clear()
+
+
+def _inputs(B, N=101, E=2):
+    return [torch.from_numpy(v) for v in (make_inputs(B, N, E, seed=1)[k] for k in NAMES)]
+
+
+def test_repeat_signature_calls_the_compiled_launcher_with_every_parameter(gpu_like):
+    jit, args = _Jit(), _inputs(8)
+    L.launch(jit, *args, 0.99, -5.0, 10.0)
+    L.launch(jit, *args, 0.99, -5.0, 10.0)
+    assert len(jit.launches) == 1 and len(jit.compiled.calls) == 1
+    grid, positional, constexprs = jit.launches[0]
+    call = jit.compiled.calls[0]
+    assert call[:9] == (grid[0], 1, 1, 77, "function", "packed", None, None, None)  # no profiler hooks attached
+    bound = call[9:]
+    params = list(inspect.signature(categorical_td_target_kernel.fn).parameters)
+    assert len(bound) == len(params) and params[-4:] == list(constexprs)[:4]
+    assert bound[-4:] == tuple(constexprs[k] for k in params[-4:])
+    same = [a is b if isinstance(a, torch.Tensor) else a == b for a, b in zip(bound[:-4], positional, strict=True)]
+    assert all(same[:13]) and all(same[15:])  # the output tensor (13) is a new allocation each call
+    assert bound[14] == positional[14]
+
+
+@pytest.mark.parametrize("change", ["rows", "misaligned", "dtype", "atoms", "config", "another_kernel"])
+def test_a_new_signature_goes_through_jit_run(gpu_like, change):
+    jit, args = _Jit(), _inputs(16)
+    L.launch(jit, *args, 0.99, -5.0, 10.0)
+    config, launcher = None, jit
+    if change == "rows":
+        args = _inputs(17)
+    elif change == "misaligned":  # log-prob rows start one float later: address not a multiple of 16 bytes
+        big = _inputs(16, N=102)[1]
+        args[1] = big[..., 1:]
+    elif change == "dtype":
+        args[1] = args[1].to(torch.bfloat16)
+    elif change == "atoms":
+        args = _inputs(16, N=51)
+    elif change == "config":
+        config = {"BR": 4, "num_warps": 4}
+    else:
+        launcher = _Jit()
+    L.launch(launcher, *args, 0.99, -5.0, 10.0, config=config)
+    assert len(launcher.launches) == (1 if launcher is not jit else 2) and not launcher.compiled.calls
+
+
+def test_fast_false_and_wrapped_launchers_always_go_through_jit_run(gpu_like):
+    jit, args = _Jit(), _inputs(8)
+    for _ in range(2):
+        L.launch(jit, *args, 0.99, -5.0, 10.0, fast=False)
+    assert len(jit.launches) == 2 and not jit.compiled.calls
+    calls = []
+
+    class Wrapped:  # like torch.library.wrap_triton(kernel): not a JITFunction
+        def __getitem__(self, grid):
+            return lambda *a, **k: calls.append(grid)
+
+    for _ in range(2):
+        L.launch(Wrapped(), *args, 0.99, -5.0, 10.0)
+    assert len(calls) == 2
+
+
+def test_profiler_hooks_get_the_launch_metadata(gpu_like, monkeypatch):
+    from triton import knobs
+
+    chain = knobs.HookChain()
+    chain.add(lambda metadata: None)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", chain)
+    jit, args = _Jit(), _inputs(8)
+    for _ in range(2):
+        L.launch(jit, *args, 0.99, -5.0, 10.0)
+    call = jit.compiled.calls[0]
+    assert call[6] == ("metadata", (8,), 77) and call[7] is chain and call[8] is knobs.runtime.launch_exit_hook
+
+
+def test_a_compiled_kernel_without_the_launcher_api_is_never_cached(gpu_like):
+    jit, args = _Jit(), _inputs(8)
+    jit.compiled = object()  # what JITFunction.run returns in a Triton whose compiled kernels look different
+    for _ in range(2):
+        L.launch(jit, *args, 0.99, -5.0, 10.0)
+    assert len(jit.launches) == 2 and not L._COMPILED
