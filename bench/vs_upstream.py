@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.common import REPO, UPSTREAM_RECIPE, command_output, environment, write_results
+from bench.paired_training import merge_overrides
 
 __all__ = ["BAR", "SUMMARY", "Row", "parse_rows", "readme_section", "run_row", "tqdm_timing", "update_readme"]
 
@@ -125,7 +126,7 @@ def project_overrides(a: argparse.Namespace, row: Row, run_dir: str) -> list[str
         out.append("agent.device_type=cpu")
     if row.mode:
         out.append(f"agent.compile_mode={row.mode}")
-    return out + list(a.overrides)
+    return merge_overrides(out, list(a.overrides))
 
 
 def upstream_overrides(a: argparse.Namespace, row: Row) -> list[str]:
@@ -146,7 +147,7 @@ def upstream_overrides(a: argparse.Namespace, row: Row) -> list[str]:
         out.append("agent.use_compile=false")
     elif row.mode != "auto":
         out.append(f"agent.compile_mode={row.mode}")
-    return out + list(a.upstream_overrides)
+    return merge_overrides(out, list(a.upstream_overrides))
 
 
 def row_command(a: argparse.Namespace, row: Row, run_dir: str) -> list[str]:
@@ -319,10 +320,12 @@ def report(out_dir: str, res: dict[str, Any]) -> str:
     lines = [f"# Versus upstream FlashSAC ({env.get('gpu') or 'CPU'}, {env['date_utc']})", "",
              f"`{cfg['command']}`", "",
              f"Recipe: {cfg['env']}, {cfg['num_env_steps']} env steps, the first {cfg['buffer_min_length']} with "
-             f"random actions, batch 512, UTD 1, one environment, {cfg['num_eval_episodes']} evaluation episode(s) "
-             f"before and after training, seed {cfg['seed']}, device {cfg['device']}; one run after the other, each "
-             f"limited to {cfg['time_limit_s']:.0f} s. Versions: torch {env.get('torch')}, jax {env.get('jax')}, "
-             f"Python {env['python']}; upstream checkout {cfg['upstream_dir']} ({cfg['upstream_commit']}).", ""]
+             f"random actions, upstream's CPU-sim settings otherwise (batch 512, UTD 1, one environment, AMP off), "
+             f"{cfg['num_eval_episodes']} evaluation episode(s) before and after training, seed {cfg['seed']}, device "
+             f"{cfg['device']}; extra overrides: this project {cfg['overrides'] or 'none'}, upstream "
+             f"{cfg['upstream_overrides'] or 'none'}. One run after the other, each limited to "
+             f"{cfg['time_limit_s']:.0f} s. Versions: torch {env.get('torch')}, jax {env.get('jax')}, Python "
+             f"{env['python']}; upstream checkout {cfg['upstream_dir']} ({cfg['upstream_commit']}).", ""]
     lines += table(res)
     lines += ["", "Time to first update: launch to the end of the first update (imports, the initial evaluation, the "
               "random-action steps and any compilation included); upstream's is read off its progress bar (0.5 s "
@@ -388,9 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--upstream-dtype-fix", action="store_true",
                     help="run upstream through bench/upstream_launch.py with its one-function dtype fix")
     ap.add_argument("--overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra override for this project's agents, repeatable")
+                    help="extra override for this project's agents, repeatable (replaces the recipe's value)")
     ap.add_argument("--upstream-overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra Hydra override for upstream's train.py, repeatable")
+                    help="extra Hydra override for upstream's train.py, repeatable (replaces the recipe's value)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter every row runs with")
     ap.add_argument("--readme", metavar="FOLDER", help="only rewrite README's versus-upstream table from FOLDER")
     a = ap.parse_args(argv)
