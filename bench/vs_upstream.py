@@ -229,10 +229,11 @@ def _pump(stream: Any, log: Any, t0: float, samples: list[tuple[float, int]], lo
                 samples.append((now, int(m.group(1))))
 
 
-def run_row(a: argparse.Namespace, row: Row, out_dir: str) -> dict[str, Any]:
-    """Runs one row in a fresh process (its own process group, ended at ``--time-limit``) and parses its output."""
+def run_row(a: argparse.Namespace, row: Row, out_dir: str, limit: float) -> dict[str, Any]:
+    """Runs one row in a fresh process (its own process group, ended after ``limit`` seconds) and parses its
+    output; the row's working directory is ``--runs-dir/<row>`` (default ``--out/runs``)."""
     name = row.spec.replace(":", "-")
-    row_dir = os.path.join(out_dir, "runs", name)
+    row_dir = os.path.join(os.path.abspath(a.runs_dir) if a.runs_dir else os.path.join(out_dir, "runs"), name)
     os.makedirs(row_dir, exist_ok=True)
     os.makedirs(os.path.join(out_dir, "logs"), exist_ok=True)
     cmd = row_command(a, row, os.path.join(row_dir, "run"))
@@ -251,7 +252,7 @@ def run_row(a: argparse.Namespace, row: Row, out_dir: str) -> dict[str, Any]:
         for p in pumps:
             p.start()
         try:
-            rc: int | str = proc.wait(timeout=a.time_limit)
+            rc: int | str = proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the row's own process group (compile workers included)
             proc.wait()
@@ -261,7 +262,7 @@ def run_row(a: argparse.Namespace, row: Row, out_dir: str) -> dict[str, Any]:
     wall = time.monotonic() - t0
     text = open(log_path, errors="replace").read()
     rec: dict[str, Any] = {"row": row.spec, "label": row.label, "command": " ".join(cmd), "returncode": rc,
-                           "wall_s": wall, "log": os.path.relpath(log_path, out_dir)}
+                           "wall_s": wall, "limit_s": limit, "log": os.path.relpath(log_path, out_dir)}
     if row.kind == "upstream":
         rec.update(tqdm_timing(samples, a.buffer_min_length))
         rec["final_eval_return"] = final_tensorboard_return(os.path.join(row_dir, "runs"))
@@ -303,9 +304,11 @@ def table(res: dict[str, Any]) -> list[str]:
         if r["ok"]:
             status = "completed"
         elif r["returncode"] == "timeout":
-            status = f"stopped at the {res['config']['time_limit_s']:.0f} s limit"
+            status = f"stopped at the {r.get('limit_s', res['config']['time_limit_s']):.0f} s limit"
             if math.isnan(r.get("time_to_first_update_s", float("nan"))):
                 status += ", before its first update"
+        elif r["returncode"] == "not run":
+            status = r["error"]
         else:
             status = f"failed (exit {r['returncode']}): {r.get('error', '')}"
         label = r["label"] + (" (with the dtype fix)" if r.get("dtype_fix") else "")
@@ -388,6 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--time-limit", type=float, default=150.0, help="wall seconds per row")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="wall seconds for all rows: a row's limit is also cut to what is left, and a row with less "
+                    "than 10 s left is not started (reported as not run)")
+    ap.add_argument("--runs-dir", default=None, help="where the rows' run directories go (default: --out/runs)")
     ap.add_argument("--upstream-dtype-fix", action="store_true",
                     help="run upstream through bench/upstream_launch.py with its one-function dtype fix")
     ap.add_argument("--overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -431,8 +438,15 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     done: list[dict[str, Any]] = []
     env = environment()
+    t0 = time.monotonic()
     for i, row in enumerate(rows):
-        done.append(run_row(a, row, out))
+        left = float("inf") if a.budget_s is None else a.budget_s - (time.monotonic() - t0)
+        if left < 10:
+            print(f"[{row.spec}] not run: {left:.0f} s of --budget-s left", flush=True)
+            done.append({"row": row.spec, "label": row.label, "command": "", "returncode": "not run", "wall_s": 0.0,
+                         "ok": False, "error": f"not run: the --budget-s of {a.budget_s:.0f} s was spent"})
+        else:
+            done.append(run_row(a, row, out, min(a.time_limit, left)))
         res = {"env": env, "config": config, "rows": done, "complete": i == len(rows) - 1}
         text = report(out, res)
     print(text)
