@@ -5,10 +5,11 @@
 Without ``--dtype-fix`` this is the same as ``python <checkout>/train.py ...``: ``sys.argv[0]`` is the script (upstream
 places its ``models/`` folder next to it) and the checkout is first on ``sys.path``. With ``--dtype-fix``, the
 categorical TD-target function of upstream's update module (``flash_rl.agents.flashSAC.update``,
-``_compute_categorical_td_target``) is replaced, before ``train.py`` runs, by a wrapper that casts the reward, done
-and entropy arguments to the dtype of the target log-probs and then calls upstream's function unchanged. On torch
-2.11 with gymnasium 1.x and numpy 2 the rewards reach that function as float64, and its ``scatter_add_`` into a
-float32 tensor fails at the first update ("Expected self.dtype to be equal to src.dtype"). The launcher says on
+``_compute_categorical_td_target``) is replaced, as soon as ``train.py`` imports that module (an import hook, so
+nothing is imported before ``train.py`` sets its thread-count environment variables), by a wrapper that casts the
+reward, done and entropy arguments to the dtype of the target log-probs and then calls upstream's function unchanged.
+On torch 2.11 with gymnasium 1.x and numpy 2 the rewards reach that function as float64, and its ``scatter_add_``
+into a float32 tensor fails at the first update ("Expected self.dtype to be equal to src.dtype"). The launcher says on
 stderr that it applied the fix. Nothing of upstream's code is copied here: the wrapper only converts arguments.
 """
 
@@ -16,14 +17,16 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
+import importlib.abc
+import importlib.machinery
 import os
 import runpy
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FIX_FUNCTION", "FIX_MODULE", "apply_dtype_fix", "cast_like_log_probs", "main"]
+__all__ = ["FIX_FUNCTION", "FIX_MODULE", "PatchOnImport", "apply_dtype_fix", "cast_like_log_probs", "main"]
 
 FIX_MODULE = "flash_rl.agents.flashSAC.update"
 FIX_FUNCTION = "_compute_categorical_td_target"
@@ -51,22 +54,46 @@ def cast_like_log_probs(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def apply_dtype_fix() -> None:
-    """Imports upstream's update module (the checkout must be on ``sys.path``) and wraps its TD-target function.
+def apply_dtype_fix(module: types.ModuleType) -> None:
+    """Wraps the TD-target function of upstream's (just imported) update module and says so on stderr.
 
     Raises:
-        RuntimeError: the module or the function is not where upstream keeps them (another upstream layout).
+        RuntimeError: the function is not where upstream keeps it (another upstream layout).
     """
-    try:
-        module = importlib.import_module(FIX_MODULE)
-    except ImportError as exc:
-        raise RuntimeError(f"--upstream-dtype-fix: cannot import {FIX_MODULE} from the upstream checkout "
-                           f"({exc})") from exc
     fn = getattr(module, FIX_FUNCTION, None)
     if fn is None:
         raise RuntimeError(f"--upstream-dtype-fix: {FIX_MODULE} has no {FIX_FUNCTION}: this upstream layout is not "
                            "the one the fix targets; run without the fix")
     setattr(module, FIX_FUNCTION, cast_like_log_probs(fn))
+    print(FIX_LINE, file=sys.stderr, flush=True)
+
+
+class PatchOnImport(importlib.abc.MetaPathFinder):
+    """A ``sys.meta_path`` entry that lets the other finders locate ``FIX_MODULE`` and applies ``apply_dtype_fix``
+    right after the module's own code has run."""
+
+    def __init__(self) -> None:
+        self.applied = False
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name != FIX_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader.exec_module = self._patched(spec.loader.exec_module)  # type: ignore[method-assign]
+                return spec
+        return None
+
+    def _patched(self, exec_module: Any) -> Any:
+        def run_then_fix(module: types.ModuleType) -> None:
+            exec_module(module)
+            apply_dtype_fix(module)
+            self.applied = True
+
+        return run_then_fix
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,10 +106,12 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"train_py: expected upstream's train.py, got {args.train_py!r} (no such file)")
     sys.argv = [train_py, *rest]
     sys.path.insert(0, os.path.dirname(train_py))
-    if args.dtype_fix:
-        apply_dtype_fix()
-        print(FIX_LINE, file=sys.stderr, flush=True)
+    hook = PatchOnImport() if args.dtype_fix else None
+    if hook is not None:
+        sys.meta_path.insert(0, hook)
     runpy.run_path(train_py, run_name="__main__")
+    if hook is not None and not hook.applied:
+        raise RuntimeError(f"--upstream-dtype-fix: train.py never imported {FIX_MODULE}; the fix was not applied")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import sys
 import time
 from datetime import datetime
 
+assert "flash_rl.agents.flashSAC.update" not in sys.modules  # the dtype fix must not import anything before this
 import torch
 import tqdm
 from torch.utils.tensorboard import SummaryWriter
