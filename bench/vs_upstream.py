@@ -60,9 +60,10 @@ __all__ = ["BAR", "SUMMARY", "Row", "parse_rows", "readme_section", "run_row", "
 UPSTREAM_MODES = ("eager", "auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TORCH_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "off")
 BAR = re.compile(r"(\d+)/(\d+) \[")  # a tqdm refresh: "  52%|#####2    | 5200/10000 [00:17<00:15, 300.12it/s]"
-FIRST = re.compile(r"first update at env step \d+: .*?the update call took ([0-9.]+) s")  # agent_common.loop
+# agent_common.loop's line at the first update, and its closing summary line
+FIRST = re.compile(r"first update at env step \d+: ([0-9.]+) s after launch .*?the update call took ([0-9.]+) s")
 SUMMARY = re.compile(r"^\[(\w+)\] env_step=(\d+) wall=([0-9.]+)s .*?last_eval_return=(\S+) "
-                     r"time_to_first_update=(\S+)s steady_updates/s=(\S+)", re.M)  # agent_common.loop._summary
+                     r"time_to_first_update=(\S+)s steady_updates/s=(\S+)", re.M)
 BEGIN, END = "<!-- vs-upstream:begin -->", "<!-- vs-upstream:end -->"
 
 
@@ -195,8 +196,10 @@ def tqdm_timing(samples: Sequence[tuple[float, int]], first_update_step: int,
             "first_update_s": ttfu - max(before) if before and not math.isnan(ttfu) else float("nan")}
 
 
-def final_tensorboard_return(root: str, tag: str = "avg_return") -> float:
-    """The value of ``tag`` at the largest step in the newest TensorBoard event file under ``root`` (nan if none)."""
+def final_tensorboard_return(root: str, final_step: int, tag: str = "avg_return") -> float:
+    """The value of ``tag`` at the largest step in the newest TensorBoard event file under ``root``, if that step is
+    ``final_step`` or later (the evaluation after training); nan otherwise (a run stopped early has only earlier
+    evaluations)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     files = sorted(glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True), key=os.path.getmtime)
@@ -206,7 +209,8 @@ def final_tensorboard_return(root: str, tag: str = "avg_return") -> float:
     acc.Reload()
     if tag not in acc.Tags().get("scalars", []):
         return float("nan")
-    return float(max(acc.Scalars(tag), key=lambda e: e.step).value)
+    last = max(acc.Scalars(tag), key=lambda e: e.step)
+    return float(last.value) if last.step >= final_step else float("nan")
 
 
 def _pump(stream: Any, log: Any, t0: float, samples: list[tuple[float, int]], lock: threading.Lock) -> None:
@@ -265,7 +269,7 @@ def run_row(a: argparse.Namespace, row: Row, out_dir: str, limit: float) -> dict
                            "wall_s": wall, "limit_s": limit, "log": os.path.relpath(log_path, out_dir)}
     if row.kind == "upstream":
         rec.update(tqdm_timing(samples, a.buffer_min_length))
-        rec["final_eval_return"] = final_tensorboard_return(os.path.join(row_dir, "runs"))
+        rec["final_eval_return"] = final_tensorboard_return(os.path.join(row_dir, "runs"), a.num_env_steps)
         rec["dtype_fix"] = bool(a.upstream_dtype_fix)
         rec["bar_samples"] = len(samples)
     else:
@@ -277,8 +281,10 @@ def run_row(a: argparse.Namespace, row: Row, out_dir: str, limit: float) -> dict
         else:
             rec.update(final_eval_return=float("nan"), time_to_first_update_s=float("nan"),
                        steady_updates_per_second=float("nan"))
-        first = FIRST.search(text)
-        rec["first_update_s"] = float(first.group(1)) if first else float("nan")
+        first = FIRST.search(text)  # printed when it happens, so a row stopped at its limit still has it
+        if first and math.isnan(rec["time_to_first_update_s"]):
+            rec["time_to_first_update_s"] = float(first.group(1))
+        rec["first_update_s"] = float(first.group(2)) if first else float("nan")
     if rc != 0:
         errors = [ln for ln in text.splitlines() if re.search(r"Error|error:", ln)]
         rec["error"] = (errors[-1] if errors else text.strip().splitlines()[-1] if text.strip() else "")[-400:]

@@ -173,6 +173,7 @@ def test_without_the_fix_upstream_fails_at_its_first_update_and_a_limit_stops_a_
     assert auto["limit_s"] < 20 and (tmp_path / "elsewhere" / "upstream-auto").is_dir()
     assert eager["returncode"] not in (0, "timeout") and "dtype" in eager["error"] and not eager["dtype_fix"]
     assert auto["returncode"] == "timeout" and math.isnan(auto["time_to_first_update_s"])
+    assert math.isnan(auto["final_eval_return"])  # only the evaluation before training was logged
     md = (out / "results.md").read_text()
     assert "failed (exit" in md and re.search(r"stopped at the 1\d s limit, before its first update", md)
     assert "not run: the --budget-s of 20 s was spent" in md
