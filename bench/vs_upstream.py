@@ -1,5 +1,7 @@
-"""Side by side with upstream FlashSAC's own trainer: the same short recipe through upstream's ``train.py`` and through
-both of this project's agents, one run after the other on one GPU.
+"""Side by side with upstream FlashSAC's own trainer: one short recipe through upstream's train.py and both agents.
+
+The same recipe runs through upstream's ``train.py`` and through both of this project's agents, one run after the
+other on one GPU.
 
     python -m bench.vs_upstream --upstream-dir ~/FlashSAC --out bench/results/vs_upstream \\
         --rows torch,jax,upstream:eager,upstream:default --upstream-dtype-fix
