@@ -67,7 +67,7 @@ def _process_age_seconds() -> float | None:
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
         return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # field 22 of stat: start time in ticks
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, AttributeError):  # AttributeError: no os.sysconf (Windows)
         return None
 
 
