@@ -113,7 +113,7 @@ class TrainResult:
         last_eval_step: the env step of that evaluation (-1 if none).
         time_to_first_update: wall seconds from the process's launch to the end of this call's first update
             (imports, environment and agent construction, the initial evaluation, the random-action warm-up and the
-            first update with its compilation or CUDA-graph capture included; nan without an update).
+            first update with any compilation it triggers included; nan without an update).
         first_update_seconds: how long that first ``agent.update`` call took.
         steady_updates_per_second: updates per wall second over the second half of the time between the first
             update's end and the last update (``UpdateTimeline.steady_rate``; nan with too few updates).
