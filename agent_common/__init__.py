@@ -35,7 +35,9 @@ Agent interface (what ``loop.train`` calls; both frameworks implement it identic
         written with ``checkpoint.atomic_write``. The loop saves everything else (counters, python/numpy RNG,
         env states, noise, reward normaliser, optional replay buffer) in ``loop_state.pkl``.
     ``agent.info() -> dict[str, float | str]``
-        Diagnostics: ``backend/fallback_count`` (float) and ``backend/selected`` (str, logged as text).
+        Diagnostics: ``backend/fallback_count`` (float), ``backend/selected`` (str, logged as text) and
+        ``compile/path`` (str: how the agent computes -- compilation, CUDA graphs, jit cache -- and why; the loop
+        also prints it once on stderr at the start of training).
 
 Checkpoint layout: ``<save_path>/checkpoints/step<env_step>/{agent/, config.yaml, loop_state.pkl, replay_buffer.pkl,
 COMPLETE}``; ``agent_load_path`` accepts the step directory or the run directory (its newest complete checkpoint,

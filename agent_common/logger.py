@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import math
@@ -17,7 +18,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from agent_common.checkpoint import atomic_write_text
 
-__all__ = ["CSV_HEADER", "AverageMeter", "RunLogger", "read_eval_csv"]
+__all__ = ["CSV_HEADER", "AverageMeter", "RunLogger", "UpdateTimeline", "launch_time", "read_eval_csv"]
 
 CSV_HEADER: tuple[str, ...] = ("", "exp_name", "env_name", "seed", "metric", "env_step", "value")
 """Upstream ``results/*.csv`` layout: an unnamed pandas index column, then the long-format columns."""
@@ -56,6 +57,91 @@ class AverageMeter:
         self.reset()
         self.sums.update(state["sums"])
         self.counts.update(state["counts"])
+
+
+def _process_age_seconds() -> float | None:
+    """Seconds since this process started, from ``/proc`` (Linux); None where that cannot be read."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rpartition(")")[2].split()  # the command name may hold spaces: split after it
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # field 22 of stat: start time in ticks
+    except (OSError, ValueError, IndexError, AttributeError):  # AttributeError: no os.sysconf (Windows)
+        return None
+
+
+_AGE = _process_age_seconds()
+_LAUNCH = time.monotonic() - (_AGE or 0.0)  # process start on the monotonic clock (else: when this module loaded)
+
+
+def launch_time() -> float:
+    """The process's start on ``time.monotonic()``'s clock: read from ``/proc`` on Linux, elsewhere the time this
+    module was imported (the training CLIs import it before torch or JAX). Time to first update counts from here."""
+    return _LAUNCH
+
+
+class UpdateTimeline:
+    """When a run's updates happened, in bounded memory: time to first update and the steady update rate.
+
+    ``record(now, count)`` after each update (``count`` = updates so far in this process). The first call fixes the
+    first update's end; further samples are kept with a stride that doubles whenever ``max_samples`` are held, so a
+    run of any length keeps at most ``max_samples`` (time, count) pairs, and the last one always.
+
+    Args:
+        launch: the process start (``launch_time()``), on the same clock as ``now``.
+        max_samples: samples kept at most (>= 4).
+    """
+
+    def __init__(self, launch: float, max_samples: int = 4096) -> None:
+        if max_samples < 4:
+            raise ValueError(f"max_samples must be >= 4, got {max_samples}")
+        self.launch = launch
+        self.max_samples = max_samples
+        self.first_end: float | None = None  # when the first update returned
+        self.first_seconds = float("nan")  # how long that first update call took (compilation / capture included)
+        self._times: list[float] = []
+        self._counts: list[int] = []
+        self._stride = 1
+        self._last: tuple[float, int] | None = None
+
+    def record(self, now: float, count: int, seconds: float | None = None) -> bool:
+        """Notes that ``count`` updates were done at ``now``; ``seconds``: the update call's own duration. Returns
+        True for the first update (the caller may report it)."""
+        first = self.first_end is None
+        if first:
+            self.first_end = now
+            self.first_seconds = float("nan") if seconds is None else float(seconds)
+        self._last = (now, count)
+        if first or count % self._stride == 0:
+            self._times.append(now)
+            self._counts.append(count)
+            if len(self._times) > self.max_samples:  # keep every other sample (the first stays), double the stride
+                self._times, self._counts = self._times[::2], self._counts[::2]
+                self._stride *= 2
+        return first
+
+    @property
+    def time_to_first_update(self) -> float:
+        """Seconds from launch to the end of the first update (nan before it)."""
+        return float("nan") if self.first_end is None else self.first_end - self.launch
+
+    def steady_rate(self, fraction: float = 0.5) -> float:
+        """Updates per wall second over the last ``fraction`` of the time between the first update's end and the
+        last update (everything the loop does in that window counts: env steps, evaluation, logging). The first
+        update, with any compilation or graph capture, is never inside the window; nan with fewer than two samples
+        or no time between them."""
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+        if self.first_end is None or self._last is None:
+            return float("nan")
+        t_end, n_end = self._last
+        start = t_end - fraction * (t_end - self.first_end)
+        i = min(bisect.bisect_left(self._times, start), len(self._times) - 1)
+        t0, n0 = self._times[i], self._counts[i]
+        if t_end <= t0 or n_end <= n0:
+            return float("nan")
+        return (n_end - n0) / (t_end - t0)
 
 
 class RunLogger:

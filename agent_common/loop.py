@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import random
 import shutil
@@ -42,7 +43,7 @@ from agent_common.checkpoint import (
 )
 from agent_common.config import config_to_yaml, parse_args
 from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_states, step_env
-from agent_common.logger import AverageMeter, RunLogger
+from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_time
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
 from agent_common.schema import Config, ConfigError, budget_defaults, check_training_run, run_dir_of_checkpoint
@@ -110,6 +111,12 @@ class TrainResult:
         env_steps_this_call: env steps trained by this call (0: the run had already reached num_env_steps).
         last_eval_return: the run's latest evaluation return (also from before a resume; nan if none).
         last_eval_step: the env step of that evaluation (-1 if none).
+        time_to_first_update: wall seconds from the process's launch to the end of this call's first update
+            (imports, environment and agent construction, the initial evaluation, the random-action warm-up and the
+            first update with any compilation it triggers included; nan without an update).
+        first_update_seconds: how long that first ``agent.update`` call took.
+        steady_updates_per_second: updates per wall second over the second half of the time between the first
+            update's end and the last update (``UpdateTimeline.steady_rate``; nan with too few updates).
     """
 
     status: str
@@ -124,6 +131,9 @@ class TrainResult:
     env_steps_this_call: int = 0
     last_eval_return: float = float("nan")
     last_eval_step: int = -1
+    time_to_first_update: float = float("nan")
+    first_update_seconds: float = float("nan")
+    steady_updates_per_second: float = float("nan")
 
 
 class _StopFlag:
@@ -528,6 +538,8 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
 
     start_step = loop.interaction_step
     log_info(logger.first_step)
+    _announce_compute_path(loop.agent)
+    timeline = UpdateTimeline(launch_time())
     if start_step == 0 and cfg.num_eval_episodes > 0:
         do_eval()
     n_int = loop.num_interaction_steps
@@ -572,7 +584,10 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
                         batch["reward"] = loop.normalizer.normalize(batch["reward"])  # (B,)
                         t0 = time.perf_counter()
                         metrics = loop.agent.update(batch)
-                        update_time += time.perf_counter() - t0
+                        update_seconds = time.perf_counter() - t0
+                        update_time += update_seconds
+                        if timeline.record(time.monotonic(), updates_this_call + 1, update_seconds):
+                            _report_first_update(logger, timeline, env_step, t_start)
                         loop.meter.update(metrics)
                         loop.update_counter -= 1.0
                         loop.num_updates += 1
@@ -609,6 +624,9 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
                 if cfg.max_wall_seconds is not None and now - t_start >= cfg.max_wall_seconds:
                     status = "budget"
                     break
+            if updates_this_call > 1 and math.isfinite(timeline.steady_rate()):
+                logger.log_scalars({"perf/steady_updates_per_second": timeline.steady_rate()},
+                                   loop.interaction_step * loop.num_envs)
             if status == "completed":
                 if loop.last_eval_step != loop.interaction_step and cfg.num_eval_episodes > 0:
                     do_eval()
@@ -636,7 +654,32 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
         env_steps_this_call=env_steps_done,
         last_eval_return=loop.last_eval_return,
         last_eval_step=loop.last_eval_step * loop.num_envs if loop.last_eval_step >= 0 else -1,
+        time_to_first_update=timeline.time_to_first_update,
+        first_update_seconds=timeline.first_seconds,
+        steady_updates_per_second=timeline.steady_rate(),
     )
+
+
+def _announce_compute_path(agent: Agent) -> None:
+    """Prints the agent's ``compile/path`` line (how it computes and why) once, on stderr; the TensorBoard text of
+    the same key comes with the agent's other ``info()``."""
+    path = agent.info().get("compile/path")
+    if isinstance(path, str):
+        tqdm.write(f"compute path: {path}", file=sys.stderr)
+
+
+def _report_first_update(logger: RunLogger, timeline: UpdateTimeline, env_step: int, train_start: float) -> None:
+    """The first update's line on stderr and its TensorBoard scalars (``perf/time_to_first_update_s``: from launch;
+    ``perf/first_update_s``: the call itself)."""
+    assert timeline.first_end is not None
+    tqdm.write(
+        f"first update at env step {env_step}: {timeline.time_to_first_update:.1f} s after launch "
+        f"({timeline.first_end - train_start:.1f} s after training started; the update call took "
+        f"{timeline.first_seconds:.2f} s)",
+        file=sys.stderr,
+    )
+    logger.log_scalars({"perf/time_to_first_update_s": timeline.time_to_first_update,
+                        "perf/first_update_s": timeline.first_seconds}, env_step)
 
 
 def _summary(result: TrainResult, num_env_steps: int) -> str:
@@ -651,7 +694,9 @@ def _summary(result: TrainResult, num_env_steps: int) -> str:
         head = (
             f"[{result.status}] env_step={result.env_step} wall={result.wall_seconds:.1f}s "
             f"env_steps/s={result.env_steps_per_second:.1f} updates/s={result.updates_per_second:.1f} "
-            f"update_ms={1e3 * result.update_seconds_mean:.2f} last_eval_return={result.last_eval_return:.1f}"
+            f"update_ms={1e3 * result.update_seconds_mean:.2f} last_eval_return={result.last_eval_return:.1f} "
+            f"time_to_first_update={result.time_to_first_update:.1f}s "
+            f"steady_updates/s={result.steady_updates_per_second:.1f}"
         )
     lines = [
         head,

@@ -140,7 +140,7 @@ class AgentConfig(_Freezable):
     # precision and compilation
     use_amp: bool = False  # fp16 autocast + GradScaler (torch) / bf16 matmuls (jax)
     use_compile: bool = True  # torch.compile the networks (torch); ignored by jax (always jit)
-    compile_mode: str = "auto"  # auto | off | torch.compile modes; auto -> off without CUDA
+    compile_mode: str = "auto"  # auto | off | torch.compile modes; auto -> off (on CUDA: CUDA graphs instead)
     use_cuda_graph: bool = True  # project key (torch): capture update + acting in CUDA graphs; jax ignores it
     # checkpoint loading
     load_optimizer: bool = True  # restore optimizer/scheduler/scaler state on load

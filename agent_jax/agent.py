@@ -15,6 +15,7 @@ import numpy as np
 from agent_common.buffer import flat_batch
 from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
 from agent_common.schema import Config, target_entropy
+from agent_jax.compilation_cache import compute_path
 from agent_jax.state import AgentState, build_networks, create_agent_state
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks_flat
 from jax_impl import dispatch_stats, resolve_backend
@@ -202,11 +203,13 @@ class FlashSACAgent:
         return metrics
 
     def info(self) -> dict[str, float | str]:
-        """``backend/fallback_count`` and ``backend/selected`` (backend that runs, what was requested and why)."""
+        """``backend/fallback_count``, ``backend/selected`` (backend that runs, what was requested and why) and
+        ``compile/path`` (jit and the compilation cache: ``agent_jax.compilation_cache.compute_path``)."""
         d = self.backend_decision
         return {
             "backend/fallback_count": float(dispatch_stats()["fallback_count"]),
             "backend/selected": f"{self.ctx.backend} (requested {d.requested}: {d.reason})",
+            "compile/path": compute_path(self.device),
         }
 
     # ------------------------------------------------------------------------------------------------ save/load

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["jax_cache_env"]
+__all__ = ["compute_path", "jax_cache_env"]
 
 
 def jax_cache_env(cache_dir: str | os.PathLike[str]) -> dict[str, str]:
@@ -14,3 +14,17 @@ def jax_cache_env(cache_dir: str | os.PathLike[str]) -> dict[str, str]:
     compile time or entry size). Set them before JAX initialises, e.g. in a subprocess's environment."""
     return {"JAX_COMPILATION_CACHE_DIR": str(cache_dir),
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def compute_path(device: object) -> str:
+    """One line naming how the JAX agent computes and why (the torch agent's ``compute_path`` counterpart): its update
+    is one jitted XLA program, compiled at the first update (no compile mode to choose), and whether compiled
+    executables persist on disk (``JAX_COMPILATION_CACHE_DIR``, see ``jax_cache_env``) so that a later run of the same
+    configuration loads them instead of compiling again."""
+    import jax
+
+    cache_dir = jax.config.jax_compilation_cache_dir
+    cache = (f"persistent compilation cache at {cache_dir} (a later run of this configuration loads its executables)"
+             if cache_dir else "no persistent compilation cache (set JAX_COMPILATION_CACHE_DIR to keep executables)")
+    return (f"jax {jax.__version__} on {device}: jit (XLA), compiled at the first update; {cache}. Why: JAX always "
+            "jits the update; agent.use_compile, agent.compile_mode and agent.use_cuda_graph do not apply")

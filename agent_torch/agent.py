@@ -18,12 +18,12 @@ from agent_common.checkpoint import atomic_write, read_checkpoint_file
 from agent_common.schema import Config, target_entropy
 from agent_torch.graphs import GraphCache
 from agent_torch.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature
-from agent_torch.state import Network, make_network, resolve_compile_mode
+from agent_torch.state import Network, explain_compile_mode, make_network
 from agent_torch.update import Batch, UpdateContext, update_actor, update_critic, update_target, update_temperature
 from shared_spec import CategoricalSupport
 from torch_impl import dispatch_stats, resolve_backend
 
-__all__ = ["FlashSACAgent", "make_agent", "resolve_device"]
+__all__ = ["FlashSACAgent", "compute_path", "make_agent", "resolve_device"]
 
 NETWORK_FILES = ("actor", "critic", "target_critic", "temperature")
 
@@ -46,6 +46,15 @@ def resolve_cuda_graph(cfg: Config, device: torch.device, compile_mode: str) -> 
     if compile_mode not in ("off", "default"):
         return False, f"compile_mode={compile_mode} captures its own CUDA graphs"
     return True, f"update step and action selection captured (compile_mode={compile_mode})"
+
+
+def compute_path(device: torch.device, compile_mode: str, compile_reason: str, cuda_graph: bool,
+                 cuda_graph_reason: str) -> str:
+    """One line naming how the agent computes (compilation, CUDA graphs) and why; the training loop prints it once
+    and logs it as TensorBoard text ``compile/path``."""
+    how = "eager" if compile_mode == "off" else f"torch.compile mode={compile_mode}"
+    graphs = "CUDA graphs on" if cuda_graph else "CUDA graphs off"
+    return f"torch {torch.__version__} on {device}: {how}, {graphs}. Why: {compile_reason}; {cuda_graph_reason}"
 
 
 def resolve_device(device_type: str) -> torch.device:
@@ -104,10 +113,12 @@ class FlashSACAgent:
         )
         observation_dim = int(observation_space.shape[0])
         action_dim = int(action_space.shape[0])
-        compile_mode = resolve_compile_mode(a, self.device)
+        compile_mode, compile_reason = explain_compile_mode(a, self.device)
         self.compile_mode = compile_mode
         self.use_cuda_graph, self.cuda_graph_reason = resolve_cuda_graph(cfg, self.device, compile_mode)
-        log.info("CUDA graphs: %s (%s)", "on" if self.use_cuda_graph else "off", self.cuda_graph_reason)
+        self.compute_path = compute_path(self.device, compile_mode, compile_reason, self.use_cuda_graph,
+                                         self.cuda_graph_reason)
+        log.info("compute path: %s", self.compute_path)
         self.graphs = GraphCache() if self.use_cuda_graph else None
         graph_safe = self.use_cuda_graph
         torch.manual_seed(cfg.seed)  # init order as upstream: actor, critic, target critic, temperature
@@ -267,11 +278,13 @@ class FlashSACAgent:
             self.graphs.clear()
 
     def info(self) -> dict[str, float | str]:
-        """``backend/fallback_count`` and ``backend/selected`` (backend that runs, what was requested and why)."""
+        """``backend/fallback_count``, ``backend/selected`` (backend that runs, what was requested and why) and
+        ``compile/path`` (compilation and CUDA graphs, and why: ``compute_path``)."""
         d = self.backend_decision
         return {
             "backend/fallback_count": float(dispatch_stats()["fallback_count"]),
             "backend/selected": f"{d.backend} (requested {d.requested}: {d.reason})",
+            "compile/path": self.compute_path,
         }
 
     # ------------------------------------------------------------------------------------------------ save/load

@@ -14,23 +14,38 @@ from agent_common.schedule import warmup_cosine_decay
 from agent_common.schema import AgentConfig
 from agent_torch.networks import normalize_parameters
 
-__all__ = ["Network", "make_network", "resolve_compile_mode"]
+__all__ = ["Network", "explain_compile_mode", "make_network", "resolve_compile_mode"]
 
 
 def resolve_compile_mode(cfg: AgentConfig, device: torch.device) -> str:
-    """The torch.compile mode to use, or ``"off"``.
+    """The torch.compile mode to use, or ``"off"`` (``explain_compile_mode`` without the reason)."""
+    return explain_compile_mode(cfg, device)[0]
 
-    ``use_compile=false`` or ``compile_mode=off`` -> off. ``auto`` -> off without CUDA (CPU runs are eager), else
-    upstream's rule: ``max-autotune`` for torch >= 2.9, ``reduce-overhead`` before.
+
+def explain_compile_mode(cfg: AgentConfig, device: torch.device) -> tuple[str, str]:
+    """The torch.compile mode to use (or ``"off"``) and why.
+
+    ``use_compile=false`` or ``compile_mode=off`` -> off; a named mode (``default``, ``reduce-overhead``,
+    ``max-autotune``, ...) is used as given. ``auto`` -> off: without CUDA, CPU runs are eager; on CUDA the fastest
+    path that starts within seconds is no compilation, with the update step and action selection captured in CUDA
+    graphs (``agent.use_cuda_graph``, on by default). Upstream's rule (max-autotune on torch >= 2.9) autotunes GEMM
+    templates for minutes before the first update, and its CUDA graphs are what the capture already gives.
     """
-    if not cfg.use_compile or cfg.compile_mode == "off":
-        return "off"
+    if not cfg.use_compile:
+        return "off", "agent.use_compile=false"
+    if cfg.compile_mode == "off":
+        return "off", "agent.compile_mode=off"
     if cfg.compile_mode != "auto":
-        return cfg.compile_mode
+        return cfg.compile_mode, f"agent.compile_mode={cfg.compile_mode} (as configured)"
     if device.type != "cuda":
-        return "off"
-    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
-    return "max-autotune" if (major, minor) >= (2, 9) else "reduce-overhead"
+        return "off", f"agent.compile_mode=auto on {device.type}: eager"
+    if cfg.use_cuda_graph and not cfg.use_amp:
+        return "off", ("agent.compile_mode=auto on CUDA: no torch.compile, CUDA graphs instead (the fastest path "
+                       "that starts within seconds; max-autotune autotunes for minutes before its first update, "
+                       "choose it with agent.compile_mode=max-autotune)")
+    blocker = "agent.use_cuda_graph=false" if not cfg.use_cuda_graph else "agent.use_amp=true"
+    return "off", (f"agent.compile_mode=auto on CUDA with {blocker}: eager, no CUDA graphs (a torch.compile mode "
+                   "starts only after minutes of compilation; choose one with agent.compile_mode=<mode>)")
 
 
 @dataclass

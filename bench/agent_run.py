@@ -235,6 +235,8 @@ def run(bench: AgentBench, args: argparse.Namespace, run_dir: str) -> int:
             "env_steps_per_second": result.env_steps_per_second,
             "updates_per_second": result.updates_per_second,
             "update_ms": 1e3 * result.update_seconds_mean,
+            "time_to_first_update_s": result.time_to_first_update,
+            "steady_updates_per_second": result.steady_updates_per_second,
             "evaluations": result.evaluations,
         }
         progress["calls"].append(call)
@@ -261,6 +263,8 @@ def run(bench: AgentBench, args: argparse.Namespace, run_dir: str) -> int:
     summary["num_env_steps"] = total_steps
     summary["env_steps_per_second"] = total_steps / max(summary["train_wall_seconds"], 1e-9)
     summary["updates_per_second_by_call"] = [c["updates_per_second"] for c in calls]
+    summary["time_to_first_update_s"] = calls[0].get("time_to_first_update_s") if calls else None
+    summary["steady_updates_per_second_by_call"] = [c.get("steady_updates_per_second") for c in calls]
     evals = [tuple(e) for c in calls for e in c["evaluations"]]
     summary["eval_returns"] = {int(s): m["avg_return"] for s, m in evals}
     summary["final_return"] = summary["eval_returns"].get(total_steps)

@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from agent_common.checkpoint import (
 )
 from agent_common.config import config_to_yaml, load_config, parse_args
 from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_states, step_env
-from agent_common.logger import CSV_HEADER, AverageMeter, RunLogger, read_eval_csv
+from agent_common.logger import CSV_HEADER, AverageMeter, RunLogger, UpdateTimeline, launch_time, read_eval_csv
 from agent_common.noise import ZetaNoise, truncated_zeta_cdf
 from agent_common.normalizer import RewardNormalizer
 from agent_common.schedule import warmup_cosine_decay
@@ -412,3 +413,25 @@ def test_agent_common_imports_no_framework():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_update_timeline_first_update_and_steady_rate():
+    """Time to first update counts from launch; the steady rate skips the slow first update (a compile) and uses
+    the last half of the time after it; memory stays bounded over a long run."""
+    tl = UpdateTimeline(launch=100.0, max_samples=8)
+    assert math.isnan(tl.time_to_first_update) and math.isnan(tl.steady_rate())
+    assert tl.record(130.0, 1, seconds=20.0)  # the first update: 20 s of compilation, done 30 s after launch
+    assert tl.time_to_first_update == 30.0 and tl.first_seconds == 20.0
+    assert math.isnan(tl.steady_rate())  # one update: no rate yet
+    # then 10 updates/s for 10 s, 100 updates/s for the next 10 s: the last half runs at 100/s
+    t, n = 130.0, 1
+    for rate in (10, 100):
+        for _ in range(10 * rate):
+            t, n = t + 1.0 / rate, n + 1
+            assert not tl.record(t, n)
+    assert abs(tl.steady_rate(0.5) - 100.0) < 1.5
+    assert 10 < tl.steady_rate(1.0) < 100  # the whole time after the first update
+    assert len(tl._times) <= 8 + 1 and tl._times[0] == 130.0  # bounded; the first sample stays
+    with pytest.raises(ValueError, match="fraction"):
+        tl.steady_rate(0.0)
+    assert launch_time() <= time.monotonic()

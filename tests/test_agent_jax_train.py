@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 
 import gymnasium as gym
@@ -64,6 +65,10 @@ def test_cli_smoke_and_exact_resume(tmp_path):
     a = _run_cli([*CLI, f"save_path={run_a}"], cache_dir=cache)
     assert a.returncode == 0, a.stderr[-3000:]
     assert "[completed] env_step=160" in a.stdout
+    # The compute path is printed once and names the persistent compilation cache; timing in the summary line.
+    assert a.stderr.count("compute path: jax") == 1 and f"persistent compilation cache at {cache}" in a.stderr
+    assert re.search(r"time_to_first_update=[0-9.]+s steady_updates/s=[0-9.]+", a.stdout), a.stdout
+    assert "first update at env step 40:" in a.stderr
 
     # Smoke: eval at 0 / 80 / 160, finite losses logged under upstream names, backend logged, config saved.
     with open(os.path.join(run_a, "eval.csv")) as f:
@@ -80,6 +85,7 @@ def test_cli_smoke_and_exact_resume(tmp_path):
     # is the one ending at step 80.
     assert [s for s, _ in scalars["critic/loss"]] == [80, 120, 160]
     assert scalars["backend/fallback_count"][-1][1] == 0.0
+    assert [s for s, _ in scalars["perf/time_to_first_update_s"]] == [40]
     assert os.path.exists(os.path.join(run_a, "config.yaml"))
     ckpt_a = os.path.join(run_a, "checkpoints", "step160", "agent")
     assert sorted(os.listdir(ckpt_a)) == ["actor.pkl", "agent_state.pkl", "critic.pkl", "target_critic.pkl",

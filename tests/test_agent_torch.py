@@ -20,7 +20,7 @@ from agent_common.envs import make_vec_env, step_env
 from agent_common.loop import train
 from agent_common.normalizer import RewardNormalizer
 from agent_common.schedule import warmup_cosine_decay
-from agent_torch.agent import FlashSACAgent, make_agent, resolve_cuda_graph
+from agent_torch.agent import FlashSACAgent, compute_path, make_agent, resolve_cuda_graph
 from agent_torch.networks import (
     EnsembleUnitBatchNorm,
     EnsembleUnitLinear,
@@ -30,7 +30,7 @@ from agent_torch.networks import (
     UnitLinear,
     UnitRMSNorm,
 )
-from agent_torch.state import make_network, resolve_compile_mode
+from agent_torch.state import explain_compile_mode, make_network, resolve_compile_mode
 from agent_torch.update import critic_target
 from shared_spec import CategoricalSupport
 from shared_spec.reference import categorical_td_target as spec_target
@@ -287,10 +287,34 @@ def test_amp_on_cpu_runs_finite():
 def test_compile_mode_resolution():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_compile_mode(load_config([], "torch").agent, cpu) == "off"
-    assert resolve_compile_mode(load_config([], "torch").agent, cuda) == "max-autotune"
+    assert resolve_compile_mode(load_config([], "torch").agent, cuda) == "off"  # CUDA graphs instead (below)
     assert resolve_compile_mode(load_config(["agent.use_compile=false"], "torch").agent, cuda) == "off"
     assert resolve_compile_mode(load_config(["agent.compile_mode=default"], "torch").agent, cpu) == "default"
     assert resolve_compile_mode(load_config(["agent.compile_mode=off"], "torch").agent, cuda) == "off"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "mode", "fragment", "graphs"),
+    [
+        ([], "off", "CUDA graphs instead", True),
+        (["agent.use_cuda_graph=false"], "off", "with agent.use_cuda_graph=false: eager", False),
+        (["agent.use_amp=true"], "off", "with agent.use_amp=true: eager", False),
+        (["agent.compile_mode=max-autotune"], "max-autotune", "agent.compile_mode=max-autotune (as configured)",
+         False),
+        (["agent.compile_mode=reduce-overhead"], "reduce-overhead", "as configured", False),
+        (["agent.compile_mode=default"], "default", "as configured", True),
+        (["agent.compile_mode=default", "agent.use_compile=false"], "off", "agent.use_compile=false", True),
+    ],
+)
+def test_auto_compile_mode_on_cuda_is_cuda_graphs_and_names_the_reason(overrides, mode, fragment, graphs):
+    cuda = torch.device("cuda")
+    cfg = load_config(overrides, "torch")
+    got, reason = explain_compile_mode(cfg.agent, cuda)
+    assert got == mode and fragment in reason, reason
+    on, graph_reason = resolve_cuda_graph(cfg, cuda, got)
+    assert on == graphs  # the default config on CUDA: no compile, CUDA graphs
+    line = compute_path(cuda, got, reason, on, graph_reason)
+    assert reason in line and graph_reason in line and ("CUDA graphs on" in line) == graphs
 
 
 def test_cuda_graph_resolution_names_the_reason():

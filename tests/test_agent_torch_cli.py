@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,6 +50,9 @@ EXPECTED_SCALARS = {
     "perf/env_steps_per_second",
     "perf/updates_per_second",
     "perf/update_ms",
+    "perf/time_to_first_update_s",
+    "perf/first_update_s",
+    "perf/steady_updates_per_second",
 }
 
 
@@ -92,7 +96,13 @@ def test_smoke_run_writes_logs_csv_config_and_checkpoint(runs):
     scalars = set(acc.Tags()["scalars"])
     assert EXPECTED_SCALARS <= scalars, EXPECTED_SCALARS - scalars
     assert all(e.value == e.value for e in acc.Scalars("critic/loss"))  # finite (not NaN)
-    assert {"config", "backend/selected"} <= set(acc.Tags()["tensors"])
+    assert {"config", "backend/selected", "compile/path"} <= set(acc.Tags()["tensors"])
+    assert len(acc.Tensors("compile/path")) == 1  # logged once
+    assert straight.stderr.count("compute path: torch") == 1 and "eager, CUDA graphs off" in straight.stderr
+    assert [e.step for e in acc.Scalars("perf/time_to_first_update_s")] == [50]  # buffer_min_length=50
+    first = re.search(r"first update at env step 50: ([0-9.]+) s after launch", straight.stderr)
+    summary = re.search(r"time_to_first_update=([0-9.]+)s steady_updates/s=([0-9.]+)", straight.stdout)
+    assert first and summary and float(first.group(1)) == float(summary.group(1)) > 0 and float(summary.group(2)) > 0
     assert [e.step for e in acc.Scalars("critic/loss")] == [60, 80, 100, 120, 140, 160, 180, 200, 220, 240]
     rows = _eval_rows(run)
     assert [(m, s) for m, s, _ in rows if m == "avg_return"] == [

@@ -1,0 +1,465 @@
+"""Side by side with upstream FlashSAC's own trainer: one short recipe through upstream's train.py and both agents.
+
+The same recipe runs through upstream's ``train.py`` and through both of this project's agents, one run after the
+other on one GPU.
+
+    python -m bench.vs_upstream --upstream-dir ~/FlashSAC --out bench/results/vs_upstream \\
+        --rows torch,jax,upstream:eager,upstream:default --upstream-dtype-fix
+    python -m bench.vs_upstream --readme bench/results/<folder>     # README's "versus upstream" table from it
+
+``--upstream-dir`` is a checkout of upstream FlashSAC that the user cloned (github.com/leeyngdo/FlashSAC); nothing of
+it is copied here. Rows: ``upstream:<mode>`` runs upstream's ``train.py`` with ``agent.use_compile=false`` (mode
+``eager``), upstream's own default (``auto``: max-autotune on torch >= 2.9) or ``agent.compile_mode=<mode>``;
+``torch`` / ``jax`` run ``python -m agent_<framework>.train`` with the project's defaults (``torch:<mode>`` sets
+``agent.compile_mode``). Every row gets the same recipe: upstream's CPU-sim gym-MuJoCo settings
+(``bench.common.UPSTREAM_RECIPE``) with ``--num-env-steps``, ``--buffer-min-length`` random-action steps,
+``--num-eval-episodes`` episodes evaluated at the start and at the end only, no video, no intermediate checkpoint.
+Each row is a fresh process with a wall-clock limit (``--time-limit``; its process group is ended at the limit and the
+row reports what it reached).
+
+What each row reports, from the process's own output:
+    time to first update  wall seconds from the launch of the process to the end of its first update (the imports,
+                          the initial evaluation, the random-action steps and the first update's compilation count).
+                          This project's agents print it (``time_to_first_update=``). Upstream prints a tqdm bar of
+                          interaction steps: the launcher timestamps each bar refresh as it arrives, and the first
+                          refresh past step ``buffer_min_length + 1`` follows the first update (its resolution is the
+                          bar's refresh interval, 0.5 s).
+    steady updates/s      updates per wall second over the second half of the time after the first update
+                          (``agent_common.logger.UpdateTimeline``, the definition both agents print); for upstream the
+                          same computation over the bar's (time, step) samples, one update per step in this recipe.
+    wall s                launch to exit.
+    final eval return     the last ``avg_return``: this project's summary line; upstream's TensorBoard events
+                          (``runs/`` under the row's directory, which is the process's working directory).
+
+``--upstream-dtype-fix`` runs upstream through ``bench/upstream_launch.py``, which wraps one upstream function at
+import time (float64 rewards reach its float32 ``scatter_add_`` on torch 2.11 / gymnasium 1.x / numpy 2 and upstream
+crashes at its first update); the table and the JSON say so. Writes ``results.json`` and ``results.md`` under
+``--out`` after every row, and each row's log under ``--out/logs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bench.common import REPO, UPSTREAM_RECIPE, command_output, environment, write_results
+from bench.paired_training import merge_overrides
+
+__all__ = ["BAR", "SUMMARY", "Row", "parse_rows", "readme_section", "run_row", "tqdm_timing", "update_readme"]
+
+UPSTREAM_MODES = ("eager", "auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+TORCH_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "off")
+BAR = re.compile(r"(\d+)/(\d+) \[")  # a tqdm refresh: "  52%|#####2    | 5200/10000 [00:17<00:15, 300.12it/s]"
+# agent_common.loop's line at the first update, and its closing summary line
+FIRST = re.compile(r"first update at env step \d+: ([0-9.]+) s after launch .*?the update call took ([0-9.]+) s")
+SUMMARY = re.compile(r"^\[(\w+)\] env_step=(\d+) wall=([0-9.]+)s .*?last_eval_return=(\S+) "
+                     r"time_to_first_update=(\S+)s steady_updates/s=(\S+)", re.M)
+BEGIN, END = "<!-- vs-upstream:begin -->", "<!-- vs-upstream:end -->"
+
+
+class Row:
+    """One line of the table: ``upstream:<mode>``, ``torch[:<mode>]`` or ``jax``."""
+
+    def __init__(self, spec: str) -> None:
+        kind, _, mode = spec.partition(":")
+        if kind == "upstream":
+            if mode not in UPSTREAM_MODES:
+                raise ValueError(f"--rows: {spec!r}: expected upstream:<mode> with mode in {UPSTREAM_MODES}")
+        elif kind == "torch":
+            if mode and mode not in TORCH_MODES:
+                raise ValueError(f"--rows: {spec!r}: expected torch or torch:<mode> with mode in {TORCH_MODES}")
+        elif kind == "jax":
+            if mode:
+                raise ValueError(f"--rows: {spec!r}: the JAX agent has no compile mode (expected jax)")
+        else:
+            raise ValueError(f"--rows: {spec!r}: expected upstream:<mode>, torch, torch:<mode> or jax")
+        self.spec, self.kind, self.mode = spec, kind, mode
+
+    @property
+    def label(self) -> str:
+        if self.kind == "upstream":
+            what = {"eager": "agent.use_compile=false", "auto": "its default compile_mode=auto"}.get(
+                self.mode, f"agent.compile_mode={self.mode}")
+            return f"upstream train.py, {what}"
+        if self.kind == "torch":
+            return "this project, torch agent, " + (f"agent.compile_mode={self.mode}" if self.mode else "defaults")
+        return "this project, JAX agent, defaults"
+
+
+def parse_rows(text: str) -> list[Row]:
+    """``--rows``: a comma-separated list of row specs (see ``Row``); at least one, no repeats."""
+    specs = [s.strip() for s in text.split(",") if s.strip()]
+    if not specs:
+        raise ValueError("--rows: expected at least one row, got none")
+    if len(set(specs)) != len(specs):
+        raise ValueError(f"--rows: a row is listed twice in {specs}")
+    return [Row(s) for s in specs]
+
+
+# ------------------------------------------------------------------------------------------------------- recipe
+
+
+def _recipe_value(key: str) -> str:
+    return next(o.split("=", 1)[1] for o in UPSTREAM_RECIPE if o.split("=", 1)[0] == key)
+
+
+def project_overrides(a: argparse.Namespace, row: Row, run_dir: str) -> list[str]:
+    """The recipe for ``python -m agent_<framework>.train``: upstream's recipe, the run length, evaluation at the start
+    and the end only, one checkpoint at the end without the replay buffer, no progress bar."""
+    n = a.num_env_steps
+    out = [o for o in UPSTREAM_RECIPE if not o.startswith(("env.env_name=", "agent.buffer_min_length="))]
+    out += [f"env.env_name={a.env}", f"seed={a.seed}", f"num_env_steps={n}",
+            f"agent.buffer_min_length={a.buffer_min_length}", f"num_eval_episodes={a.num_eval_episodes}",
+            f"evaluation_per_interaction_step={n}",
+            f"save_checkpoint_per_interaction_step={n}", "save_buffer=false", "progress_bar=false",
+            f"save_path={run_dir}"]
+    if a.device == "cpu":
+        out.append("agent.device_type=cpu")
+    if row.mode:
+        out.append(f"agent.compile_mode={row.mode}")
+    return merge_overrides(out, list(a.overrides))
+
+
+def upstream_overrides(a: argparse.Namespace, row: Row) -> list[str]:
+    """The same recipe in upstream's Hydra keys (its scripts/run_mujoco.sh settings, shortened): no video, evaluation
+    only before and after training, the compile mode of the row."""
+    out = [f"seed={a.seed}", "env=mujoco", f"env.env_name={a.env}", f"num_env_steps={a.num_env_steps}",
+           "num_train_envs=1", "num_eval_envs=1", "num_record_envs=1", f"num_eval_episodes={a.num_eval_episodes}",
+           "num_record_episodes=0", "agent=flashSAC",
+           f"agent.buffer_max_length={_recipe_value('agent.buffer_max_length')}",
+           f"agent.buffer_min_length={a.buffer_min_length}", "agent.buffer_device_type=cpu",
+           f"agent.sample_batch_size={_recipe_value('agent.sample_batch_size')}", "agent.use_amp=false",
+           "updates_per_interaction_step=1", "agent.asymmetric_observation=false", "gamma=0.99", "n_step=1",
+           "logger_type=tensorboard", "evaluation_per_interaction_step=null", "metrics_per_interaction_step=null",
+           "recording_per_interaction_step=null"]
+    if a.device == "cpu":
+        out.append("agent.device_type=cpu")
+    if row.mode == "eager":
+        out.append("agent.use_compile=false")
+    elif row.mode != "auto":
+        out.append(f"agent.compile_mode={row.mode}")
+    return merge_overrides(out, list(a.upstream_overrides))
+
+
+def row_command(a: argparse.Namespace, row: Row, run_dir: str) -> list[str]:
+    """The row's command line (run from the row's directory)."""
+    if row.kind == "upstream":
+        train_py = os.path.join(os.path.abspath(a.upstream_dir), "train.py")
+        head = ([a.python, "-m", "bench.upstream_launch", "--dtype-fix", train_py] if a.upstream_dtype_fix
+                else [a.python, train_py])
+        overrides = upstream_overrides(a, row)
+    else:
+        head = [a.python, "-m", f"agent_{row.kind}.train"]
+        overrides = project_overrides(a, row, run_dir)
+    return head + [arg for o in overrides for arg in ("--overrides", o)]
+
+
+def upstream_commit(upstream_dir: str) -> str:
+    """The commit of an upstream checkout, or a note when the folder is not the top of its own git repository (a
+    folder inside this repository's working tree would otherwise report this repository's commit)."""
+    top = command_output(["git", "rev-parse", "--show-toplevel"], cwd=upstream_dir)
+    if top and os.path.realpath(top) == os.path.realpath(upstream_dir):
+        return command_output(["git", "rev-parse", "HEAD"], cwd=upstream_dir) or "unknown commit"
+    return "not a git checkout"
+
+
+# ------------------------------------------------------------------------------------------------------ parsing
+
+
+def tqdm_timing(samples: Sequence[tuple[float, int]], first_update_step: int,
+                fraction: float = 0.5) -> dict[str, float]:
+    """Time to first update and steady updates/s from a tqdm bar's (seconds since launch, step) samples, one update
+    per step from ``first_update_step`` on. The first sample at or past ``first_update_step + 1`` marks the first
+    update's end (whichever of those two steps held it); the time since the last sample before ``first_update_step``
+    bounds the first update's duration from above (its compilation; one bar interval and a step more at most). The
+    bar's last refresh comes as its loop ends, before the final evaluation, so the rate's window ends with the last
+    update."""
+    from agent_common.logger import UpdateTimeline
+
+    timeline = UpdateTimeline(launch=0.0)
+    before = [t for t, n in samples if n < first_update_step]
+    for t, n in sorted(samples):
+        if n >= first_update_step + 1:
+            timeline.record(t, n - first_update_step)
+    ttfu = timeline.time_to_first_update
+    return {"time_to_first_update_s": ttfu, "steady_updates_per_second": timeline.steady_rate(fraction),
+            "first_update_s": ttfu - max(before) if before and not math.isnan(ttfu) else float("nan")}
+
+
+def final_tensorboard_return(root: str, final_step: int, tag: str = "avg_return") -> float:
+    """The value of ``tag`` at the largest step in the newest TensorBoard event file under ``root``, if that step is
+    ``final_step`` or later (the evaluation after training); nan otherwise (a run stopped early has only earlier
+    evaluations)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    files = sorted(glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True), key=os.path.getmtime)
+    if not files:
+        return float("nan")
+    acc = EventAccumulator(os.path.dirname(files[-1]), size_guidance={"scalars": 0})
+    acc.Reload()
+    if tag not in acc.Tags().get("scalars", []):
+        return float("nan")
+    last = max(acc.Scalars(tag), key=lambda e: e.step)
+    return float(last.value) if last.step >= final_step else float("nan")
+
+
+def _pump(stream: Any, log: Any, t0: float, samples: list[tuple[float, int]], lock: threading.Lock) -> None:
+    """Copies a child's output to ``log`` as it arrives and timestamps every tqdm refresh in it (``\\r``-separated)."""
+    pending = ""
+    while True:
+        chunk = os.read(stream.fileno(), 65536)
+        if not chunk:
+            break
+        now = time.monotonic() - t0
+        text = chunk.decode("utf-8", "replace")
+        with lock:
+            log.write(text)
+            log.flush()
+        parts = re.split(r"[\r\n]", pending + text)
+        pending = parts.pop()
+        for part in parts + [pending]:  # a refresh ends without a delimiter: the unfinished tail is read too
+            m = BAR.search(part)
+            if m and (not samples or int(m.group(1)) != samples[-1][1]):
+                samples.append((now, int(m.group(1))))
+
+
+def run_row(a: argparse.Namespace, row: Row, out_dir: str, limit: float) -> dict[str, Any]:
+    """Runs one row in a fresh process (its own process group, ended after ``limit`` seconds) and parses its
+    output; the row's working directory is ``--runs-dir/<row>`` (default ``--out/runs``)."""
+    name = row.spec.replace(":", "-")
+    row_dir = os.path.join(os.path.abspath(a.runs_dir) if a.runs_dir else os.path.join(out_dir, "runs"), name)
+    os.makedirs(row_dir, exist_ok=True)
+    os.makedirs(os.path.join(out_dir, "logs"), exist_ok=True)
+    cmd = row_command(a, row, os.path.join(row_dir, "run"))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    log_path = os.path.join(out_dir, "logs", name + ".log")
+    samples: list[tuple[float, int]] = []
+    lock = threading.Lock()
+    print(f"[{row.spec}] {' '.join(cmd)}", flush=True)
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=row_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        pumps = [threading.Thread(target=_pump, args=(s, log, t0, samples, lock), daemon=True)
+                 for s in (proc.stdout, proc.stderr)]
+        for p in pumps:
+            p.start()
+        try:
+            rc: int | str = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the row's own process group (compile workers included)
+            proc.wait()
+            rc = "timeout"
+        for p in pumps:
+            p.join(timeout=10)
+    wall = time.monotonic() - t0
+    text = open(log_path, errors="replace").read()
+    rec: dict[str, Any] = {"row": row.spec, "label": row.label, "command": " ".join(cmd), "returncode": rc,
+                           "wall_s": wall, "limit_s": limit, "log": os.path.relpath(log_path, out_dir)}
+    if row.kind == "upstream":
+        rec.update(tqdm_timing(samples, a.buffer_min_length))
+        rec["final_eval_return"] = final_tensorboard_return(os.path.join(row_dir, "runs"), a.num_env_steps)
+        rec["dtype_fix"] = bool(a.upstream_dtype_fix)
+        rec["bar_samples"] = len(samples)
+    else:
+        found = SUMMARY.findall(text)
+        if found:
+            status, _, _, ret, ttfu, steady = found[-1]
+            rec.update(status=status, final_eval_return=float(ret), time_to_first_update_s=float(ttfu),
+                       steady_updates_per_second=float(steady))
+        else:
+            rec.update(final_eval_return=float("nan"), time_to_first_update_s=float("nan"),
+                       steady_updates_per_second=float("nan"))
+        first = FIRST.search(text)  # printed when it happens, so a row stopped at its limit still has it
+        if first and math.isnan(rec["time_to_first_update_s"]):
+            rec["time_to_first_update_s"] = float(first.group(1))
+        rec["first_update_s"] = float(first.group(2)) if first else float("nan")
+    if rc != 0:
+        errors = [ln for ln in text.splitlines() if re.search(r"Error|error:", ln)]
+        rec["error"] = (errors[-1] if errors else text.strip().splitlines()[-1] if text.strip() else "")[-400:]
+    rec["ok"] = rc == 0
+    print(f"  rc={rc} wall={wall:.1f}s first_update={_cell(rec.get('time_to_first_update_s'))}s "
+          f"steady={_cell(rec.get('steady_updates_per_second'))}/s return={_cell(rec.get('final_eval_return'))}",
+          flush=True)
+    return rec
+
+
+# ------------------------------------------------------------------------------------------------------ reports
+
+
+def _cell(v: Any, spec: str = ".1f") -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def table(res: dict[str, Any]) -> list[str]:
+    """The markdown table of a results dict (also README's)."""
+    lines = ["| run | time to first update (s) | first update (s) | steady updates/s | wall (s) | final eval return "
+             "| status |", "|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        if r["ok"]:
+            status = "completed"
+        elif r["returncode"] == "timeout":
+            status = f"stopped at the {r.get('limit_s', res['config']['time_limit_s']):.0f} s limit"
+            if math.isnan(r.get("time_to_first_update_s", float("nan"))):
+                status += ", before its first update"
+        elif r["returncode"] == "not run":
+            status = r["error"]
+        else:
+            status = f"failed (exit {r['returncode']}): {r.get('error', '')}"
+        label = r["label"] + (" (with the dtype fix)" if r.get("dtype_fix") else "")
+        lines.append(f"| {label} | {_cell(r.get('time_to_first_update_s'))} | {_cell(r.get('first_update_s'))} | "
+                     f"{_cell(r.get('steady_updates_per_second'))} | {r['wall_s']:.1f} | "
+                     f"{_cell(r.get('final_eval_return'))} | {status} |")
+    return lines
+
+
+def report(out_dir: str, res: dict[str, Any]) -> str:
+    cfg, env = res["config"], res["env"]
+    lines = [f"# Versus upstream FlashSAC ({env.get('gpu') or 'CPU'}, {env['date_utc']})", "",
+             f"`{cfg['command']}`", "",
+             f"Recipe: {cfg['env']}, {cfg['num_env_steps']} env steps, the first {cfg['buffer_min_length']} with "
+             f"random actions, upstream's CPU-sim settings otherwise (batch 512, UTD 1, one environment, AMP off), "
+             f"{cfg['num_eval_episodes']} evaluation episode(s) before and after training, seed {cfg['seed']}, device "
+             f"{cfg['device']}; extra overrides: this project {cfg['overrides'] or 'none'}, upstream "
+             f"{cfg['upstream_overrides'] or 'none'}. One run after the other, each limited to "
+             f"{cfg['time_limit_s']:.0f} s. Versions: torch {env.get('torch')}, jax {env.get('jax')}, Python "
+             f"{env['python']}; upstream checkout {cfg['upstream_dir']} ({cfg['upstream_commit']}).", ""]
+    lines += table(res)
+    lines += ["", "Time to first update: launch to the end of the first update (imports, the initial evaluation, the "
+              "random-action steps and any compilation included); upstream's is read off its progress bar (0.5 s "
+              "resolution). First update: that update's own duration, compilation or graph capture included "
+              "(upstream: from its bar's last refresh before it, an upper bound). Steady updates/s: the second half "
+              "of the time after the first update."]
+    if cfg["upstream_dtype_fix"]:
+        lines += ["", "**Upstream ran with `--upstream-dtype-fix`**: `bench/upstream_launch.py` wrapped upstream's "
+                  "`_compute_categorical_td_target` at import time to cast reward, done and entropy to the log-probs' "
+                  "dtype; without it upstream stops at its first update on this stack (float64 rewards into a "
+                  "float32 `scatter_add_`)."]
+    if not res.get("complete", True):
+        lines += ["", "**Partial**: written after the last finished row; more rows were to run."]
+    return write_results(out_dir, res, "\n".join(lines) + "\n")
+
+
+def readme_section(folder: str) -> str:
+    """README's "versus upstream" table from ``folder/results.json`` (a committed run of this script)."""
+    res = json.load(open(os.path.join(folder, "results.json")))
+    cfg, env = res["config"], res["env"]
+    lines = [f"Measured on an {env.get('gpu') or 'CPU'} on {env['date_utc'][:10]} (torch {env.get('torch')}, jax "
+             f"{env.get('jax')}, Python {env['python']}); upstream FlashSAC at {cfg['upstream_commit']}; "
+             f"{cfg['env']}, {cfg['num_env_steps']} env steps of which {cfg['buffer_min_length']} random, "
+             f"upstream's CPU-sim recipe otherwise; raw data and logs in [`{folder}`]({folder}/results.md). "
+             f"Command: `{cfg['command']}`.", ""]
+    lines += table(res)
+    if cfg["upstream_dtype_fix"]:
+        lines += ["", "Upstream ran with `--upstream-dtype-fix` (its TD-target function's float64 reward / done / "
+                  "entropy cast to float32 at import time; without it upstream stops at its first update on this "
+                  "stack)."]
+    return "\n".join(lines)
+
+
+def update_readme(folder: str, readme: str = os.path.join(REPO, "README.md")) -> None:
+    """Rewrites README's text between the vs-upstream markers with ``readme_section(folder)``."""
+    text = open(readme).read()
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{readme} has no {BEGIN} ... {END} markers")
+    new = f"{BEGIN}\n{readme_section(folder)}\n{END}"
+    text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: new, text, flags=re.S)
+    with open(readme, "w") as f:
+        f.write(text)
+
+
+# ---------------------------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI; returns 0 when every row completed, 1 otherwise (the report is written either way), 2 for bad arguments."""
+    ap = argparse.ArgumentParser(prog="python -m bench.vs_upstream", description=__doc__.split("\n")[0])
+    ap.add_argument("--upstream-dir", help="a checkout of upstream FlashSAC (holds train.py and configs/)")
+    ap.add_argument("--out", default=os.path.join("bench", "results", "vs_upstream"))
+    ap.add_argument("--rows", default="torch,jax,upstream:eager,upstream:default",
+                    help="comma-separated: upstream:<mode> (eager, auto, default, reduce-overhead, max-autotune), "
+                    "torch, torch:<compile_mode>, jax")
+    ap.add_argument("--env", default="HalfCheetah-v4")
+    ap.add_argument("--num-env-steps", type=int, default=7000)
+    ap.add_argument("--buffer-min-length", type=int, default=5000, help="random-action steps before the first update")
+    ap.add_argument("--num-eval-episodes", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--time-limit", type=float, default=150.0, help="wall seconds per row")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="wall seconds for all rows: a row's limit is also cut to what is left, and a row with less "
+                    "than 10 s left is not started (reported as not run)")
+    ap.add_argument("--runs-dir", default=None, help="where the rows' run directories go (default: --out/runs)")
+    ap.add_argument("--upstream-dtype-fix", action="store_true",
+                    help="run upstream through bench/upstream_launch.py with its one-function dtype fix")
+    ap.add_argument("--overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra override for this project's agents, repeatable (replaces the recipe's value)")
+    ap.add_argument("--upstream-overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra Hydra override for upstream's train.py, repeatable (replaces the recipe's value)")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter every row runs with")
+    ap.add_argument("--readme", metavar="FOLDER", help="only rewrite README's versus-upstream table from FOLDER")
+    a = ap.parse_args(argv)
+    if a.readme:
+        update_readme(a.readme)
+        return 0
+    try:
+        rows = parse_rows(a.rows)
+    except ValueError as exc:
+        ap.error(str(exc))
+    for name in ("num_env_steps", "buffer_min_length", "num_eval_episodes"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')}: expected an integer >= 1, got {getattr(a, name)}")
+    if a.buffer_min_length >= a.num_env_steps:
+        ap.error(f"--buffer-min-length: expected fewer than --num-env-steps ({a.num_env_steps}) so that updates run, "
+                 f"got {a.buffer_min_length}")
+    if not a.time_limit > 0:
+        ap.error(f"--time-limit: expected seconds > 0, got {a.time_limit}")
+    if any(r.kind == "upstream" for r in rows):
+        if not a.upstream_dir or not os.path.isfile(os.path.join(a.upstream_dir, "train.py")):
+            ap.error("--upstream-dir: expected a checkout of upstream FlashSAC holding train.py, got "
+                     f"{a.upstream_dir!r}")
+    out = os.path.abspath(a.out)
+    os.makedirs(out, exist_ok=True)
+    config = {"command": "python -m bench.vs_upstream " + shlex.join(sys.argv[1:] if argv is None else argv),
+              "rows": [r.spec for r in rows], "env": a.env, "num_env_steps": a.num_env_steps,
+              "buffer_min_length": a.buffer_min_length, "num_eval_episodes": a.num_eval_episodes, "seed": a.seed,
+              "device": a.device, "time_limit_s": a.time_limit, "upstream_dir": a.upstream_dir,
+              "upstream_commit": upstream_commit(a.upstream_dir) if a.upstream_dir else None,
+              "upstream_dtype_fix": a.upstream_dtype_fix, "overrides": a.overrides,
+              "upstream_overrides": a.upstream_overrides}
+    if a.upstream_dtype_fix:
+        print("upstream runs with --upstream-dtype-fix: bench/upstream_launch.py wraps upstream's "
+              "_compute_categorical_td_target at import time (reward, done, entropy cast to the log-probs' dtype)",
+              flush=True)
+    done: list[dict[str, Any]] = []
+    env = environment()
+    t0 = time.monotonic()
+    for i, row in enumerate(rows):
+        left = float("inf") if a.budget_s is None else a.budget_s - (time.monotonic() - t0)
+        if left < 10:
+            print(f"[{row.spec}] not run: {left:.0f} s of --budget-s left", flush=True)
+            done.append({"row": row.spec, "label": row.label, "command": "", "returncode": "not run", "wall_s": 0.0,
+                         "ok": False, "error": f"not run: the --budget-s of {a.budget_s:.0f} s was spent"})
+        else:
+            done.append(run_row(a, row, out, min(a.time_limit, left)))
+        res = {"env": env, "config": config, "rows": done, "complete": i == len(rows) - 1}
+        text = report(out, res)
+    print(text)
+    return 0 if all(r["ok"] for r in done) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

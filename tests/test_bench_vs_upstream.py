@@ -1,0 +1,190 @@
+"""bench/vs_upstream.py on CPU against a fake upstream checkout: a tiny train.py that prints a tqdm bar and writes
+TensorBoard events like upstream's trainer, and an update module whose TD-target function fails on float64 rewards
+the way upstream's does on torch 2.11 / gymnasium 1.x / numpy 2 (so the opt-in dtype fix is exercised for real)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import textwrap
+
+import pytest
+
+from bench import vs_upstream
+from bench.upstream_launch import cast_like_log_probs
+from tests.agent_test_utils import REPO
+
+FAKE_TRAIN = '''
+import argparse
+import os
+import sys
+import time
+from datetime import datetime
+
+assert "flash_rl.agents.flashSAC.update" not in sys.modules  # the dtype fix must not import anything before this
+import torch
+import tqdm
+from torch.utils.tensorboard import SummaryWriter
+
+from flash_rl.agents.flashSAC import update
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--overrides", action="append", default=[])
+cfg = dict(o.split("=", 1) for o in ap.parse_args().overrides)
+n, m = int(cfg["num_env_steps"]), int(cfg["agent.buffer_min_length"])
+mode = "eager" if cfg.get("agent.use_compile") == "false" else cfg.get("agent.compile_mode", "auto")
+first_update_s = {"eager": 0.05, "default": 1.0}.get(mode, 1000.0)  # auto: "autotunes" past any limit
+stamp = datetime.now().strftime("%m%d_%H%M%S")
+writer = SummaryWriter(f"runs/test/FlashSAC/{cfg['env.env_name']}_seed{cfg['seed']}_{stamp}")
+print("Using the environment's default (1000) since `max_episode_steps` is not provided.")
+writer.add_scalar("avg_return", -300.0, global_step=0)
+for step in tqdm.tqdm(range(1, n + 1), smoothing=0.1, mininterval=0.05):
+    time.sleep(0.0005)  # an env step
+    if step >= m:
+        if step == m:
+            time.sleep(first_update_s)  # compilation
+        log_probs = torch.log_softmax(torch.zeros(4, 11), dim=-1)
+        reward = torch.ones(4, dtype=torch.float64)  # what gymnasium hands over on this stack
+        update._compute_categorical_td_target(target_log_probs=log_probs, reward=reward, done=torch.zeros_like(reward),
+                                              actor_entropy=torch.zeros(4), gamma=0.99, num_bins=11, min_v=-5.0,
+                                              max_v=5.0)
+        time.sleep(0.004)  # an update
+time.sleep(0.2)  # the final evaluation
+writer.add_scalar("avg_return", 123.5, global_step=n)
+writer.close()
+'''
+
+FAKE_UPDATE = '''
+import torch
+
+
+def _compute_categorical_td_target(target_log_probs, reward, done, actor_entropy, gamma, num_bins, min_v, max_v):
+    target = torch.zeros_like(target_log_probs)
+    src = (reward.reshape(-1, 1) + gamma * (1.0 - done.reshape(-1, 1)) - actor_entropy.reshape(-1, 1)).expand(
+        -1, num_bins)
+    return target.scatter_add_(1, torch.zeros_like(target, dtype=torch.long), src * target_log_probs.exp())
+'''
+
+
+@pytest.fixture(scope="module")
+def fake_upstream(tmp_path_factory):
+    root = tmp_path_factory.mktemp("upstream")
+    (root / "train.py").write_text(textwrap.dedent(FAKE_TRAIN))
+    pkg = root / "flash_rl" / "agents" / "flashSAC"
+    pkg.mkdir(parents=True)
+    for d in (root / "flash_rl", root / "flash_rl" / "agents", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "update.py").write_text(textwrap.dedent(FAKE_UPDATE))
+    return root
+
+
+def _args(upstream, out, rows, *extra):
+    return ["--upstream-dir", str(upstream), "--out", str(out), "--rows", rows, "--device", "cpu",
+            "--num-env-steps", "300", "--buffer-min-length", "150", *extra]
+
+
+def test_tqdm_timing_reads_the_first_update_and_the_steady_rate_off_the_bar():
+    # random steps at 1000/s until 100, a 5 s compile in step 100, then 10 updates/s, then 100 updates/s
+    samples = [(0.1 * i, 100 * i // 10) for i in range(10)] + [(6.0, 101)]
+    samples += [(6.0 + 0.1 * k, 101 + k) for k in range(1, 101)] + [(16.0 + 0.01 * k, 201 + k) for k in range(1, 1001)]
+    got = vs_upstream.tqdm_timing(samples, first_update_step=100)
+    assert got["time_to_first_update_s"] == 6.0 and got["first_update_s"] == pytest.approx(6.0 - 0.9)
+    assert got["steady_updates_per_second"] == pytest.approx(100.0, rel=0.05)
+    none = vs_upstream.tqdm_timing(samples[:10], first_update_step=100)  # stopped during the compile
+    assert all(math.isnan(v) for v in none.values())
+
+
+@pytest.mark.parametrize(("rows", "fragment"), [("", "at least one row"), ("upstream:fast", "upstream:<mode>"),
+                                                ("jax:default", "no compile mode"), ("torch,torch", "twice"),
+                                                ("pytorch", "expected upstream:<mode>")])
+def test_bad_rows_are_named(rows, fragment):
+    with pytest.raises(ValueError, match="--rows") as err:
+        vs_upstream.parse_rows(rows)
+    assert fragment in str(err.value)
+
+
+def test_bad_arguments_exit_2_naming_the_argument(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        vs_upstream.main(_args(tmp_path / "nowhere", tmp_path / "out", "upstream:eager"))
+    assert exc.value.code == 2 and "--upstream-dir" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        vs_upstream.main(["--rows", "torch", "--num-env-steps", "100", "--buffer-min-length", "100"])
+    assert exc.value.code == 2 and "--buffer-min-length" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dtype_fix_casts_by_keyword_and_position():
+    torch = pytest.importorskip("torch")
+    seen = []
+    fixed = cast_like_log_probs(lambda lp, r, d, e, *rest, **kw: seen.append((r.dtype, d.dtype, e.dtype, rest, kw)))
+    lp = torch.zeros(2, 3, dtype=torch.float32)
+    fixed(lp, torch.ones(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64), torch.zeros(2), 0.99, k=1)
+    fixed(target_log_probs=lp, reward=torch.ones(2, dtype=torch.float64), done=torch.zeros(2),
+          actor_entropy=torch.zeros(2, dtype=torch.float64), gamma=0.9)
+    assert seen == [(torch.float32,) * 3 + ((0.99,), {"k": 1}), (torch.float32,) * 3 + ((), {"gamma": 0.9})]
+
+
+def test_side_by_side_with_a_fake_upstream(fake_upstream, tmp_path, capsys):
+    """Upstream eager and compile_mode=default with the dtype fix, and the real torch agent (tiny, CPU): every row's
+    time to first update, steady rate, wall time and final return, in results.json / results.md; then README's
+    table from that folder."""
+    out = tmp_path / "vs"
+    tiny = ["agent.actor_hidden_dim=8", "agent.critic_hidden_dim=8", "agent.actor_num_blocks=1",
+            "agent.critic_num_blocks=1", "agent.sample_batch_size=8", "env.max_episode_steps=30", "num_threads=1",
+            "agent.categorical_target_backend=torch"]
+    rc = vs_upstream.main(_args(fake_upstream, out, "upstream:eager,upstream:default,torch", "--upstream-dtype-fix",
+                                "--time-limit", "120", *[x for o in tiny for x in ("--overrides", o)]))
+    assert rc == 0, capsys.readouterr()
+    res = json.loads((out / "results.json").read_text())
+    rows = {r["row"]: r for r in res["rows"]}
+    assert all(r["ok"] for r in rows.values()) and res["complete"] and res["config"]["upstream_dtype_fix"]
+    eager, default, torch_row = rows["upstream:eager"], rows["upstream:default"], rows["torch"]
+    for r in (eager, default):
+        assert r["dtype_fix"] and r["final_eval_return"] == 123.5
+        assert 0 < r["time_to_first_update_s"] < r["wall_s"]
+        assert 10 < r["steady_updates_per_second"] < 260  # 4 ms of sleep per update
+        assert "upstream_launch: --upstream-dtype-fix applied" in (out / r["log"]).read_text()
+    assert eager["first_update_s"] < 0.9 < default["first_update_s"] < 2.5  # its 1 s "compilation"
+    assert 0 < torch_row["time_to_first_update_s"] < torch_row["wall_s"] and torch_row["steady_updates_per_second"] > 0
+    assert 0 < torch_row["first_update_s"] < torch_row["time_to_first_update_s"]
+    assert math.isfinite(torch_row["final_eval_return"]) and "agent_torch.train" in torch_row["command"]
+    md = (out / "results.md").read_text()
+    assert "upstream train.py, agent.use_compile=false (with the dtype fix)" in md and "--upstream-dtype-fix" in md
+    assert md.count("| completed |") == 3
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{vs_upstream.BEGIN}\nno run yet\n{vs_upstream.END}\nrest\n")
+    vs_upstream.update_readme(str(out), str(readme))
+    text = readme.read_text()
+    assert "no run yet" not in text and text.startswith("intro\n") and text.endswith("rest\n")
+    assert "| this project, torch agent, defaults |" in text and "python -m bench.vs_upstream" in text
+
+
+def test_without_the_fix_upstream_fails_at_its_first_update_and_a_limit_stops_a_row(fake_upstream, tmp_path):
+    out = tmp_path / "vs"
+    rc = vs_upstream.main(_args(fake_upstream, out, "upstream:eager,upstream:auto", "--time-limit", "8",
+                                "--runs-dir", str(tmp_path / "elsewhere")))
+    assert rc == 1
+    res = json.loads((out / "results.json").read_text())
+    eager, auto = res["rows"]
+    assert auto["limit_s"] == 8 and (tmp_path / "elsewhere" / "upstream-auto").is_dir()
+    assert eager["returncode"] not in (0, "timeout") and "dtype" in eager["error"] and not eager["dtype_fix"]
+    assert auto["returncode"] == "timeout" and math.isnan(auto["time_to_first_update_s"])
+    assert math.isnan(auto["final_eval_return"])  # only the evaluation before training was logged
+    md = (out / "results.md").read_text()
+    assert "failed (exit" in md and "stopped at the 8 s limit, before its first update" in md
+    assert "--upstream-dtype-fix" not in md.split("|---|")[0]  # no claim of a fix that did not run
+
+
+def test_rows_past_the_budget_are_not_run(fake_upstream, tmp_path):
+    out = tmp_path / "vs"
+    assert vs_upstream.main(_args(fake_upstream, out, "upstream:eager", "--budget-s", "5")) == 1
+    (row,) = json.loads((out / "results.json").read_text())["rows"]
+    assert row["returncode"] == "not run" and not row["ok"] and not (out / "logs").exists()
+    assert "| not run: the --budget-s of 5 s was spent |" in (out / "results.md").read_text()
+
+
+def test_repository_readme_has_the_section_markers():
+    text = open(os.path.join(REPO, "README.md")).read()
+    assert text.index(vs_upstream.BEGIN) < text.index(vs_upstream.END)
