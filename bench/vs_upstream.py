@@ -54,7 +54,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import REPO, UPSTREAM_RECIPE, command_output, environment, write_results
+from bench.common import (
+    REPO,
+    UPSTREAM_RECIPE,
+    command_output,
+    environment,
+    replace_readme_section,
+    section_markers,
+    write_results,
+)
 from bench.paired_training import merge_overrides
 
 __all__ = ["BAR", "SUMMARY", "Row", "parse_rows", "readme_section", "run_row", "tqdm_timing", "update_readme"]
@@ -66,7 +74,7 @@ BAR = re.compile(r"(\d+)/(\d+) \[")  # a tqdm refresh: "  52%|#####2    | 5200/1
 FIRST = re.compile(r"first update at env step \d+: ([0-9.]+) s after launch .*?the update call took ([0-9.]+) s")
 SUMMARY = re.compile(r"^\[(\w+)\] env_step=(\d+) wall=([0-9.]+)s .*?last_eval_return=(\S+) "
                      r"time_to_first_update=(\S+)s steady_updates/s=(\S+)", re.M)
-BEGIN, END = "<!-- vs-upstream:begin -->", "<!-- vs-upstream:end -->"
+BEGIN, END = section_markers("vs-upstream")
 
 
 class Row:
@@ -358,16 +366,23 @@ def readme_section(folder: str) -> str:
     res = json.load(open(os.path.join(folder, "results.json")))
     cfg, env = res["config"], res["env"]
     lines = [f"Measured on an {env.get('gpu') or 'CPU'} on {env['date_utc'][:10]} (torch {env.get('torch')}, jax "
-             f"{env.get('jax')}, Python {env['python']}); upstream FlashSAC at {cfg['upstream_commit']}; "
+             f"{env.get('jax')}, Python {env['python']}); upstream FlashSAC: "
+             f"{_upstream_source(cfg['upstream_commit'])}; "
              f"{cfg['env']}, {cfg['num_env_steps']} env steps of which {cfg['buffer_min_length']} random, "
              f"upstream's CPU-sim recipe otherwise; raw data and logs in [`{folder}`]({folder}/results.md). "
              f"Command: `{cfg['command']}`.", ""]
     lines += table(res)
     if cfg["upstream_dtype_fix"]:
         lines += ["", "Upstream ran with `--upstream-dtype-fix` (its TD-target function's float64 reward / done / "
-                  "entropy cast to float32 at import time; without it upstream stops at its first update on this "
-                  "stack)."]
+                  "entropy cast to float32 at import time; without it upstream's main has been seen to stop at its "
+                  "first update on this stack)."]
     return "\n".join(lines)
+
+
+def _upstream_source(commit: str) -> str:
+    if commit == "not a git checkout":
+        return "a folder that is not a git checkout (the results folder's README says what it held)"
+    return f"commit {commit}"
 
 
 def update_readme(folder: str, readme: str = os.path.join(REPO, "README.md")) -> None:
@@ -375,10 +390,7 @@ def update_readme(folder: str, readme: str = os.path.join(REPO, "README.md")) ->
     text = open(readme).read()
     if BEGIN not in text or END not in text:
         raise ValueError(f"{readme} has no {BEGIN} ... {END} markers")
-    new = f"{BEGIN}\n{readme_section(folder)}\n{END}"
-    text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: new, text, flags=re.S)
-    with open(readme, "w") as f:
-        f.write(text)
+    replace_readme_section("vs-upstream", readme_section(folder), readme)
 
 
 # ---------------------------------------------------------------------------------------------------------- main
