@@ -619,7 +619,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                 if loop.buffer.can_sample():
                     loop.update_counter += cfg.updates_per_interaction_step
                     while loop.update_counter >= 1.0:
-                        batch = loop.buffer.sample(cfg.agent.sample_batch_size)
+                        batch = loop.buffer.sample(cfg.agent.sample_batch_size * cfg.num_devices)  # jax: N devices
                         batch["reward"] = loop.normalizer.normalize(batch["reward"])  # (B,)
                         t0 = time.perf_counter()
                         metrics = loop.agent.update(batch)
