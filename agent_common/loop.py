@@ -63,6 +63,7 @@ __all__ = [
 
 # Independent RNG streams, all derived from cfg.seed (spawn keys keep them uncorrelated).
 _NOISE_STREAM, _BUFFER_STREAM, _WARMUP_STREAM = 1, 2, 3
+_AGREE_EVERY = 16  # interaction steps between the replicas' agreements on stopping early (one small collective)
 
 
 class Agent(Protocol):
@@ -656,11 +657,12 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                         refresh=False,
                     )
                     postfix_time = now
+                stopping = stop.requested
                 over_budget = cfg.max_wall_seconds is not None and now - t_start >= cfg.max_wall_seconds
-                if replicas.world_size > 1:  # every replica stops at the same step (or none does)
-                    code = replicas.max_on_all(2 if stop.requested else 1 if over_budget else 0)
-                    stop.requested, over_budget = code == 2, code == 1
-                if stop.requested:
+                if replicas.world_size > 1:  # replicas agree every _AGREE_EVERY steps, so all stop at the same one
+                    code = replicas.max_on_all(2 if stopping else int(over_budget)) if step % _AGREE_EVERY == 0 else 0
+                    stopping, over_budget = code == 2, code == 1
+                if stopping:
                     status = "interrupted"
                     break
                 if over_budget:

@@ -180,6 +180,15 @@ def test_torchrun_cli_writes_one_run_and_resumes(tmp_path):
     single = run_module("agent_torch.train", overrides=["num_env_steps=480", f"agent_load_path={run_dir}"],
                         timeout=120)
     assert single.returncode == 2 and "written by 2 replica(s), this run has 1" in single.stderr
+    budget = subprocess.run(_torchrun(["num_env_steps=1000000", "max_wall_seconds=2", f"agent_load_path={run_dir}"]),
+                            env=_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert budget.returncode == 0 and budget.stdout.count("[budget]") == 1, budget.stderr[-3000:]
+    from agent_common.checkpoint import latest_checkpoint, read_checkpoint_file
+
+    latest = latest_checkpoint(str(run_dir))  # both replicas stopped at the same step, each saved its buffer
+    for state_dir in (latest, os.path.join(latest, "ranks", "rank1")):
+        state = read_checkpoint_file(os.path.join(state_dir, "loop_state.pkl"))
+        assert state["buffer_saved"] and state["env_step"] == int(latest.rsplit("step", 1)[1]) > 360
 
 
 def test_killed_replica_stops_the_run_with_the_last_checkpoint_intact(tmp_path):
