@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from bench.common import REPO, UPSTREAM_RECIPE, environment, fmt, write_results
@@ -35,8 +36,8 @@ __all__ = ["main", "run_command", "scaling_table"]
 
 
 def run_command(framework: str, gpus: int, run_dir: str, budget: float, env_steps: int, warmup: int,
-                port: int = 29533) -> list[str]:
-    """The command of one scaling run (torchrun for torch on several GPUs)."""
+                extra: Sequence[str] = (), port: int = 29533) -> list[str]:
+    """The command of one scaling run (torchrun for torch on several GPUs); ``extra`` overrides come last."""
     overrides = [
         *UPSTREAM_RECIPE,
         f"num_env_steps={env_steps}",
@@ -58,6 +59,7 @@ def run_command(framework: str, gpus: int, run_dir: str, budget: float, env_step
     else:
         overrides.append(f"num_devices={gpus}")
         head = [sys.executable, "-m", "agent_jax.train"]
+    overrides += list(extra)
     cmd = list(head)
     for item in overrides:
         cmd += ["--overrides", item]
@@ -66,7 +68,7 @@ def run_command(framework: str, gpus: int, run_dir: str, budget: float, env_step
 
 def _one(framework: str, gpus: int, args: argparse.Namespace) -> dict[str, Any]:
     run_dir = os.path.join(args.runs_dir, f"{framework}_{gpus}gpu")
-    cmd = run_command(framework, gpus, run_dir, args.budget, args.env_steps, args.warmup)
+    cmd = run_command(framework, gpus, run_dir, args.budget, args.env_steps, args.warmup, args.overrides)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
                XLA_PYTHON_CLIENT_PREALLOCATE="false", CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(gpus)))
     t = time.time()
@@ -148,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=60.0, help="max_wall_seconds of each run")
     parser.add_argument("--env-steps", type=int, default=1_000_000)
     parser.add_argument("--warmup", type=int, default=2000, help="agent.buffer_min_length (random steps)")
+    parser.add_argument("--overrides", action="append", default=[], help="extra key=value for every run")
     parser.add_argument("--runs-dir", default="/tmp/data_parallel_runs",
                         help="where the run directories go (emptied first; kept out of --out)")
     args = parser.parse_args(argv)
@@ -157,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--budget must be > 0, got {args.budget}")
     os.makedirs(args.out, exist_ok=True)
     shutil.rmtree(args.runs_dir, ignore_errors=True)
-    batch = int(next(o for o in UPSTREAM_RECIPE if o.startswith("agent.sample_batch_size=")).split("=")[1])
+    key = "agent.sample_batch_size="
+    batch = int([o for o in [*UPSTREAM_RECIPE, *args.overrides] if o.startswith(key)][-1][len(key):])
     res: dict[str, Any] = {"environment": environment(), "budget_s": args.budget, "batch": batch, "runs": {}}
     results: dict[str, dict[int, dict[str, Any]]] = {}
     for framework in args.frameworks:

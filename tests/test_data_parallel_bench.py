@@ -14,6 +14,8 @@ def test_commands_launch_torchrun_or_num_devices():
     assert run_command("torch", 1, "/tmp/r", 60, 1000, 500)[1:3] == ["-m", "agent_torch.train"]
     jax2 = run_command("jax", 2, "/tmp/r", 60, 1000, 500)
     assert jax2[1:3] == ["-m", "agent_jax.train"] and "num_devices=2" in jax2 and "save_path=/tmp/r" in jax2
+    assert run_command("jax", 1, "/tmp/r", 60, 1000, 500, ["agent.sample_batch_size=32"])[-1] == (
+        "agent.sample_batch_size=32")  # extra overrides come last, so they win
 
 
 def test_scaling_table_per_gpu_rates_and_efficiency():
