@@ -99,12 +99,32 @@ def test_num_devices_config_errors(tmp_path):
         make_mesh(64, jax.devices("cpu")[0])
 
 
-def test_torch_replicas_bitwise_equal_and_averaged_gradient_matches_doubled_batch(tmp_path):
+def _torch_worker(tmp_path, device: str) -> dict:
     out = tmp_path / "dp.json"
     proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "data_parallel_torch_worker.py"),
-                           str(_free_port()), str(out)], env=_env(), capture_output=True, text=True, timeout=300)
+                           str(_free_port()), str(out), device], env=_env(), capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def _torch_cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.skipif(_torch_cuda_devices() < 2, reason="needs 2 CUDA devices (NCCL)")
+def test_nccl_replicas_bitwise_equal_with_the_all_reduce_in_the_captured_update(tmp_path):
+    result = _torch_worker(tmp_path, "cuda")
+    rep = result["replicas"]
+    assert rep["device"] == "cuda:0" and rep["cuda_graphs"] == 2  # both update variants captured, then replayed
+    assert rep["params_checked"] > 30 and rep["params_unequal"] == [] and rep["buffers_unequal"]
+    assert result["doubled_batch"]["max_ratio_to_bound"] <= 1.0 < result["doubled_batch"]["local_gap_ratio"]
+
+
+def test_torch_replicas_bitwise_equal_and_averaged_gradient_matches_doubled_batch(tmp_path):
+    result = _torch_worker(tmp_path, "cpu")
     rep = result["replicas"]
     # different initial seeds and different batches on the two replicas: the broadcast and the averaged gradients
     # keep every parameter (and the EMA target) bitwise equal; local BatchNorm running statistics differ
