@@ -53,7 +53,8 @@ def _free_port() -> int:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1", **extra)
+    path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)  # keeps a --target site (GPU)
+    return dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **extra)
 
 
 def _torchrun(overrides: list[str], nproc: int = 2) -> list[str]:
