@@ -109,7 +109,9 @@ class FlashSACAgent:
         self.compile_mode = compile_mode
         self.use_cuda_graph, self.cuda_graph_reason = resolve_cuda_graph(cfg, self.device, compile_mode)
         log.info("CUDA graphs: %s (%s)", "on" if self.use_cuda_graph else "off", self.cuda_graph_reason)
-        self.graphs = GraphCache() if self.use_cuda_graph else None
+        # under data parallel the NCCL watchdog thread queries CUDA events while a graph is captured
+        mode = "thread_local" if distributed.is_distributed() else "global"
+        self.graphs = GraphCache(capture_error_mode=mode) if self.use_cuda_graph else None
         graph_safe = self.use_cuda_graph
         torch.manual_seed(cfg.seed)  # init order as upstream: actor, critic, target critic, temperature
         actor = FlashSACActor(observation_dim, action_dim, a.actor_num_blocks, a.actor_hidden_dim)
