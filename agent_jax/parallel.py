@@ -4,7 +4,9 @@ A one-dimensional ``Mesh`` (axis ``"data"``) spans ``num_devices`` local devices
 BatchNorm statistics, optimiser state, PRNG key) is replicated on every device, the update batch of
 ``num_devices x agent.sample_batch_size`` rows is split along the mesh, and the update runs under the mesh as a
 context (``data_parallel``), where ``agent_jax.update.update_networks`` constrains its batch to that split and its
-result state to replication (``constrain_batch`` / ``constrain_replicated``: no-ops without a mesh). XLA's SPMD
+result state to replication (``constrain_batch`` / ``constrain_replicated``: no-ops without a mesh), and the
+categorical TD target, row-independent, runs on each device's rows (``rows_per_device``: a Pallas kernel is a custom
+call that XLA cannot split itself). XLA's SPMD
 partitioner then inserts the cross-device reductions itself: gradients, losses and the BatchNorm batch statistics
 are reduced over the whole batch, and the random draws of a jax.random call do not depend on how its output is
 split. So a run on N devices is, up to the order of floating-point reductions, the one-device run with an N times
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jax
@@ -36,6 +38,7 @@ __all__ = [
     "make_mesh",
     "replicate",
     "replicated",
+    "rows_per_device",
     "shard_batch",
 ]
 
@@ -133,3 +136,26 @@ def constrain_replicated(tree: Any) -> Any:
     if not _active():
         return tree
     return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, PartitionSpec()), tree)
+
+
+def rows_per_device(op: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+    """The categorical TD target ``op`` (``jax_impl.categorical_td_target``'s signature) on each device's rows.
+
+    Inside a jitted update under ``data_parallel``, ``op(next_qs (E, B), next_log_probs (E, B, K), reward (B,),
+    terminated (B,), next_alpha_log_pi (B,), gamma=..., **static)`` runs under ``jax.shard_map`` with B split along
+    the mesh (the op is row-independent, so the result is the same); elsewhere it is ``op`` itself.
+    """
+    if not _active():
+        return op
+
+    def call(next_qs: jax.Array, next_log_probs: jax.Array, reward: jax.Array, terminated: jax.Array,
+             next_alpha_log_pi: jax.Array, *, gamma: Any, **static: Any) -> jax.Array:
+        def local(q: jax.Array, lp: jax.Array, r: jax.Array, d: jax.Array, s: jax.Array, g: jax.Array) -> jax.Array:
+            return op(q, lp, r, d, s, gamma=g, **static)
+
+        rows, p = PartitionSpec(AXIS), PartitionSpec
+        mapped = jax.shard_map(local, in_specs=(p(None, AXIS), p(None, AXIS, None), rows, rows, rows, p()),
+                               out_specs=p(AXIS, None), check_vma=False)  # a Pallas call declares no vma
+        return mapped(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, jax.numpy.asarray(gamma))
+
+    return call

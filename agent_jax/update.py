@@ -214,7 +214,7 @@ def critic_target(actor: RLTrainState, critic: RLTrainState, temperature: RLTrai
     )  # (2, 2B), (2, 2B, K)
     next_qs = target_qs[:, batch_size:]  # (2, B)
     next_log_probs = target_log_probs[:, batch_size:]  # (2, B, K)
-    target_probs = categorical_td_target(
+    target_probs = parallel.rows_per_device(categorical_td_target)(  # each device's rows under data parallel
         next_qs,
         next_log_probs,
         batch.reward,
