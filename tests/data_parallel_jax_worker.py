@@ -19,7 +19,8 @@ from agent_jax.agent import FlashSACAgent
 OBS_DIM, ACT_DIM, BATCH, UPDATES = 11, 3, 16, 4
 TINY = ["agent.actor_hidden_dim=16", "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1",
         "agent.critic_num_blocks=1", f"agent.sample_batch_size={BATCH}", "num_env_steps=1000",
-        "agent.device_type=cpu", "agent.categorical_target_backend=jax"]
+        "agent.device_type=cpu", "agent.categorical_target_backend=jax",
+        "agent.actor_update_period=1"]  # every update updates actor, temperature and critic: one executable per run
 
 
 def _batches(rows: int) -> list[dict[str, np.ndarray]]:
