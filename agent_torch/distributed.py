@@ -17,7 +17,8 @@ own environments and replay buffer (``agent_common.replicas``). This module
 BatchNorm statistics stay local to each replica (as upstream): a replica normalises with the statistics of its own
 batch and its running statistics follow its own data; only parameters (hence the target critic's EMA) are kept
 identical. A run on N replicas with batch B is therefore the run on one replica with batch N x B only up to those
-BatchNorm statistics (and the reparametrisation noise, which each replica draws for its own rows).
+BatchNorm statistics (and the reparametrisation noise, which each replica draws for its own rows; every replica
+seeds torch with ``seed``, as upstream, so they draw the same stream).
 """
 
 from __future__ import annotations
