@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 
 import gymnasium as gym
 import jax
@@ -62,7 +63,17 @@ def main() -> None:
     devices = sorted({d.id for leaf in leaves2 for d in leaf.sharding.device_set})
     params2 = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(two.state.critic.params)]
     params1 = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(one.state.critic.params)]
+    with tempfile.TemporaryDirectory() as tmp:  # a checkpoint of the 2-device agent loads back replicated
+        two.save(tmp)
+        back, _, _ = _run(2, BATCH, [])
+        back.load(tmp)
+    loaded = jax.tree_util.tree_leaves(back.state)
+    round_trip = all(np.array_equal(np.asarray(a), np.asarray(b)) and len(b.sharding.device_set) == 2
+                     for a, b in zip(leaves2, loaded, strict=True))
+    actions = back.act(batches[0]["observation"][:3], np.zeros((3, ACT_DIM), np.float32))
     print(json.dumps({
+        "checkpoint_round_trip": bool(round_trip),
+        "act_shape": list(actions.shape),
         "replicas_equal": bool(replicas_equal),
         "devices": devices,
         "max_param_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(params2, params1, strict=True)),

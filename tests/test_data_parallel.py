@@ -146,6 +146,7 @@ def test_jax_two_devices_match_one_device_doubled_batch():
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["replicas_equal"] and r["devices"] == [0, 1]
+    assert r["checkpoint_round_trip"] and r["act_shape"] == [3, 3]
     # Only the order of the reductions over the 2B rows differs (both runs see the same rows, BN statistics over
     # all of them, the same random draws). Losses: a mean over n = 2B rows of non-negative terms, fp32 summation
     # error <= n u relative, times 4 for the BatchNorm reductions upstream of it.
