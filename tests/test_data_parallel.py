@@ -102,8 +102,11 @@ def test_num_devices_config_errors(tmp_path):
 
 def _torch_worker(tmp_path, device: str) -> dict:
     out = tmp_path / "dp.json"
+    env = _env()
+    if device == "cuda":
+        env.pop("TRITON_INTERPRET", None)  # conftest's CPU interpreter: the GPU run compiles the Triton kernel
     proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "data_parallel_torch_worker.py"),
-                           str(_free_port()), str(out), device], env=_env(), capture_output=True, text=True,
+                           str(_free_port()), str(out), device], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
