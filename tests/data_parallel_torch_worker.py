@@ -25,7 +25,7 @@ from agent_torch.distributed import GradientAverager
 OBS_DIM, ACT_DIM, BATCH, UPDATES, WORLD = 11, 3, 16, 4, 2
 TINY = ["agent.actor_hidden_dim=16", "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1",
         "agent.critic_num_blocks=1", f"agent.sample_batch_size={BATCH}", "num_env_steps=1000",
-        "agent.categorical_target_backend=auto", "deterministic=true", "num_threads=1"]
+        "agent.categorical_target_backend=auto", "num_threads=1"]
 FP32_U = 2.0**-24  # unit roundoff of fp32
 
 
@@ -42,8 +42,8 @@ def _batch(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray]:
 def _replicas_after_updates(rank: int, device: str) -> dict[str, object]:
     """K agent updates on each replica's own batches: parameters equal bitwise, BN running stats not."""
     torch.manual_seed(1000 + rank)  # different init on each replica: only the broadcast makes them equal
-    extra = ["agent.device_type=cpu"] if device == "cpu" else ["agent.device_type=cuda", "agent.use_compile=false",
-                                                              "agent.use_cuda_graph=true"]
+    extra = ["agent.device_type=cpu", "deterministic=true"] if device == "cpu" else [
+        "agent.device_type=cuda", "agent.use_compile=false", "agent.use_cuda_graph=true"]  # as a GPU run (TF32)
     cfg = load_config([*TINY, *extra, f"seed={rank}"], framework="torch")
     agent = FlashSACAgent(cfg, gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32),
                           gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32))
@@ -80,6 +80,8 @@ def _replicas_after_updates(rank: int, device: str) -> dict[str, object]:
 def _doubled_batch(rank: int, device: str) -> dict[str, object]:
     """Averaged gradients of 2 replicas x B rows vs the gradient of one process on the 2B rows, with the bound."""
     torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = False  # the bound is fp32's (the agent above may have turned TF32 on)
+    torch.set_float32_matmul_precision("highest")
     dev = torch.device(device, rank) if device == "cuda" else torch.device("cpu")
     net = torch.nn.Sequential(torch.nn.Linear(OBS_DIM, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).to(dev)
     rng = np.random.default_rng(5)
