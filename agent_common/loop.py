@@ -46,6 +46,7 @@ from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_st
 from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_time
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
+from agent_common.replicas import SINGLE, NullLogger, Replicas
 from agent_common.schema import Config, ConfigError, budget_defaults, check_training_run, run_dir_of_checkpoint
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
 
 # Independent RNG streams, all derived from cfg.seed (spawn keys keep them uncorrelated).
 _NOISE_STREAM, _BUFFER_STREAM, _WARMUP_STREAM = 1, 2, 3
+_AGREE_EVERY = 16  # interaction steps between the replicas' agreements on stopping early (one small collective)
 
 
 class Agent(Protocol):
@@ -173,18 +175,21 @@ def _seed_globals(seed: int) -> None:
 class _Loop:
     """State of one training run; split out of ``train`` so checkpoint save/restore stay next to the state."""
 
-    def __init__(self, cfg: Config, make_agent: AgentFactory) -> None:
+    def __init__(self, cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) -> None:
         self.cfg = cfg
-        _seed_globals(cfg.seed)
+        self.replicas = replicas
+        seed = replicas.seed(cfg.seed)  # this replica's env and host RNG seed (cfg.seed with one replica)
+        _seed_globals(seed)
         env_cfg = cfg.env
-        self.num_envs = int(cfg.num_train_envs)
+        self.local_envs = int(cfg.num_train_envs)  # this replica's training envs
+        self.num_envs = self.local_envs * replicas.world_size  # env steps of one interaction step, all replicas
         self.train_envs = make_vec_env(
-            env_cfg.env_name, self.num_envs, cfg.seed, env_cfg.rescale_action, env_cfg.max_episode_steps
+            env_cfg.env_name, self.local_envs, seed, env_cfg.rescale_action, env_cfg.max_episode_steps
         )
         self.eval_envs = make_vec_env(
             env_cfg.env_name, cfg.num_eval_envs, cfg.seed, env_cfg.rescale_action, env_cfg.max_episode_steps
         )
-        obs, _ = self.train_envs.reset(seed=cfg.seed)
+        obs, _ = self.train_envs.reset(seed=seed)
         self.eval_envs.reset(seed=cfg.seed)
         self.observation = np.asarray(obs, dtype=np.float32)  # (E, O)
         obs_space = self.train_envs.single_observation_space
@@ -202,13 +207,13 @@ class _Loop:
             a.buffer_min_length,
             cfg.n_step,
             cfg.gamma,
-            seed=[cfg.seed, _BUFFER_STREAM],
+            seed=[seed, _BUFFER_STREAM],
         )
         self.normalizer = RewardNormalizer(cfg.gamma, a.normalized_G_max, enabled=a.normalize_reward)
         self.noise = ZetaNoise(
-            self.num_envs, action_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max, seed=[cfg.seed, _NOISE_STREAM]
+            self.local_envs, action_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max, seed=[seed, _NOISE_STREAM]
         )
-        self.warmup_rng = np.random.Generator(np.random.PCG64([cfg.seed, _WARMUP_STREAM]))
+        self.warmup_rng = np.random.Generator(np.random.PCG64([seed, _WARMUP_STREAM]))
         self.meter = AverageMeter()
         self.interaction_step = 0
         self.update_counter = 0.0
@@ -235,6 +240,8 @@ class _Loop:
         run_dir = self.cfg.save_path or "."
         final = checkpoint_dir(run_dir, env_step)
         tmp = final + ".tmp"
+        if self.replicas.world_size > 1:
+            return self._save_replicated(tmp, final, env_step, with_buffer)
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
@@ -258,11 +265,35 @@ class _Loop:
         removed = f"; removed {', '.join(os.path.basename(p) for p in pruned)}" if pruned else ""
         return f"checkpoint {final} ({size:.1f} MiB{buffer}){removed}"
 
+    def _save_replicated(self, tmp: str, final: str, env_step: int, with_buffer: bool) -> str:
+        """``save`` with several replicas: replica 0 creates the ``.tmp`` directory, every replica writes its loop
+        state into it (replica 0 also the agent and the config), then replica 0 commits it; a replica that dies
+        before the commit leaves only the ``.tmp`` directory, which a resume discards."""
+        if self.replicas.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+        self.replicas.barrier()
+        self._write_checkpoint(self.replicas.state_dir(tmp), env_step, with_buffer)
+        self.replicas.barrier()
+        self.last_checkpoint_step = self.interaction_step
+        self.last_checkpoint_has_buffer = os.path.exists(os.path.join(self.replicas.state_dir(tmp), BUFFER_FILE))
+        if not self.replicas.is_main:
+            return f"replica {self.replicas.rank}: loop state written to {self.replicas.state_dir(final)}"
+        commit_checkpoint_dir(tmp, final)
+        pruned = prune_checkpoints(self.cfg.save_path or ".", self.cfg.keep_checkpoints)
+        removed = f"; removed {', '.join(os.path.basename(p) for p in pruned)}" if pruned else ""
+        return (f"checkpoint {final} ({directory_size(final) / 2**20:.1f} MiB, {self.replicas.world_size} "
+                f"replicas){removed}")
+
     def _write_checkpoint(self, directory: str, env_step: int, with_buffer: bool) -> None:
-        self.agent.save(os.path.join(directory, AGENT_DIR))
+        if self.replicas.is_main:
+            self.agent.save(os.path.join(directory, AGENT_DIR))
+        else:
+            os.makedirs(directory, exist_ok=True)
         every = self.cfg.save_buffer_per_interaction_step
         save_data = with_buffer or (
-            self.cfg.save_buffer if every is None else self.interaction_step % every == 0
+            self.cfg.save_buffer if every is None
+            else self.interaction_step % self.replicas.interval(every, every) == 0
         )
         config_yaml = config_to_yaml(self.cfg)
         state = {
@@ -284,8 +315,10 @@ class _Loop:
             "eval_envs": get_env_states(self.eval_envs),
             "meter": self.meter.state_dict(),
             "config_yaml": config_yaml,
+            "world_size": self.replicas.world_size,
         }
-        atomic_write_text(os.path.join(directory, CONFIG_FILE), config_yaml)
+        if self.replicas.is_main:
+            atomic_write_text(os.path.join(directory, CONFIG_FILE), config_yaml)
         atomic_pickle(os.path.join(directory, LOOP_STATE_FILE), state)
         if save_data:
             atomic_pickle(os.path.join(directory, BUFFER_FILE), self.buffer.state_dict(include_data=True))
@@ -317,14 +350,22 @@ class _Loop:
         raise CheckpointError(f"no usable checkpoint under {path}: " + " | ".join(failures))
 
     def _load_checkpoint(self, ckpt: str) -> None:
-        state = read_checkpoint_file(os.path.join(ckpt, LOOP_STATE_FILE))
-        buffer_path = self.cfg.buffer_load_path or os.path.join(ckpt, BUFFER_FILE)
+        state_dir = self.replicas.state_dir(ckpt)
+        if not os.path.exists(os.path.join(state_dir, LOOP_STATE_FILE)) and not self.replicas.is_main:
+            raise CheckpointError(f"{ckpt} has no loop state of replica {self.replicas.rank} ({state_dir}): it was "
+                                  f"written by fewer replicas; resume with the world size that wrote it")
+        state = read_checkpoint_file(os.path.join(state_dir, LOOP_STATE_FILE))
+        saved_world = int(state.get("world_size", 1))
+        if saved_world != self.replicas.world_size:
+            raise CheckpointError(f"{ckpt} was written by {saved_world} replica(s), this run has "
+                                  f"{self.replicas.world_size}: resume with the same number of processes")
+        buffer_path = self.cfg.buffer_load_path or os.path.join(state_dir, BUFFER_FILE)
         buffer_state = None
         if self.cfg.buffer_load_path is not None or state.get("buffer_saved", False):
             if not os.path.exists(buffer_path):
                 raise CheckpointError(
-                    f"{buffer_path} is missing although {os.path.join(ckpt, LOOP_STATE_FILE)} records a saved replay "
-                    "buffer: the checkpoint is incomplete"
+                    f"{buffer_path} is missing although {os.path.join(state_dir, LOOP_STATE_FILE)} records a saved "
+                    "replay buffer: the checkpoint is incomplete"
                 )
             buffer_state = read_checkpoint_file(buffer_path)
         try:
@@ -372,7 +413,7 @@ class _Loop:
         if self.buffer.can_sample():
             return self.agent.act(self.observation, self.noise.sample())  # (E, A)
         return self.warmup_rng.uniform(
-            self.action_low, self.action_high, size=(self.num_envs, self.action_low.shape[0])
+            self.action_low, self.action_high, size=(self.local_envs, self.action_low.shape[0])
         ).astype(np.float32)  # (E, A)
 
     def evaluate(self) -> dict[str, float]:
@@ -449,7 +490,7 @@ def strict_backend_as_config_error(make_agent: AgentFactory, unavailable: type[E
     return build
 
 
-def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
+def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) -> TrainResult:
     """Runs (or resumes) FlashSAC training as upstream ``train.py`` (docs/flashsac.md).
 
     Per interaction step: act (uniform random with a seeded RNG until ``buffer_min_length`` transitions, then the
@@ -466,6 +507,7 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
     Args:
         cfg: resolved config from ``load_config`` / ``parse_args``.
         make_agent: builds the framework agent.
+        replicas: this process's place among data-parallel replicas (``agent_common.replicas``); one by default.
 
     Returns:
         A ``TrainResult``.
@@ -475,32 +517,39 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
         CheckpointError: no usable checkpoint to resume from.
         DiskFullError: the disk filled up while writing a checkpoint.
     """
-    prepare_run_dir(cfg)
+    if replicas.is_main:
+        prepare_run_dir(cfg)
+    else:
+        check_training_run(cfg)  # replica 0 creates the run directory
     run_dir = cfg.save_path or "."
-    if cfg.agent_load_path is not None:
+    if cfg.agent_load_path is not None and replicas.is_main:
         source_run = run_dir_of_checkpoint(cfg.agent_load_path)
         if os.path.isdir(source_run) and os.path.samefile(source_run, run_dir):
             for line in recover_checkpoints(run_dir):
                 print(line, file=sys.stderr, flush=True)
-    loop = _Loop(cfg, make_agent)
+    replicas.barrier()  # the run directory exists and its checkpoints are repaired before any replica reads them
+    loop = _Loop(cfg, make_agent, replicas)
     resumed_ckpt: str | None = None
     try:
         if cfg.agent_load_path is not None:
             resumed_ckpt = loop.load(cfg.agent_load_path)
             resumed_step = loop.interaction_step * loop.num_envs
+            if not replicas.same_on_all(resumed_step):
+                raise CheckpointError(f"the replicas resumed from different checkpoints (replica {replicas.rank}: "
+                                      f"{resumed_ckpt}); repair or remove the damaged one and resume again")
             print(f"resumed from {resumed_ckpt} at env step {resumed_step}", file=sys.stderr)
-            for newer in complete_checkpoints(run_dir):
+            for newer in complete_checkpoints(run_dir) if replicas.is_main else []:
                 if checkpoint_step(newer) > resumed_step:  # the abandoned continuation (or a damaged checkpoint)
                     shutil.rmtree(newer, ignore_errors=True)
                     print(f"removed {newer}: newer than the checkpoint the run continues from", file=sys.stderr)
             kept = _kept_on_resume(cfg)
-            if kept:
+            if kept and replicas.is_main:
                 print(
                     "the run's schedule and intervals are kept: " + "; ".join(kept)
                     + " (rederive_schedule_on_resume=true re-derives them from num_env_steps)",
                     file=sys.stderr,
                 )
-        logger = RunLogger(
+        logger = NullLogger() if not replicas.is_main else RunLogger(
             run_dir,
             cfg.exp_name,
             cfg.env.env_name,
@@ -515,6 +564,8 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
     evaluations: list[tuple[int, dict[str, float]]] = []
 
     def do_eval() -> None:
+        if not replicas.is_main:  # replica 0 alone evaluates
+            return
         metrics = loop.evaluate()
         env_step = loop.interaction_step * loop.num_envs
         logger.log_eval(metrics, env_step)
@@ -533,12 +584,14 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
 
     def save(with_buffer: bool = False) -> str:
         line = loop.save(with_buffer=with_buffer)
-        tqdm.write(line, file=sys.stderr)
+        if replicas.is_main:
+            tqdm.write(line, file=sys.stderr)
         return checkpoint_dir(run_dir, loop.interaction_step * loop.num_envs)
 
     start_step = loop.interaction_step
     log_info(logger.first_step)
-    _announce_compute_path(loop.agent)
+    if replicas.is_main:
+        _announce_compute_path(loop.agent)
     timeline = UpdateTimeline(launch_time())
     if start_step == 0 and cfg.num_eval_episodes > 0:
         do_eval()
@@ -554,7 +607,7 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
         initial=min(start_step, n_int) * loop.num_envs,
         unit="step",
         dynamic_ncols=True,
-        disable=not cfg.progress_bar,
+        disable=not cfg.progress_bar or not replicas.is_main,
         file=sys.stderr,
         mininterval=1.0,
     )
@@ -580,22 +633,25 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
                 if loop.buffer.can_sample():
                     loop.update_counter += cfg.updates_per_interaction_step
                     while loop.update_counter >= 1.0:
-                        batch = loop.buffer.sample(cfg.agent.sample_batch_size)
+                        batch = loop.buffer.sample(cfg.agent.sample_batch_size * cfg.num_devices)  # jax: N devices
                         batch["reward"] = loop.normalizer.normalize(batch["reward"])  # (B,)
                         t0 = time.perf_counter()
                         metrics = loop.agent.update(batch)
                         update_seconds = time.perf_counter() - t0
                         update_time += update_seconds
-                        if timeline.record(time.monotonic(), updates_this_call + 1, update_seconds):
+                        first = timeline.record(time.monotonic(), updates_this_call + 1, update_seconds)
+                        if first and replicas.is_main:
                             _report_first_update(logger, timeline, env_step, t_start)
                         loop.meter.update(metrics)
                         loop.update_counter -= 1.0
                         loop.num_updates += 1
                         updates_this_call += 1
                         window_updates += 1
-                    if step % (cfg.evaluation_per_interaction_step or n_int) == 0 and cfg.num_eval_episodes > 0:
+                    if step % replicas.interval(cfg.evaluation_per_interaction_step, n_int) == 0 and (
+                        cfg.num_eval_episodes > 0
+                    ):
                         do_eval()
-                    if step % (cfg.logging_per_interaction_step or n_int) == 0:
+                    if step % replicas.interval(cfg.logging_per_interaction_step, n_int) == 0:
                         now = time.monotonic()
                         scalars = loop.meter.averages()
                         scalars.update(log_info(env_step))
@@ -605,7 +661,7 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
                         logger.log_scalars(scalars, env_step)
                         loop.meter.reset()
                         window_start, window_env_steps, window_updates = now, 0, 0
-                    if step % (cfg.save_checkpoint_per_interaction_step or n_int) == 0:
+                    if step % replicas.interval(cfg.save_checkpoint_per_interaction_step, n_int) == 0:
                         last_ckpt = save()
                 bar.update(loop.num_envs)
                 now = time.monotonic()
@@ -618,10 +674,15 @@ def train(cfg: Config, make_agent: AgentFactory) -> TrainResult:
                         refresh=False,
                     )
                     postfix_time = now
-                if stop.requested:
+                stopping = stop.requested
+                over_budget = cfg.max_wall_seconds is not None and now - t_start >= cfg.max_wall_seconds
+                if replicas.world_size > 1:  # replicas agree every _AGREE_EVERY steps, so all stop at the same one
+                    code = replicas.max_on_all(2 if stopping else int(over_budget)) if step % _AGREE_EVERY == 0 else 0
+                    stopping, over_budget = code == 2, code == 1
+                if stopping:
                     status = "interrupted"
                     break
-                if cfg.max_wall_seconds is not None and now - t_start >= cfg.max_wall_seconds:
+                if over_budget:
                     status = "budget"
                     break
             if updates_this_call > 1 and math.isfinite(timeline.steady_rate()):
@@ -711,7 +772,12 @@ def _summary(result: TrainResult, num_env_steps: int) -> str:
     return "\n".join(lines)
 
 
-def run_cli(argv: list[str] | None, framework: str, make_agent_module: Callable[[], AgentFactory]) -> int:
+def run_cli(
+    argv: list[str] | None,
+    framework: str,
+    make_agent_module: Callable[[], AgentFactory],
+    replicas: Replicas = SINGLE,
+) -> int:
     """``python -m agent_<framework>.train --overrides key=value ...``.
 
     Parses and validates the config and the run directory first (exit 2 on an error, before any env or framework
@@ -722,6 +788,8 @@ def run_cli(argv: list[str] | None, framework: str, make_agent_module: Callable[
         argv: CLI arguments (default ``sys.argv[1:]``).
         framework: ``"torch"`` or ``"jax"``.
         make_agent_module: lazily imports and returns the agent factory.
+        replicas: data-parallel replicas (``agent_torch.distributed`` under torchrun); replica 0 alone prints
+            the summary.
 
     Returns:
         The process exit code: 0 completed or stopped on the wall-clock budget, 130 after Ctrl-C, 2 for a config,
@@ -734,9 +802,10 @@ def run_cli(argv: list[str] | None, framework: str, make_agent_module: Callable[
     while not os.path.exists(path) and os.path.dirname(path) != path:
         first_created, path = path, os.path.dirname(path)
     try:
-        prepare_run_dir(cfg)
+        if replicas.is_main:
+            prepare_run_dir(cfg)
         make_agent = make_agent_module()
-        result = train(cfg, make_agent)
+        result = train(cfg, make_agent, replicas)
     except (ConfigError, CheckpointError) as exc:
         if first_created is not None:  # nothing was written: leave no empty run directory (or parents) behind
             path = run_dir
@@ -754,5 +823,6 @@ def run_cli(argv: list[str] | None, framework: str, make_agent_module: Callable[
         message = str(exc) if isinstance(exc, DiskFullError) else f"disk full (No space left on device): {exc}"
         print(f"error: {message}", file=sys.stderr)
         return 1
-    print(_summary(result, cfg.num_env_steps), flush=True)
+    if replicas.is_main:
+        print(_summary(result, cfg.num_env_steps), flush=True)
     return 130 if result.status == "interrupted" else 0

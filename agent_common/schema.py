@@ -189,6 +189,8 @@ class Config(_Freezable):
     deterministic: bool = False  # deterministic algorithms (bitwise reproducible on CPU)
     progress_bar: bool = True  # tqdm bar with env steps/s, updates/s and the latest eval return
     num_threads: int | None = None  # framework intra-op threads (torch.set_num_threads); null = default
+    num_devices: int = 1  # jax: local devices the update is data-parallel over (batch sharded); torch: 1 (torchrun)
+    distributed_timeout_seconds: float = 1800.0  # torch under torchrun: a collective waiting longer fails the run
     env: EnvConfig = field(default_factory=EnvConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
 
@@ -387,6 +389,20 @@ def _validate(cfg: Config, framework: str) -> None:
         value = _get(cfg, key)
         _require(value is None or value >= 1, key, value, "must be null or an integer >= 1")
     _require(0 <= cfg.seed <= SEED_MAX, "seed", cfg.seed, f"must be an integer in [0, {SEED_MAX}]")
+    _require(cfg.num_devices >= 1, "num_devices", cfg.num_devices, "must be an integer >= 1")
+    _require(
+        framework == "jax" or cfg.num_devices == 1,
+        "num_devices",
+        cfg.num_devices,
+        "the torch agent runs one device per process: keep num_devices=1 and start one process per GPU with "
+        "torchrun --nproc_per_node=N -m agent_torch.train",
+    )
+    _require(
+        cfg.distributed_timeout_seconds > 0,
+        "distributed_timeout_seconds",
+        cfg.distributed_timeout_seconds,
+        "must be > 0",
+    )
     _require(cfg.num_eval_episodes >= 0, "num_eval_episodes", cfg.num_eval_episodes, "must be >= 0")
     _require(
         cfg.num_eval_episodes % cfg.num_eval_envs == 0 or cfg.num_eval_episodes == 0,

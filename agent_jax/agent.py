@@ -15,6 +15,7 @@ import numpy as np
 from agent_common.buffer import flat_batch
 from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
 from agent_common.schema import Config, target_entropy
+from agent_jax import parallel
 from agent_jax.compilation_cache import compute_path
 from agent_jax.state import AgentState, build_networks, create_agent_state
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks_flat
@@ -119,14 +120,19 @@ class FlashSACAgent:
             state = create_agent_state(a, observation_dim, action_dim, seed=int(cfg.seed))
         # Commit everything to the device: uncommitted and committed inputs are different jit cache entries, so an
         # uncommitted initial state would compile each update variant twice.
-        self.state: AgentState = jax.device_put(state, self.device)
-        self.ctx = jax.device_put(self.ctx, self.device)
+        self.mesh = parallel.make_mesh(int(cfg.num_devices), self.device)  # None: one device
+        self.state: AgentState = self._place(state)
+        self.ctx = self._place(self.ctx)
         self.observation_dim = observation_dim
         self.action_dim = action_dim
         self.update_step = 0
         self._pending: tuple[tuple[str, ...], jax.Array] | None = None  # (names, stacked metrics) of the last
         # update, not yet returned
         log.info("categorical_td_target backend: %s", self.info()["backend/selected"])
+
+    def _place(self, tree: Any) -> Any:
+        """Committed to the agent's device, or replicated over the ``num_devices`` mesh (``agent_jax.parallel``)."""
+        return jax.device_put(tree, self.device) if self.mesh is None else parallel.replicate(tree, self.mesh)
 
     # ------------------------------------------------------------------------------------------------ acting
     def act(self, observation: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
@@ -172,9 +178,11 @@ class FlashSACAgent:
         previous = self._pending
         # The numpy batch goes to jit as it is: jit's C++ dispatch copies it to the device, without the Python
         # path of jax.device_put (bench/results/h200-2026-11-29-update-speed).
-        self.state, values = update_networks_flat(self.state, flat_batch(batch), self.ctx,
-                                                  observation_dim=self.observation_dim,
-                                                  do_actor_update=do_actor_update)
+        flat = flat_batch(batch) if self.mesh is None else parallel.shard_batch(flat_batch(batch), self.mesh)
+        with parallel.data_parallel(self.mesh):
+            self.state, values = update_networks_flat(self.state, flat, self.ctx,
+                                                      observation_dim=self.observation_dim,
+                                                      do_actor_update=do_actor_update)
         values.copy_to_host_async()  # queued behind the update, so the next call's read-back finds it on the host
         self._pending = (metric_names(do_actor_update), values)
         self.update_step += 1
@@ -266,9 +274,9 @@ class FlashSACAgent:
 
         critic = net(s.critic, "critic").replace(target_params=restored["target_critic"]["params"],
                                                  target_batch_stats=restored["target_critic"]["batch_stats"])
-        rng = jax.device_put(np.asarray(agent_state["rng"], dtype=np.uint32), self.device)
-        self.state = AgentState(actor=net(s.actor, "actor"), critic=critic,
-                                temperature=net(s.temperature, "temperature"), rng=rng)
+        rng = np.asarray(agent_state["rng"], dtype=np.uint32)
+        self.state = self._place(AgentState(actor=net(s.actor, "actor"), critic=critic,
+                                            temperature=net(s.temperature, "temperature"), rng=rng))
         self.update_step = int(agent_state["update_step"])
         pending = agent_state["pending_metrics"]
         self._pending = None if pending is None else (

@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv, framework="jax", prog="python -m agent_jax.train")
     if "jax" not in sys.modules:
         configure_xla(cfg)
+    from agent_jax.parallel import initialize_distributed
+
+    initialize_distributed()  # several hosts (JAX_COORDINATOR_ADDRESS): before any other JAX work
     return run_cli(argv, "jax", _factory)
 
 

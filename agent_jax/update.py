@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_common.buffer import flat_widths
+from agent_jax import parallel
 from agent_jax.networks import normalize_parameters
 from agent_jax.state import AgentState, RLTrainState
 from jax_impl import categorical_td_target
@@ -213,7 +214,7 @@ def critic_target(actor: RLTrainState, critic: RLTrainState, temperature: RLTrai
     )  # (2, 2B), (2, 2B, K)
     next_qs = target_qs[:, batch_size:]  # (2, B)
     next_log_probs = target_log_probs[:, batch_size:]  # (2, B, K)
-    target_probs = categorical_td_target(
+    target_probs = parallel.rows_per_device(categorical_td_target)(  # each device's rows under data parallel
         next_qs,
         next_log_probs,
         batch.reward,
@@ -290,6 +291,7 @@ def update_networks(state: AgentState, batch: Batch, ctx: UpdateContext, *,
     Returns:
         (new AgentState, info dict of f32 scalars with upstream's metric names).
     """
+    batch = parallel.constrain_batch(batch)  # under agent_jax.parallel.data_parallel: rows split over the devices
     rng, actor_key, critic_key = jax.random.split(state.rng, 3)
     actor, temperature = state.actor, state.temperature
     info: dict[str, Array] = {}
@@ -301,7 +303,8 @@ def update_networks(state: AgentState, batch: Batch, ctx: UpdateContext, *,
     critic, critic_info = update_critic(actor, state.critic, temperature, batch, ctx, critic_key)
     info.update(critic_info)
     critic = update_target(critic, ctx.tau)
-    return AgentState(actor=actor, critic=critic, temperature=temperature, rng=rng), info
+    state = parallel.constrain_replicated(AgentState(actor=actor, critic=critic, temperature=temperature, rng=rng))
+    return state, info
 
 
 @functools.partial(jax.jit, static_argnames=("observation_dim", "do_actor_update"), donate_argnums=(0,))

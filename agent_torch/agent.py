@@ -16,6 +16,7 @@ import torch
 from agent_common.buffer import flat_batch, flat_widths
 from agent_common.checkpoint import atomic_write, read_checkpoint_file
 from agent_common.schema import Config, target_entropy
+from agent_torch import distributed
 from agent_torch.graphs import GraphCache
 from agent_torch.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature
 from agent_torch.state import Network, explain_compile_mode, make_network
@@ -97,7 +98,7 @@ class FlashSACAgent:
     def __init__(self, cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> None:
         a = cfg.agent
         self.cfg = cfg
-        self.device = resolve_device(a.device_type)
+        self.device = distributed.local_device(resolve_device(a.device_type))  # cuda:LOCAL_RANK under torchrun
         _configure_torch(cfg, self.device)
         assert a.critic_min_v is not None and a.critic_max_v is not None
         support = CategoricalSupport(a.critic_num_bins, float(a.critic_min_v), float(a.critic_max_v))
@@ -119,7 +120,9 @@ class FlashSACAgent:
         self.compute_path = compute_path(self.device, compile_mode, compile_reason, self.use_cuda_graph,
                                          self.cuda_graph_reason)
         log.info("compute path: %s", self.compute_path)
-        self.graphs = GraphCache() if self.use_cuda_graph else None
+        # under data parallel the NCCL watchdog thread queries CUDA events while a graph is captured
+        mode = "thread_local" if distributed.is_distributed() else "global"
+        self.graphs = GraphCache(capture_error_mode=mode) if self.use_cuda_graph else None
         graph_safe = self.use_cuda_graph
         torch.manual_seed(cfg.seed)  # init order as upstream: actor, critic, target critic, temperature
         actor = FlashSACActor(observation_dim, action_dim, a.actor_num_blocks, a.actor_hidden_dim)
@@ -139,6 +142,7 @@ class FlashSACAgent:
         self.target_critic.module.load_state_dict(self.critic.module.state_dict())
         self.target_critic.normalize()
         self.target_critic.module.requires_grad_(False)
+        self._replicate()
         amp_scaler = a.use_amp and self.device.type == "cuda"  # CPU autocast uses bf16, which needs no scaling
         self.scaler = torch.amp.GradScaler("cuda", enabled=True) if amp_scaler else None
         self.ctx = UpdateContext(
@@ -157,6 +161,16 @@ class FlashSACAgent:
         self._host_batch: torch.Tensor | None = None  # reused (pinned on CUDA) host buffer of the flat batch
         self._copy_done: torch.cuda.Event | None = None  # recorded after the last host -> device batch copy
         self._widths = flat_widths(observation_dim, action_dim)  # flat batch columns, UPDATE_KEYS order
+
+    def _replicate(self) -> None:
+        """Under torchrun: every network starts from replica 0's weights, and each trained network averages its
+        gradients across replicas at every step (``agent_torch.distributed``); nothing for a single process."""
+        if not distributed.is_distributed():
+            return
+        networks = (self.actor, self.critic, self.target_critic, self.temperature)
+        distributed.broadcast_modules(net.module for net in networks)
+        for net in (self.actor, self.critic, self.temperature):
+            net.grad_sync = distributed.GradientAverager(net.module.parameters())
 
     # ------------------------------------------------------------------------------------------------ acting
     @torch.no_grad()

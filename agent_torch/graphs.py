@@ -42,12 +42,17 @@ class GraphCache:
 
     Args:
         warmup: eager calls per key before its capture (>= 1).
+        capture_error_mode: ``torch.cuda.graph``'s mode: ``"thread_local"`` when other threads make CUDA calls
+            during a capture (the NCCL process group's watchdog, under data parallel), else ``"global"``.
     """
 
-    def __init__(self, warmup: int = 3) -> None:
+    def __init__(self, warmup: int = 3, capture_error_mode: str = "global") -> None:
         if warmup < 1:
             raise ValueError(f"warmup must be >= 1, got {warmup}")
+        if capture_error_mode not in ("global", "thread_local", "relaxed"):
+            raise ValueError(f"capture_error_mode must be global, thread_local or relaxed, got {capture_error_mode!r}")
         self.warmup = warmup
+        self.capture_error_mode = capture_error_mode
         self._graphs: dict[Hashable, _Captured] = {}
         self._calls: dict[Hashable, int] = {}
         self._stream: torch.cuda.Stream | None = None
@@ -76,7 +81,8 @@ class GraphCache:
                 return output
             static = tuple(x.clone() for x in inputs)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=self._stream):
+            mode = {} if self.capture_error_mode == "global" else {"capture_error_mode": self.capture_error_mode}
+            with torch.cuda.graph(graph, stream=self._stream, **mode):
                 output = fn(*static)
             entry = self._graphs[key] = _Captured(graph, static, output)
         else:

@@ -67,6 +67,7 @@ class Network:
     project: bool
     project_fn: Callable[[], None] | None = None
     graph_safe: bool = False  # Adam is capturable with a device-tensor LR (CUDA-graph capture of the update step)
+    grad_sync: Callable[[], None] | None = None  # averages gradients across replicas (agent_torch.distributed)
 
     def normalize(self) -> None:
         """Unit-norm weight projection (no-op if ``project`` is False); compiled when the network is compiled."""

@@ -68,16 +68,22 @@ def _step(net: Network, loss: torch.Tensor, scaler: torch.amp.GradScaler | None)
     """Backward, optimizer step (through the shared GradScaler if given), then weight projection.
 
     The LR scheduler is stepped by the caller after the update (outside any captured CUDA graph): the agent steps
-    the scheduler of every network this update stepped.
+    the scheduler of every network this update stepped. With data-parallel replicas, ``net.grad_sync`` averages
+    the gradients between backward and step (the scaled ones under AMP, so an overflow on any replica is seen by
+    all).
     """
     assert net.optimizer is not None and net.scheduler is not None
     net.optimizer.zero_grad(set_to_none=True)
     if scaler is not None:
         scaler.scale(loss).backward()
+        if net.grad_sync is not None:
+            net.grad_sync()
         scaler.step(net.optimizer)
         scaler.update()
     else:
         loss.backward()
+        if net.grad_sync is not None:
+            net.grad_sync()
         net.optimizer.step()
     net.normalize()
 
