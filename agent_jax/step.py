@@ -106,7 +106,9 @@ def insert_rows(replay: DeviceReplay, rows: Array) -> DeviceReplay:
     capacity = replay.rows.shape[0]
     num_rows = rows.shape[0]
     positions = (replay.index + jnp.arange(num_rows, dtype=jnp.int32)) % capacity  # (E,)
-    return replay.replace(rows=replay.rows.at[positions].set(rows), index=(replay.index + num_rows) % capacity,
+    # positions are in [0, capacity) by construction: no bounds handling in the scatter
+    data = replay.rows.at[positions].set(rows, mode="promise_in_bounds")
+    return replay.replace(rows=data, index=(replay.index + num_rows) % capacity,
                           size=jnp.minimum(replay.size + num_rows, capacity))
 
 
@@ -122,7 +124,8 @@ def sample_batch(replay: DeviceReplay, batch_size: int, observation_dim: int,
     key, sample_key = jax.random.split(replay.key)
     indices = jax.random.randint(sample_key, (batch_size,), 0, replay.size, dtype=jnp.int32)  # (B,)
     update_width = replay.rows.shape[1] - 1  # the truncated column is not read by the update
-    flat = jnp.take(replay.rows, indices, axis=0)[:, :update_width]  # (B, 2O + A + 2)
+    # indices are in [0, size) by construction: no bounds handling in the gather
+    flat = replay.rows.at[indices].get(mode="promise_in_bounds")[:, :update_width]  # (B, 2O + A + 2)
     batch = Batch.from_flat(flat, observation_dim)
     batch = batch.replace(reward=batch.reward / reward_scale)  # (B,) as RewardNormalizer.normalize
     return replay.replace(key=key), batch, indices
