@@ -10,7 +10,8 @@ Modules
                 for finished episodes), ``evaluate(act, envs, num_episodes)``, ``get_env_states``/``set_env_states``.
     noise       ``ZetaNoise`` (truncated-zeta noise repetition; ``sample() -> (E, A)``; state_dict/load_state_dict).
     normalizer  ``RewardNormalizer`` (``update(r, term, trunc)``, ``normalize(r)``, ``scale()``, state_dict).
-    buffer      ``ReplayBuffer`` (n-step, numpy, seeded uniform sampling; ``add``, ``sample(B)``, state_dict).
+    buffer      ``ReplayBuffer`` (n-step, numpy, seeded uniform sampling; ``add``, ``sample(B)``, state_dict; the rows
+                optionally in an agent's ``RowStorage``).
     schedule    ``warmup_cosine_decay(step, init, peak, end, warmup_steps, decay_steps)``.
     logger      ``RunLogger`` (TensorBoard events via the tensorboard package, ``eval.csv`` in upstream's layout,
                 ``config.yaml``), ``AverageMeter``, ``read_eval_csv``.
@@ -38,6 +39,14 @@ Agent interface (what ``loop.train`` calls; both frameworks implement it identic
         Diagnostics: ``backend/fallback_count`` (float), ``backend/selected`` (str, logged as text) and
         ``compile/path`` (str: how the agent computes -- compilation, CUDA graphs, jit cache -- and why; the loop
         also prints it once on stderr at the start of training).
+    Optional, for an agent that keeps the replay rows on its device (``agent.buffer_device_type``):
+    ``agent.replay_storage(capacity) -> buffer.RowStorage | None``
+        Called once by the loop; a storage makes the loop's ``ReplayBuffer`` write its rows there and turns on:
+    ``agent.step(observation, noise | None, num_updates, reward_scale) -> (E, A) action | None``
+        Per env step, after the transition is stored: the due updates on batches the agent samples itself
+        (rewards divided by ``reward_scale``), then the action for ``observation`` (None when ``noise`` is None).
+    ``agent.take_metrics() -> {name: (sum, count)}``
+        The metrics of ``step`` since the last call (read at logging steps and checkpoints).
 
 Checkpoint layout: ``<save_path>/checkpoints/step<env_step>/{agent/, config.yaml, loop_state.pkl, replay_buffer.pkl,
 COMPLETE}``; ``agent_load_path`` accepts the step directory or the run directory (its newest complete checkpoint,

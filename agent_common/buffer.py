@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["BATCH_KEYS", "UPDATE_KEYS", "ReplayBuffer", "flat_batch", "flat_widths"]
+__all__ = ["BATCH_KEYS", "ROW_KEYS", "UPDATE_KEYS", "ReplayBuffer", "RowStorage", "flat_batch", "flat_widths",
+           "split_rows"]
 
 BATCH_KEYS: tuple[str, ...] = ("observation", "action", "reward", "terminated", "truncated", "next_observation")
 """Keys of a sampled batch, all float32: (B, O), (B, A), (B,), (B,), (B,), (B, O)."""
@@ -16,24 +17,62 @@ BATCH_KEYS: tuple[str, ...] = ("observation", "action", "reward", "terminated", 
 UPDATE_KEYS: tuple[str, ...] = ("observation", "action", "reward", "terminated", "next_observation")
 """The batch entries an update reads (truncated transitions bootstrap, so ``truncated`` is not one of them)."""
 
+ROW_KEYS: tuple[str, ...] = (*UPDATE_KEYS, "truncated")
+"""Column order of a stored row in a ``RowStorage`` (device buffers): the update's columns first, so the first
+2O + A + 2 columns of sampled rows are a ``flat_batch``."""
+
 
 def flat_widths(observation_dim: int, action_dim: int) -> list[int]:
     """Column widths of ``flat_batch``'s entries, in ``UPDATE_KEYS`` order: [O, A, 1, 1, O]."""
     return [observation_dim, action_dim, 1, 1, observation_dim]
 
 
-def flat_batch(batch: dict[str, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
-    """The ``UPDATE_KEYS`` entries of a sampled batch side by side, as one (B, 2O + A + 2) float32 array.
+def flat_batch(batch: dict[str, np.ndarray], out: np.ndarray | None = None,
+               keys: tuple[str, ...] = UPDATE_KEYS) -> np.ndarray:
+    """The ``keys`` entries of a sampled batch side by side, as one (B, 2O + A + 2) float32 array (``UPDATE_KEYS``;
+    ``ROW_KEYS`` adds the ``truncated`` column: a stored row of a device buffer).
 
     The agents move a batch to the device in one copy of this array and split it there.
 
     Args:
         batch: a sampled batch (``BATCH_KEYS``).
-        out: optional (B, 2O + A + 2) float32 array to write into (e.g. a pinned host buffer).
+        out: optional float32 array of the result's shape to write into (e.g. a pinned host buffer).
+        keys: the entries, in column order.
     """
     num_rows = len(batch["reward"])
-    arrays = [np.asarray(batch[k], dtype=np.float32).reshape(num_rows, -1) for k in UPDATE_KEYS]
+    arrays = [np.asarray(batch[k], dtype=np.float32).reshape(num_rows, -1) for k in keys]
     return np.concatenate(arrays, axis=1, out=out)
+
+
+def split_rows(rows: np.ndarray, observation_dim: int) -> dict[str, np.ndarray]:
+    """Inverse of ``flat_batch(..., keys=ROW_KEYS)``: (R, 2O + A + 3) rows -> ``BATCH_KEYS`` float32 arrays."""
+    action_dim = rows.shape[1] - 2 * observation_dim - 3
+    bounds = np.cumsum([*flat_widths(observation_dim, action_dim), 1])[:-1]
+    parts = dict(zip(ROW_KEYS, np.split(np.asarray(rows, dtype=np.float32), bounds, axis=1), strict=True))
+    for key in ("reward", "terminated", "truncated"):
+        parts[key] = parts[key][:, 0]
+    return {key: np.ascontiguousarray(parts[key]) for key in BATCH_KEYS}
+
+
+class RowStorage(Protocol):
+    """Where a ``ReplayBuffer`` keeps its rows when they do not live in its own numpy arrays (an agent's device
+    buffer, ``agent_jax.replay`` / ``agent_torch.replay``). The buffer keeps the n-step window, the counters and the
+    ring index on the host, so the loop knows without asking the device when sampling may start; the storage
+    holds the rows and samples them itself (``ReplayBuffer.sample`` is then unavailable).
+    """
+
+    def write(self, index: int, rows: np.ndarray) -> None:
+        """Stores (E, 2O + A + 3) float32 rows (``ROW_KEYS`` columns) at ring positions index, index + 1, ...
+        (mod capacity)."""
+        ...
+
+    def read(self, size: int) -> np.ndarray:
+        """The first ``size`` stored rows as a (size, 2O + A + 3) float32 numpy array (for checkpoints)."""
+        ...
+
+    def load(self, rows: np.ndarray, index: int) -> None:
+        """Replaces the contents by ``rows`` (positions 0 .. len(rows) - 1) with the ring index at ``index``."""
+        ...
 
 
 class ReplayBuffer:
@@ -54,6 +93,8 @@ class ReplayBuffer:
         n_step: n.
         gamma: γ for the n-step reward.
         seed: sampler seed (or seed sequence entropy).
+        storage: keep the rows there instead of in host numpy arrays (see ``RowStorage``); the checkpoint format
+            (``state_dict``) is the same either way.
     """
 
     def __init__(
@@ -65,17 +106,21 @@ class ReplayBuffer:
         n_step: int,
         gamma: float,
         seed: int | Sequence[int],
+        storage: RowStorage | None = None,
     ) -> None:
         self.max_length = max_length
+        self.observation_dim = observation_dim
+        self.storage = storage
         self.min_length = min_length
         self.n_step = n_step
         self.gamma = gamma
-        self.observation = np.zeros((max_length, observation_dim), dtype=np.float32)  # (M, O)
-        self.action = np.zeros((max_length, action_dim), dtype=np.float32)  # (M, A)
-        self.reward = np.zeros((max_length,), dtype=np.float32)  # (M,)
-        self.terminated = np.zeros((max_length,), dtype=np.float32)  # (M,)
-        self.truncated = np.zeros((max_length,), dtype=np.float32)  # (M,)
-        self.next_observation = np.zeros((max_length, observation_dim), dtype=np.float32)  # (M, O)
+        rows = 0 if storage is not None else max_length  # no host copy of rows that live in a storage
+        self.observation = np.zeros((rows, observation_dim), dtype=np.float32)  # (M, O)
+        self.action = np.zeros((rows, action_dim), dtype=np.float32)  # (M, A)
+        self.reward = np.zeros((rows,), dtype=np.float32)  # (M,)
+        self.terminated = np.zeros((rows,), dtype=np.float32)  # (M,)
+        self.truncated = np.zeros((rows,), dtype=np.float32)  # (M,)
+        self.next_observation = np.zeros((rows, observation_dim), dtype=np.float32)  # (M, O)
         self.size = 0
         self.index = 0
         self.window: collections.deque[dict[str, np.ndarray]] = collections.deque(maxlen=n_step)
@@ -151,9 +196,12 @@ class ReplayBuffer:
 
     def _store(self, transition: dict[str, np.ndarray]) -> None:
         num_rows = transition["reward"].shape[0]
-        rows = (self.index + np.arange(num_rows)) % self.max_length  # (E,)
-        for key in BATCH_KEYS:
-            getattr(self, key)[rows] = transition[key]
+        if self.storage is not None:
+            self.storage.write(self.index, flat_batch(transition, keys=ROW_KEYS))  # (E, 2O + A + 3)
+        else:
+            rows = (self.index + np.arange(num_rows)) % self.max_length  # (E,)
+            for key in BATCH_KEYS:
+                getattr(self, key)[rows] = transition[key]
         self.index = int((self.index + num_rows) % self.max_length)
         self.size = min(self.size + num_rows, self.max_length)
 
@@ -167,6 +215,8 @@ class ReplayBuffer:
             dict with ``BATCH_KEYS``: observation (B, O), action (B, A), reward (B,) raw n-step reward,
             terminated (B,), truncated (B,), next_observation (B, O); all float32 copies.
         """
+        if self.storage is not None:
+            raise RuntimeError("the rows of this replay buffer live in the agent's storage, which samples them")
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         idx = self.rng.integers(0, self.size, size=batch_size)  # (B,)
@@ -181,8 +231,11 @@ class ReplayBuffer:
             "window": [dict(step) for step in self.window],
         }
         if include_data:
-            for key in BATCH_KEYS:
-                state[key] = getattr(self, key)[: self.size].copy()
+            if self.storage is not None:
+                state.update(split_rows(self.storage.read(self.size), self.observation_dim))
+            else:
+                for key in BATCH_KEYS:
+                    state[key] = getattr(self, key)[: self.size].copy()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -194,8 +247,11 @@ class ReplayBuffer:
         size = int(state["size"])
         if size > self.max_length:
             raise ValueError(f"saved buffer has {size} rows > max_length {self.max_length}")
-        for key in BATCH_KEYS:
-            getattr(self, key)[:size] = state[key]
+        if self.storage is not None:
+            self.storage.load(flat_batch({k: state[k] for k in BATCH_KEYS}, keys=ROW_KEYS), int(state["index"]))
+        else:
+            for key in BATCH_KEYS:
+                getattr(self, key)[:size] = state[key]
         self.size = size
         self.index = int(state["index"])
         self.window.clear()

@@ -200,6 +200,11 @@ class _Loop:
         action_dim = int(act_space.shape[0])
         self.agent = make_agent(cfg, obs_space, act_space)
         a = cfg.agent
+        # An agent that keeps the replay rows itself (device buffer) also does the step's device work in ``step``.
+        replay_storage = getattr(self.agent, "replay_storage", None)
+        storage = replay_storage(a.buffer_max_length) if callable(replay_storage) else None
+        self.fused = storage is not None
+        self.next_action: np.ndarray | None = None  # (E, A) computed by the previous ``agent.step``
         self.buffer = ReplayBuffer(
             int(obs_space.shape[0]),
             action_dim,
@@ -208,6 +213,7 @@ class _Loop:
             cfg.n_step,
             cfg.gamma,
             seed=[seed, _BUFFER_STREAM],
+            storage=storage,
         )
         self.normalizer = RewardNormalizer(cfg.gamma, a.normalized_G_max, enabled=a.normalize_reward)
         self.noise = ZetaNoise(
@@ -239,6 +245,7 @@ class _Loop:
         env_step = self.interaction_step * self.num_envs
         run_dir = self.cfg.save_path or "."
         final = checkpoint_dir(run_dir, env_step)
+        self.take_metrics()  # the metrics summed on the device go into the meter, which the checkpoint holds
         tmp = final + ".tmp"
         if self.replicas.world_size > 1:
             return self._save_replicated(tmp, final, env_step, with_buffer)
@@ -314,6 +321,7 @@ class _Loop:
             "train_envs": get_env_states(self.train_envs),
             "eval_envs": get_env_states(self.eval_envs),
             "meter": self.meter.state_dict(),
+            "next_action": None if self.next_action is None else self.next_action.copy(),
             "config_yaml": config_yaml,
             "world_size": self.replicas.world_size,
         }
@@ -406,15 +414,48 @@ class _Loop:
         set_env_states(self.train_envs, state["train_envs"])
         set_env_states(self.eval_envs, state["eval_envs"])
         self.meter.load_state_dict(state["meter"])
+        # The action the agent's step already computed for the next env step (its noise is drawn); without the
+        # buffer the run starts its warm-up again and acts at random.
+        next_action = state.get("next_action") if self.fused and buffer_state is not None else None
+        self.next_action = None if next_action is None else np.asarray(next_action, dtype=np.float32)
 
     # ----------------------------------------------------------------------------------------- one step
     def act(self) -> np.ndarray:
-        """Training action: the policy with zeta-repeated noise once the buffer can sample, else uniform random."""
+        """Training action: the policy with zeta-repeated noise once the buffer can sample, else uniform random
+        (with ``agent.step``: the action it computed at the end of the previous step)."""
+        if self.next_action is not None:
+            action, self.next_action = self.next_action, None
+            return action  # (E, A)
         if self.buffer.can_sample():
             return self.agent.act(self.observation, self.noise.sample())  # (E, A)
         return self.warmup_rng.uniform(
             self.action_low, self.action_high, size=(self.local_envs, self.action_low.shape[0])
         ).astype(np.float32)  # (E, A)
+
+    def due_updates(self) -> int:
+        """Updates due after this step's transition (0 until the buffer can sample; fractional UTD accumulates)."""
+        due = 0
+        if self.buffer.can_sample():
+            self.update_counter += self.cfg.updates_per_interaction_step
+            while self.update_counter >= 1.0:
+                self.update_counter -= 1.0
+                due += 1
+        return due
+
+    def step_agent(self, num_updates: int) -> None:
+        """The agent's fused step (``agent.step``): store the rows just added, run ``num_updates`` updates, and
+        compute the next action on ``self.observation`` (its noise drawn now) once the buffer can sample."""
+        noise = self.noise.sample() if self.buffer.can_sample() else None
+        scale = self.normalizer.scale() if self.normalizer.enabled else 1.0
+        self.next_action = self.agent.step(self.observation, noise, num_updates, scale)  # type: ignore[attr-defined]
+
+    def take_metrics(self) -> None:
+        """Moves the metrics the agent's step summed on the device into the meter (a device read-back)."""
+        if not self.fused:
+            return
+        for key, (total, count) in self.agent.take_metrics().items():  # type: ignore[attr-defined]
+            self.meter.sums[key] += total
+            self.meter.counts[key] += count
 
     def evaluate(self) -> dict[str, float]:
         """Deterministic evaluation on the eval env."""
@@ -630,9 +671,23 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                 loop.normalizer.update(result.reward, result.terminated, result.truncated)
                 loop.observation = result.reset_observation  # (E, O)
                 window_env_steps += loop.num_envs
+                if loop.fused:  # one agent call: store, update(s), next action (metrics stay on the device)
+                    due = loop.due_updates()
+                    t0 = time.perf_counter()
+                    loop.step_agent(due)
+                    if due:
+                        update_seconds = time.perf_counter() - t0
+                        update_time += update_seconds
+                        first = timeline.record(time.monotonic(), updates_this_call + due, update_seconds)
+                        if first and replicas.is_main:
+                            _report_first_update(logger, timeline, env_step, t_start)
+                    loop.num_updates += due
+                    updates_this_call += due
+                    window_updates += due
                 if loop.buffer.can_sample():
-                    loop.update_counter += cfg.updates_per_interaction_step
-                    while loop.update_counter >= 1.0:
+                    if not loop.fused:
+                        loop.update_counter += cfg.updates_per_interaction_step
+                    while not loop.fused and loop.update_counter >= 1.0:
                         batch = loop.buffer.sample(cfg.agent.sample_batch_size * cfg.num_devices)  # jax: N devices
                         batch["reward"] = loop.normalizer.normalize(batch["reward"])  # (B,)
                         t0 = time.perf_counter()
@@ -653,6 +708,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                         do_eval()
                     if step % replicas.interval(cfg.logging_per_interaction_step, n_int) == 0:
                         now = time.monotonic()
+                        loop.take_metrics()
                         scalars = loop.meter.averages()
                         scalars.update(log_info(env_step))
                         scalars["perf/env_steps_per_second"] = window_env_steps / max(now - window_start, 1e-9)

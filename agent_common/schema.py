@@ -136,7 +136,7 @@ class AgentConfig(_Freezable):
     sample_batch_size: int = 512  # B (CPU-sim recipe; yaml default 2048)
     buffer_max_length: int = 1_000_000
     buffer_min_length: int = 10_000  # uniform random actions and no updates until this many transitions
-    buffer_device_type: str = "cpu"  # cpu | cuda (accepted; storage is host numpy, batches go to the device)
+    buffer_device_type: str = "auto"  # auto | cpu | cuda: where the replay rows live (docs/flashsac.md)
     # precision and compilation
     use_amp: bool = False  # fp16 autocast + GradScaler (torch) / bf16 matmuls (jax)
     use_compile: bool = True  # torch.compile the networks (torch); ignored by jax (always jit)
@@ -276,7 +276,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "env.env_type": ("mujoco",),
     "env.env_name": SUPPORTED_ENVS,
     "agent.device_type": ("auto", "cpu", "cuda"),
-    "agent.buffer_device_type": ("cpu", "cuda"),
+    "agent.buffer_device_type": ("auto", "cpu", "cuda"),
     "agent.compile_mode": COMPILE_MODES,
     "agent.asymmetric_observation": (False,),
 }

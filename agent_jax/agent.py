@@ -12,12 +12,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agent_common.buffer import flat_batch
+from agent_common.buffer import RowStorage, flat_batch
 from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
 from agent_common.schema import Config, target_entropy
 from agent_jax import parallel
 from agent_jax.compilation_cache import compute_path
 from agent_jax.state import AgentState, build_networks, create_agent_state
+from agent_jax.step import (
+    METRIC_NAMES,
+    DeviceRowStorage,
+    create_device_replay,
+    env_step,
+    policy_actions,
+    row_width,
+)
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks_flat
 from jax_impl import dispatch_stats, resolve_backend
 
@@ -30,6 +38,7 @@ log = logging.getLogger("flashsac.agent_jax")
 
 NETWORK_FILES = ("actor", "critic", "target_critic", "temperature")  # <name>.pkl, as agent_torch's <name>.pt
 AGENT_STATE_FILE = "agent_state.pkl"
+_REPLAY_KEY_STREAM = 2  # the replay sampler's key: jax.random.fold_in(PRNGKey(seed), 2)
 
 
 def resolve_device(device_type: str) -> jax.Device:
@@ -42,28 +51,6 @@ def resolve_device(device_type: str) -> jax.Device:
         except RuntimeError:
             raise RuntimeError("agent.device_type=cuda but JAX sees no GPU (use agent.device_type=auto)") from None
     return jax.devices("cpu")[0]
-
-
-def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: jax.Array, noise: jax.Array,
-                   deterministic: bool) -> jax.Array:
-    """Acting (docs/flashsac.md): BN on running stats; tanh(mean) or tanh(mean + std * noise).
-
-    Args:
-        actor_def: the FlashSACActor module.
-        params: actor parameters.
-        batch_stats: actor BN running statistics.
-        observation: (E, O).
-        noise: (E, A) held exploration noise (ignored when deterministic).
-        deterministic: evaluation mode.
-
-    Returns:
-        (E, A) actions in [-1, 1].
-    """
-    mean, std = actor_def.apply({"params": params, "batch_stats": batch_stats}, observation, False,
-                                method="get_mean_and_std")  # (E, A), (E, A)
-    if deterministic:
-        return jnp.tanh(mean)  # (E, A)
-    return jnp.tanh(mean + std * noise)  # (E, A)
 
 
 _policy = jax.jit(policy_actions, static_argnames=("actor_def", "deterministic"))
@@ -128,6 +115,10 @@ class FlashSACAgent:
         self.update_step = 0
         self._pending: tuple[tuple[str, ...], jax.Array] | None = None  # (names, stacked metrics) of the last
         # update, not yet returned
+        # The device replay (``replay_storage``), created when the loop asks for it; until then its sampler key.
+        self._storage: DeviceRowStorage | None = None
+        self._replay_key = np.asarray(jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), _REPLAY_KEY_STREAM))
+        self._metric_carry = (np.zeros(len(METRIC_NAMES), np.float32), np.zeros(len(METRIC_NAMES), np.float32))
         log.info("categorical_td_target backend: %s", self.info()["backend/selected"])
 
     def _place(self, tree: Any) -> Any:
@@ -220,6 +211,82 @@ class FlashSACAgent:
             "compile/path": compute_path(self.device),
         }
 
+    # ------------------------------------------------------------------------------------------------ fused step
+    def replay_storage(self, capacity: int) -> RowStorage | None:
+        """The loop's replay rows as device arrays on the agent's device (``agent.buffer_device_type`` auto or
+        cuda), which turns on ``step``; None for ``cpu`` (host numpy buffer, ``act`` and ``update`` per step) and
+        under data parallel (``num_devices`` > 1: the host path samples and splits the N-times batch)."""
+        if self.cfg.agent.buffer_device_type == "cpu" or self.cfg.num_devices > 1:
+            return None
+        replay = create_device_replay(int(capacity), row_width(self.observation_dim, self.action_dim),
+                                      self._replay_key, self.device)
+        self._storage = DeviceRowStorage(replay, self.observation_dim)
+        return self._storage
+
+    def step(self, observation: np.ndarray, noise: np.ndarray | None, num_updates: int,
+             reward_scale: float) -> np.ndarray | None:
+        """One env step of device work in one jitted call (``agent_jax.step.env_step``): store the rows the replay
+        buffer has just written, run ``num_updates`` updates on batches sampled on the device (rewards divided by
+        ``reward_scale``), then act on ``observation`` with ``noise``.
+
+        Args:
+            observation: (E, O) float32, the observation the next action is taken in.
+            noise: (E, A) float32 exploration noise, or None when no action is wanted (warm-up).
+            num_updates: updates due now (0 during the warm-up).
+            reward_scale: the reward normaliser's divisor (1.0 when normalisation is off).
+
+        Returns:
+            (E, A) float32 numpy action, or None when ``noise`` is None.
+        """
+        storage = self._storage
+        if storage is None:
+            raise RuntimeError("step() needs the device replay: call replay_storage(capacity) first")
+        rows = storage.take_pending()
+        period = self.cfg.agent.actor_update_period
+        updates = tuple((self.update_step + i) % period == 0 for i in range(int(num_updates)))
+        act = noise is not None
+        if rows is None and not updates and not act:
+            return None
+        parts = [] if rows is None else [rows.reshape(-1)]
+        num_envs = rows.shape[0] if rows is not None else np.shape(observation)[0]
+        if act:
+            parts += [np.asarray(observation, np.float32).reshape(-1), np.asarray(noise, np.float32).reshape(-1)]
+        if updates:
+            parts.append(np.asarray([reward_scale], np.float32))
+        packed = np.concatenate(parts).astype(np.float32, copy=False)  # one host -> device copy
+        self.state, storage.replay, action = env_step(
+            self.state, storage.replay, packed, self.ctx, actor_def=self._actor_def, num_envs=int(num_envs),
+            observation_dim=self.observation_dim, action_dim=self.action_dim, insert=rows is not None,
+            updates=updates, act=act, batch_size=int(self.cfg.agent.sample_batch_size))
+        self.update_step += len(updates)
+        if updates:
+            self._pending = None  # the unfused path's one-late metrics belong to an older state
+        return None if action is None else np.asarray(action, dtype=np.float32)
+
+    def _zeros_metrics(self) -> jax.Array:
+        return jax.device_put(np.zeros(len(METRIC_NAMES), np.float32), self.device)  # committed, as the rest
+
+    def take_metrics(self) -> dict[str, tuple[float, int]]:
+        """The update metrics of ``step`` since the last call, as ``{name: (sum, count)}`` (one read-back).
+
+        Raises:
+            FloatingPointError: a non-finite sum (a non-finite loss in one of these updates).
+        """
+        sums, counts = self._metric_carry
+        self._metric_carry = (np.zeros_like(sums), np.zeros_like(counts))
+        if self._storage is not None:
+            replay = self._storage.replay
+            device_sums, device_counts = jax.device_get((replay.metric_sum, replay.metric_count))
+            sums, counts = sums + device_sums, counts + device_counts
+            self._storage.replay = replay.replace(metric_sum=self._zeros_metrics(), metric_count=self._zeros_metrics())
+        out = {name: (float(s), int(c)) for name, s, c in zip(METRIC_NAMES, sums, counts, strict=True) if c > 0}
+        bad = [k for k, (v, _) in out.items() if not math.isfinite(v)]
+        if bad:
+            raise FloatingPointError(f"non-finite {', '.join(bad)} before update step {self.update_step}: "
+                                     f"{ {k: out[k][0] for k in bad} } (sums since the last logging step; check "
+                                     "observations/rewards for NaN/Inf)")
+        return out
+
     # ------------------------------------------------------------------------------------------------ save/load
     def _network_states(self) -> dict[str, dict[str, Any]]:
         s = self.state
@@ -244,8 +311,16 @@ class FlashSACAgent:
         if self._pending is not None:
             names, values = self._pending
             pending = dict(zip(names, np.asarray(values), strict=True))  # {name: f32 scalar}
+        replay_key, metric_sums, metric_counts = self._replay_key, *self._metric_carry
+        if self._storage is not None:
+            r = self._storage.replay
+            replay_key, device_sums, device_counts = jax.device_get((r.key, r.metric_sum, r.metric_count))
+            metric_sums, metric_counts = metric_sums + device_sums, metric_counts + device_counts
         state = {"update_step": self.update_step, "rng": np.asarray(jax.device_get(self.state.rng)),
-                 "pending_metrics": pending, "backend": self.ctx.backend}
+                 "pending_metrics": pending, "backend": self.ctx.backend,
+                 "replay_key": np.asarray(replay_key, np.uint32),
+                 "step_metrics": {"names": METRIC_NAMES, "sums": np.asarray(metric_sums, np.float32),
+                                  "counts": np.asarray(metric_counts, np.float32)}}
         atomic_pickle(os.path.join(directory, AGENT_STATE_FILE), state)
 
     def load(self, directory: str, load_optimizer: bool = True) -> None:
@@ -281,6 +356,19 @@ class FlashSACAgent:
         pending = agent_state["pending_metrics"]
         self._pending = None if pending is None else (
             tuple(pending), jax.device_put(np.asarray(list(pending.values()), np.float32), self.device))
+        if "replay_key" in agent_state:  # checkpoints written before the device replay have none: keep the seed's
+            self._replay_key = np.asarray(agent_state["replay_key"], np.uint32)
+        step_metrics = agent_state.get("step_metrics")
+        zeros = np.zeros(len(METRIC_NAMES), np.float32)
+        if step_metrics is not None and tuple(step_metrics["names"]) == METRIC_NAMES:
+            self._metric_carry = (np.asarray(step_metrics["sums"], np.float32),
+                                  np.asarray(step_metrics["counts"], np.float32))
+        else:
+            self._metric_carry = (zeros, zeros.copy())
+        if self._storage is not None:
+            r = self._storage.replay
+            self._storage.replay = r.replace(key=jax.device_put(self._replay_key, self.device),
+                                             metric_sum=self._zeros_metrics(), metric_count=self._zeros_metrics())
 
 
 def _check_structure(template: Any, loaded: Any, path: str) -> None:

@@ -13,12 +13,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agent_common.buffer import flat_batch, flat_widths
+from agent_common.buffer import RowStorage, flat_batch, flat_widths
 from agent_common.checkpoint import atomic_write, read_checkpoint_file
 from agent_common.schema import Config, target_entropy
 from agent_torch import distributed
 from agent_torch.graphs import GraphCache
 from agent_torch.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature
+from agent_torch.replay import TensorRowStorage
 from agent_torch.state import Network, explain_compile_mode, make_network
 from agent_torch.update import Batch, UpdateContext, update_actor, update_critic, update_target, update_temperature
 from shared_spec import CategoricalSupport
@@ -161,6 +162,10 @@ class FlashSACAgent:
         self._host_batch: torch.Tensor | None = None  # reused (pinned on CUDA) host buffer of the flat batch
         self._copy_done: torch.cuda.Event | None = None  # recorded after the last host -> device batch copy
         self._widths = flat_widths(observation_dim, action_dim)  # flat batch columns, UPDATE_KEYS order
+        self._storage: TensorRowStorage | None = None  # the device replay rows (``replay_storage``)
+        self._storage_state: dict[str, Any] | None = None  # its sampler state from a checkpoint, until it exists
+        self._metric_sums: dict[tuple[str, ...], torch.Tensor] = {}  # ``step`` metrics per name tuple, on device
+        self._metric_counts: dict[tuple[str, ...], int] = {}
 
     def _replicate(self) -> None:
         """Under torchrun: every network starts from replica 0's weights, and each trained network averages its
@@ -247,6 +252,72 @@ class FlashSACAgent:
         update_target(self.critic, self.target_critic, self.ctx.tau)
         return tuple(info), torch.stack([v.float().reshape(()) for v in info.values()])
 
+    def _apply_update(self, flat: torch.Tensor) -> tuple[tuple[str, ...], torch.Tensor]:
+        """One update on a flat device batch (graph replay or eager), then the LR-scheduler steps; returns the
+        metric names and their stacked values (a graph's static output: read it before the next update)."""
+        do_actor = self.update_step % self.cfg.agent.actor_update_period == 0
+        if self.graphs is not None:
+            step = functools.partial(self._update_step, do_actor=do_actor)
+            keys, values = self.graphs(("update", do_actor, self.ctx), step, flat)
+        else:
+            keys, values = self._update_step(flat, do_actor)
+        stepped = (self.actor, self.temperature, self.critic) if do_actor else (self.critic,)
+        for net in stepped:
+            assert net.scheduler is not None
+            net.scheduler.step()
+        self.update_step += 1
+        return keys, values
+
+    # ------------------------------------------------------------------------------------------------ device buffer
+    def replay_storage(self, capacity: int) -> RowStorage | None:
+        """With ``agent.buffer_device_type=cuda``: the loop's replay rows as tensors on the agent's device
+        (``agent_torch.replay``), which turns on ``step``; otherwise None (host numpy buffer, ``update``)."""
+        if self.cfg.agent.buffer_device_type != "cuda":
+            return None
+        width = sum(self._widths) + 1  # ROW_KEYS: the update's columns and truncated
+        self._storage = TensorRowStorage(capacity, width, self._widths[0], self.device, int(self.cfg.seed))
+        if self._storage_state is not None:
+            self._storage.load_state_dict(self._storage_state)
+        return self._storage
+
+    def step(self, observation: np.ndarray, noise: np.ndarray | None, num_updates: int,
+             reward_scale: float) -> np.ndarray | None:
+        """An env step's device work: ``num_updates`` updates on batches sampled on the device (rewards divided by
+        ``reward_scale``), then the action for ``observation`` (None when ``noise`` is None: warm-up). The new rows
+        were already stored by the replay buffer. The metrics are summed on the device (``take_metrics``)."""
+        storage = self._storage
+        if storage is None:
+            raise RuntimeError("step() needs the device replay: call replay_storage(capacity) first")
+        batch_size = int(self.cfg.agent.sample_batch_size)
+        for _ in range(int(num_updates)):
+            keys, values = self._apply_update(storage.sample(batch_size, reward_scale))
+            total = self._metric_sums.get(keys)
+            self._metric_sums[keys] = values.detach().clone() if total is None else total.add_(values)
+            self._metric_counts[keys] = self._metric_counts.get(keys, 0) + 1
+        return None if noise is None else self.act(observation, noise)
+
+    def take_metrics(self) -> dict[str, tuple[float, int]]:
+        """The update metrics of ``step`` since the last call, ``{name: (sum, count)}`` (one host sync).
+
+        Raises:
+            FloatingPointError: a non-finite sum (a non-finite loss in one of these updates).
+        """
+        out: dict[str, tuple[float, int]] = {}
+        for keys, total in self._metric_sums.items():
+            count = self._metric_counts[keys]
+            for name, value in zip(keys, total.tolist(), strict=True):
+                previous = out.get(name, (0.0, 0))
+                out[name] = (previous[0] + value, previous[1] + count)
+        self._metric_sums.clear()
+        self._metric_counts.clear()
+        bad = [k for k, (v, _) in out.items() if not math.isfinite(v)]
+        if bad:
+            raise FloatingPointError(
+                f"non-finite {', '.join(bad)} before update step {self.update_step}: "
+                f"{ {k: out[k][0] for k in bad} } (sums since the last logging step; check observations/rewards)"
+            )
+        return out
+
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One FlashSAC update in upstream order: [actor → temperature] (every actor_update_period) → critic → EMA.
 
@@ -262,18 +333,7 @@ class FlashSACAgent:
         Raises:
             FloatingPointError: a non-finite loss or metric (the update is not silently continued).
         """
-        flat = self._flat_batch(batch)
-        do_actor = self.update_step % self.cfg.agent.actor_update_period == 0
-        if self.graphs is not None:
-            step = functools.partial(self._update_step, do_actor=do_actor)
-            keys, values = self.graphs(("update", do_actor, self.ctx), step, flat)
-        else:
-            keys, values = self._update_step(flat, do_actor)
-        stepped = (self.actor, self.temperature, self.critic) if do_actor else (self.critic,)
-        for net in stepped:
-            assert net.scheduler is not None
-            net.scheduler.step()
-        self.update_step += 1
+        keys, values = self._apply_update(self._flat_batch(batch))
         metrics = dict(zip(keys, values.tolist(), strict=True))  # one host sync
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
         if bad:
@@ -320,7 +380,11 @@ class FlashSACAgent:
             "grad_scaler_state_dict": self.scaler.state_dict() if self.scaler is not None else None,
             "torch_rng_state": torch.get_rng_state(),
             "cuda_rng_state": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "replay_sampler": self._storage.state_dict() if self._storage is not None else self._storage_state,
+            "step_metrics": self.take_metrics() if self._metric_sums else {},
         }
+        for name, (total, count) in state["step_metrics"].items():  # taken for the file; kept for the run
+            self._carry_metric(name, total, count)
         _save_torch(os.path.join(directory, "agent_state.pt"), state)
 
     def load(self, directory: str, load_optimizer: bool = True) -> None:
@@ -344,6 +408,18 @@ class FlashSACAgent:
         torch.set_rng_state(agent_state["torch_rng_state"])
         if agent_state["cuda_rng_state"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(agent_state["cuda_rng_state"])
+        self._storage_state = agent_state.get("replay_sampler")  # None: written before the device replay
+        if self._storage is not None and self._storage_state is not None:
+            self._storage.load_state_dict(self._storage_state)
+        self._metric_sums.clear()
+        self._metric_counts.clear()
+        for name, (total, count) in agent_state.get("step_metrics", {}).items():
+            self._carry_metric(name, total, count)
+
+    def _carry_metric(self, name: str, total: float, count: int) -> None:
+        """Puts a metric sum back (saved by ``save``) so that ``take_metrics`` returns it."""
+        self._metric_sums[(name,)] = torch.tensor([total], dtype=torch.float32, device=self.device)
+        self._metric_counts[(name,)] = int(count)
 
 
 def _save_torch(path: str, obj: Any) -> None:

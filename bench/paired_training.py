@@ -33,7 +33,7 @@ import numpy as np
 from agent_jax.compilation_cache import jax_cache_env
 from bench.common import REPO, bootstrap_ci, environment, write_results
 
-__all__ = ["DEFAULT_OVERRIDES", "PAIRS", "main", "merge_overrides", "pair_saving_percent", "run_pair",
+__all__ = ["DEFAULT_OVERRIDES", "PAIRS", "main", "merge_overrides", "pair_saving_percent", "run_pair", "timed_run",
            "summarize_savings"]
 
 # framework -> (training module, reference backend, kernel backend)
@@ -100,7 +100,7 @@ def warmup_steps(extra: list[str]) -> int:
     return int(str(values[-1]).replace("_", "")) + 50 if values else 10_050
 
 
-def _timed_run(cmd: list[str], log_path: str, timeout_s: float, extra_env: dict[str, str] | None = None) -> dict:
+def timed_run(cmd: list[str], log_path: str, timeout_s: float, extra_env: dict[str, str] | None = None) -> dict:
     """Run one training process; wall-clock from start to exit (the whole end-to-end run, imports and compiles
     included, identical for both sides of a pair)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
@@ -132,7 +132,7 @@ def run_pair(framework: str, seed: int, repeat: int, num_env_steps: int, out_dir
         os.makedirs(run_dir, exist_ok=True)
         cmd = train_command(framework, backend, seed, num_env_steps, run_dir, extra)
         env = jax_cache_env(os.path.join(out_dir, "jax_cache")) if framework == "jax" else None
-        runs[backend] = _timed_run(cmd, os.path.join(out_dir, "logs", tag + ".log"), timeout_s, env)
+        runs[backend] = timed_run(cmd, os.path.join(out_dir, "logs", tag + ".log"), timeout_s, env)
         print(f"  {tag}: rc={runs[backend]['returncode']} {runs[backend]['wall_s']:.1f} s", flush=True)
     rec = {"framework": framework, "seed": seed, "repeat": repeat, "order": list(order), "reference": ref,
            "kernel": kern, "runs": runs}
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 cmd = train_command(fw, backend, seeds[0], warmup_steps(a.overrides), os.path.join(out, "runs", tag),
                                a.overrides)
                 env = jax_cache_env(os.path.join(out, "jax_cache")) if fw == "jax" else None
-                run = _timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s, env)
+                run = timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s, env)
                 print(f"  {tag}: rc={run['returncode']} {run['wall_s']:.1f} s (untimed)", flush=True)
                 warm_ups.append({"tag": tag, "returncode": run["returncode"], "wall_s": run["wall_s"]})
     pairs: list[dict] = []

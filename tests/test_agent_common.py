@@ -39,7 +39,7 @@ def test_config_defaults_are_upstream_cpu_sim_recipe():
     assert cfg.num_env_steps == 1_000_000 and cfg.num_train_envs == 1 and cfg.env.num_train_envs == 1
     a = cfg.agent
     assert (a.sample_batch_size, a.buffer_min_length, a.buffer_max_length) == (512, 10_000, 1_000_000)
-    assert a.use_amp is False and a.buffer_device_type == "cpu" and cfg.updates_per_interaction_step == 1
+    assert a.use_amp is False and a.buffer_device_type == "auto" and cfg.updates_per_interaction_step == 1
     assert (a.critic_num_bins, a.critic_min_v, a.critic_max_v) == (101, -5.0, 5.0)
     assert (a.gamma, a.n_step, a.seed) == (0.99, 1, 0)
     assert (a.actor_update_period, a.critic_target_update_tau, a.temp_initial_value) == (2, 0.01, 0.01)

@@ -81,9 +81,9 @@ def test_cli_smoke_and_exact_resume(tmp_path):
                 "temperature/value", "temperature/loss", "backend/fallback_count", "avg_return"):
         assert key in scalars, f"{key} not logged; got {sorted(scalars)}"
         assert all(np.isfinite(v) for _, v in scalars[key]), key
-    # Updates start at step 40; update() returns the previous update's metrics, so the first window with a loss
-    # is the one ending at step 80.
-    assert [s for s, _ in scalars["critic/loss"]] == [80, 120, 160]
+    # Updates start at step 40. The fused step (the default agent.buffer_device_type=auto) sums its metrics on the
+    # device and the loop reads them at each logging step, so the window ending at step 40 (one update) has a loss.
+    assert [s for s, _ in scalars["critic/loss"]] == [40, 80, 120, 160]
     assert scalars["backend/fallback_count"][-1][1] == 0.0
     assert [s for s, _ in scalars["perf/time_to_first_update_s"]] == [40]
     assert os.path.exists(os.path.join(run_a, "config.yaml"))
@@ -103,7 +103,8 @@ def test_cli_smoke_and_exact_resume(tmp_path):
     assert state_a["update_step"] == 160 - 40 + 1
     loop_a = _load_tree(os.path.join(run_a, "checkpoints", "step160", "loop_state.pkl"))
     loop_b = _load_tree(os.path.join(run_b, "checkpoints", "step160", "loop_state.pkl"))
-    for key in ("noise", "reward_normalizer", "observation", "num_updates", "meter", "last_eval_return"):
+    for key in ("noise", "reward_normalizer", "observation", "num_updates", "meter", "last_eval_return",
+                "next_action"):
         assert_nested_equal(loop_a[key], loop_b[key], key)
     scalars_b = _scalars(run_b)
     for key in ("critic/loss", "actor/loss", "temperature/value", "avg_return"):

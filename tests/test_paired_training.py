@@ -105,7 +105,7 @@ def test_warm_up_runs_first_and_jax_runs_share_a_compilation_cache(tmp_path, mon
         runs.append((cmd, extra_env or {}))
         return {"cmd": " ".join(cmd), "returncode": 0, "wall_s": 1.0, "log": log_path, "log_tail": ""}
 
-    monkeypatch.setattr(pt, "_timed_run", fake_run)
+    monkeypatch.setattr(pt, "timed_run", fake_run)
     assert pt.main(["--out", str(tmp_path), "--seeds", "0", "--repeats", "1"]) == 0
     warm, timed = runs[:4], runs[4:]
     assert [c[c.index("-m") + 1] for c, _ in warm] == ["agent_torch.train"] * 2 + ["agent_jax.train"] * 2
@@ -130,9 +130,9 @@ def test_training_loop_time_is_read_from_the_cli_result_line(tmp_path, monkeypat
 
     script = ("import sys; print('[completed] env_step=3000 wall=' + sys.argv[1] + 's env_steps/s=1.0 "
               "update_ms=1.00 last_eval_return=0.0')")
-    run = pt._timed_run([sys.executable, "-c", script, "12.5"], str(tmp_path / "a.log"), 60)
+    run = pt.timed_run([sys.executable, "-c", script, "12.5"], str(tmp_path / "a.log"), 60)
     assert run["returncode"] == 0 and run["loop_s"] == 12.5 and run["wall_s"] > 0
-    silent = pt._timed_run([sys.executable, "-c", "print('no result line')"], str(tmp_path / "b.log"), 60)
+    silent = pt.timed_run([sys.executable, "-c", "print('no result line')"], str(tmp_path / "b.log"), 60)
     assert silent["loop_s"] is None
 
     loops = iter(["10.0", "9.0", "20.0", "20.0"])

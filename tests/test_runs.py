@@ -8,6 +8,7 @@ a few CLI calls in a fresh process where the exit status or an environment varia
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import shutil
 import stat
@@ -317,3 +318,44 @@ def test_stored_config_round_trips(tmp_path):
 
     again = build_config(read_config_file(str(tmp_path / "config.yaml")), "torch")
     assert flatten(config_to_dict(again)) == flatten(config_to_dict(cfg))
+
+
+# ------------------------------------------------------------------------------------------ device replay resume
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_resume_with_the_device_replay_is_exact(tmp_path, framework):
+    """The agents' fused step over device replay rows (torch: agent.buffer_device_type=cuda, here CPU tensors; JAX:
+    the default) resumes exactly: 60 steps straight, and the same run resumed from its step-30 checkpoint, end with
+    the same agent, replay rows, sampler, noise, normaliser, pending action, metric window and evaluations."""
+    from tests.agent_test_utils import assert_nested_equal
+
+    if framework == "torch":
+        overrides = [*TINY, "agent.buffer_device_type=cuda", "agent.device_type=cpu"]
+        factory = make_agent
+        load = functools.partial(torch.load, weights_only=False)
+        agent_files = ["actor.pt", "agent_state.pt", "critic.pt", "target_critic.pt", "temperature.pt"]
+    else:
+        from agent_jax.agent import make_agent as factory  # type: ignore[assignment]
+
+        overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + ["agent.buffer_max_length=64"]
+        load = checkpoint_module.load_pickle
+        agent_files = ["actor.pkl", "agent_state.pkl", "critic.pkl", "target_critic.pkl", "temperature.pkl"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    result = train(load_config([*overrides, f"save_path={straight}", "keep_checkpoints=4"], framework), factory)
+    assert result.status == "completed"
+    cfg = load_config([f"agent_load_path={straight / 'checkpoints' / 'step30'}", f"save_path={resumed}"], framework)
+    assert cfg.agent.buffer_device_type == ("cuda" if framework == "torch" else "auto")
+    again = train(cfg, factory)
+    assert again.env_step == 60 and again.evaluations == result.evaluations[-len(again.evaluations):]
+    a, b = straight / "checkpoints" / "step60", resumed / "checkpoints" / "step60"
+    for name in agent_files:
+        state_a, state_b = load(str(a / "agent" / name)), load(str(b / "agent" / name))
+        if name.startswith("agent_state"):
+            state_a.pop("cuda_rng_state", None), state_b.pop("cuda_rng_state", None)
+        assert_nested_equal(state_a, state_b, name)
+    loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
+    loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+    for key in ("noise", "reward_normalizer", "observation", "num_updates", "meter", "next_action", "buffer"):
+        assert_nested_equal(loop_a[key], loop_b[key], key)
+    assert loop_a["next_action"] is not None
+    assert_nested_equal(checkpoint_module.load_pickle(str(a / "replay_buffer.pkl")),
+                        checkpoint_module.load_pickle(str(b / "replay_buffer.pkl")), "replay_buffer")

@@ -1,0 +1,255 @@
+"""The JAX agent's env step as one jitted call: device replay rows, on-device sampling, the update(s), the next action.
+
+Per env step the shared loop (``agent_common.loop``) hands the agent the new n-step transition (through the replay
+buffer's ``RowStorage``, ``DeviceRowStorage`` here), the observation to act on next, the exploration noise, the
+number of updates that are due and the reward normaliser's current scale. ``env_step`` then runs, in one
+dispatch and in FlashSAC's order: store the rows at the ring index, then for each due update sample B row indices
+on the device from the buffer's own PRNG key, normalise their rewards and run ``update_networks``, then act on the
+new observation. Only the packed host inputs (one float32 vector) go to the device and only the (E, A) action comes
+back; the metrics are summed on the device and read at a logging step (``take_metrics``).
+
+What is static (one executable per combination): whether rows are inserted, the actor/critic-only pattern of the
+due updates (the host knows ``update_step % actor_update_period``), whether an action is wanted, and the sizes.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agent_common.buffer import ROW_KEYS
+from agent_jax.update import Batch, UpdateContext, metric_names, update_networks
+
+__all__ = [
+    "METRIC_NAMES",
+    "DeviceReplay",
+    "DeviceRowStorage",
+    "create_device_replay",
+    "env_step",
+    "insert_rows",
+    "policy_actions",
+    "row_width",
+    "sample_batch",
+]
+
+Array = jax.Array
+
+METRIC_NAMES: tuple[str, ...] = metric_names(True)
+"""Order of ``DeviceReplay.metric_sum`` / ``metric_count``: every metric an update can report."""
+
+
+def row_width(observation_dim: int, action_dim: int) -> int:
+    """Columns of a stored row (``agent_common.buffer.ROW_KEYS``): 2O + A + 3."""
+    return 2 * observation_dim + action_dim + 3
+
+
+def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: jax.Array, noise: jax.Array,
+                   deterministic: bool) -> jax.Array:
+    """Acting (docs/flashsac.md): BN on running stats; tanh(mean) or tanh(mean + std * noise).
+
+    Args:
+        actor_def: the FlashSACActor module.
+        params: actor parameters.
+        batch_stats: actor BN running statistics.
+        observation: (E, O).
+        noise: (E, A) held exploration noise (ignored when deterministic).
+        deterministic: evaluation mode.
+
+    Returns:
+        (E, A) actions in [-1, 1].
+    """
+    mean, std = actor_def.apply({"params": params, "batch_stats": batch_stats}, observation, False,
+                                method="get_mean_and_std")  # (E, A), (E, A)
+    if deterministic:
+        return jnp.tanh(mean)  # (E, A)
+    return jnp.tanh(mean + std * noise)  # (E, A)
+
+
+@flax.struct.dataclass
+class DeviceReplay:
+    """The replay rows and everything the fused step changes besides the networks (donated each step).
+
+    Attributes:
+        rows: (M, 2O + A + 3) float32, ``ROW_KEYS`` columns (raw n-step rewards).
+        index: () int32 ring position of the next write.
+        size: () int32 rows stored (sampling is uniform over [0, size)).
+        key: (2,) uint32 PRNG key of the batch indices (split once per sampled batch; saved in checkpoints).
+        metric_sum: (len(METRIC_NAMES),) float32 sums of the update metrics since the last ``take_metrics``.
+        metric_count: (len(METRIC_NAMES),) float32 number of updates in each sum.
+    """
+
+    rows: Array
+    index: Array
+    size: Array
+    key: Array
+    metric_sum: Array
+    metric_count: Array
+
+
+def create_device_replay(capacity: int, width: int, key: np.ndarray, device: jax.Device) -> DeviceReplay:
+    """An empty replay of ``capacity`` rows of ``width`` columns on ``device``, sampling from ``key`` ((2,) uint32)."""
+    with jax.default_device(device):
+        replay = DeviceReplay(rows=jnp.zeros((capacity, width), jnp.float32), index=jnp.zeros((), jnp.int32),
+                              size=jnp.zeros((), jnp.int32), key=jnp.asarray(key, jnp.uint32),
+                              metric_sum=jnp.zeros(len(METRIC_NAMES), jnp.float32),
+                              metric_count=jnp.zeros(len(METRIC_NAMES), jnp.float32))
+    return jax.device_put(replay, device)
+
+
+def insert_rows(replay: DeviceReplay, rows: Array) -> DeviceReplay:
+    """Writes (E, W) rows at the ring positions index, index + 1, ... (mod capacity), as the host buffer does."""
+    capacity = replay.rows.shape[0]
+    num_rows = rows.shape[0]
+    positions = (replay.index + jnp.arange(num_rows, dtype=jnp.int32)) % capacity  # (E,)
+    # positions are in [0, capacity) by construction: no bounds handling in the scatter
+    data = replay.rows.at[positions].set(rows, mode="promise_in_bounds")
+    return replay.replace(rows=data, index=(replay.index + num_rows) % capacity,
+                          size=jnp.minimum(replay.size + num_rows, capacity))
+
+
+def sample_batch(replay: DeviceReplay, batch_size: int, observation_dim: int,
+                 reward_scale: Array) -> tuple[DeviceReplay, Batch, Array]:
+    """Uniform sample with replacement of ``batch_size`` stored rows, rewards divided by ``reward_scale``.
+
+    The indices are ``jax.random.randint(k, (B,), 0, size)`` with ``key, k = jax.random.split(key)``.
+
+    Returns:
+        (replay with the advanced key, the batch, the (B,) int32 indices).
+    """
+    key, sample_key = jax.random.split(replay.key)
+    indices = jax.random.randint(sample_key, (batch_size,), 0, replay.size, dtype=jnp.int32)  # (B,)
+    update_width = replay.rows.shape[1] - 1  # the truncated column is not read by the update
+    # indices are in [0, size) by construction: no bounds handling in the gather
+    flat = replay.rows.at[indices].get(mode="promise_in_bounds")[:, :update_width]  # (B, 2O + A + 2)
+    batch = Batch.from_flat(flat, observation_dim)
+    batch = batch.replace(reward=batch.reward / reward_scale)  # (B,) as RewardNormalizer.normalize
+    return replay.replace(key=key), batch, indices
+
+
+def _add_metrics(replay: DeviceReplay, info: dict[str, Array]) -> DeviceReplay:
+    values = jnp.stack([info.get(name, jnp.zeros((), jnp.float32)).astype(jnp.float32) for name in METRIC_NAMES])
+    present = jnp.asarray([name in info for name in METRIC_NAMES], jnp.float32)
+    return replay.replace(metric_sum=replay.metric_sum + values * present,
+                          metric_count=replay.metric_count + present)
+
+
+@functools.partial(jax.jit, static_argnames=("actor_def", "num_envs", "observation_dim", "action_dim", "insert",
+                                             "updates", "act", "batch_size"), donate_argnums=(0, 1))
+def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext, *, actor_def: Any, num_envs: int,
+             observation_dim: int, action_dim: int, insert: bool, updates: tuple[bool, ...], act: bool,
+             batch_size: int) -> tuple[Any, DeviceReplay, Array | None]:
+    """One env step of device work: [store rows] -> [update(s) on sampled batches] -> [next action].
+
+    Args:
+        state: AgentState (donated).
+        replay: DeviceReplay (donated).
+        packed: float32 vector, the present parts in this order: the new rows (E * W, if ``insert``), the next
+            observation (E * O) and the noise (E * A) (if ``act``), the reward scale (1, if ``updates``).
+        ctx: update constants.
+        actor_def: the actor module (static).
+        num_envs: E.
+        observation_dim: O.
+        action_dim: A.
+        insert: whether ``packed`` starts with rows to store.
+        updates: one flag per due update: whether it updates the actor and the temperature first.
+        act: whether to return the next action.
+        batch_size: B.
+
+    Returns:
+        (new AgentState, new DeviceReplay, (E, A) action or None).
+    """
+    width = row_width(observation_dim, action_dim)
+    offset = 0
+
+    def take(size: int) -> Array:
+        nonlocal offset
+        part = jax.lax.slice_in_dim(packed, offset, offset + size)
+        offset += size
+        return part
+
+    if insert:
+        replay = insert_rows(replay, take(num_envs * width).reshape(num_envs, width))
+    observation = noise = None
+    if act:
+        observation = take(num_envs * observation_dim).reshape(num_envs, observation_dim)  # (E, O)
+        noise = take(num_envs * action_dim).reshape(num_envs, action_dim)  # (E, A)
+    if updates:
+        reward_scale = take(1)[0]
+        for do_actor_update in updates:
+            replay, batch, _ = sample_batch(replay, batch_size, observation_dim, reward_scale)
+            state, info = update_networks(state, batch, ctx, do_actor_update=do_actor_update)
+            replay = _add_metrics(replay, info)
+    action = None
+    if act:
+        action = policy_actions(actor_def, state.actor.params, state.actor.batch_stats, observation, noise,
+                                deterministic=False)  # (E, A)
+    return state, replay, action
+
+
+@jax.jit
+def _insert(replay: DeviceReplay, rows: Array) -> DeviceReplay:
+    return insert_rows(replay, rows)
+
+
+class DeviceRowStorage:
+    """``agent_common.buffer.RowStorage`` over a ``DeviceReplay``: ``write`` keeps the new rows on the host until the
+    agent's next ``env_step`` stores them on the device (in the same dispatch as the update and the action).
+
+    Args:
+        replay: the device replay it manages (the agent replaces ``self.replay`` after each step).
+        observation_dim: O (only to name the row layout in errors).
+    """
+
+    def __init__(self, replay: DeviceReplay, observation_dim: int) -> None:
+        self.replay = replay
+        self.observation_dim = observation_dim
+        self.capacity, self.width = (int(d) for d in replay.rows.shape)
+        self.pending: np.ndarray | None = None  # (E, W) rows written but not yet on the device
+        self.next_index = 0  # host mirror of replay.index, to check that writes arrive in ring order
+
+    def write(self, index: int, rows: np.ndarray) -> None:
+        """Queues (E, W) rows for the next step; they must continue the ring (``index`` = the ring position)."""
+        rows = np.asarray(rows, dtype=np.float32)
+        if rows.ndim != 2 or rows.shape[1] != self.width:
+            raise ValueError(f"rows must be (E, {self.width}) ({', '.join(ROW_KEYS)}), got {rows.shape}")
+        if index != self.next_index:
+            raise ValueError(f"rows written at ring index {index}, expected {self.next_index}")
+        self.flush()
+        self.pending = rows
+        self.next_index = (index + rows.shape[0]) % self.capacity
+
+    def take_pending(self) -> np.ndarray | None:
+        """The queued rows (now the caller's to store), or None."""
+        rows, self.pending = self.pending, None
+        return rows
+
+    def flush(self) -> None:
+        """Stores queued rows on the device now (a step that did not run; checkpoints)."""
+        rows = self.take_pending()
+        if rows is not None:
+            self.replay = _insert(self.replay, rows)
+
+    def read(self, size: int) -> np.ndarray:
+        """The first ``size`` rows, (size, W) float32 numpy."""
+        self.flush()
+        return np.asarray(jax.device_get(self.replay.rows[:size]), dtype=np.float32)
+
+    def load(self, rows: np.ndarray, index: int) -> None:
+        """Replaces the rows (positions 0 .. len(rows) - 1) and the ring index; keeps the key and the metrics."""
+        rows = np.asarray(rows, dtype=np.float32)
+        size = rows.shape[0]
+        if rows.ndim != 2 or rows.shape[1] != self.width or size > self.capacity:
+            raise ValueError(f"rows must be (<= {self.capacity}, {self.width}), got {rows.shape}")
+        data = np.zeros((self.capacity, self.width), np.float32)
+        data[:size] = rows
+        device = next(iter(self.replay.rows.devices()))
+        self.pending = None
+        self.replay = self.replay.replace(rows=jax.device_put(data, device),
+                                          index=jax.device_put(np.int32(index), device),
+                                          size=jax.device_put(np.int32(size), device))
+        self.next_index = int(index)

@@ -1,0 +1,88 @@
+"""The torch agent's replay rows as device tensors (``agent.buffer_device_type=cuda``), sampled on the device.
+
+``TensorRowStorage`` is an ``agent_common.buffer.RowStorage``: the loop's ``ReplayBuffer`` keeps the n-step window,
+the ring index and the size on the host and writes each finished transition here, one (E, 2O + A + 3) row per env
+(``ROW_KEYS`` columns). ``sample`` draws B indices with ``torch.randint`` from the storage's own device generator and
+gathers the rows on the device, so the update (a CUDA-graph replay on CUDA) reads its batch without a host copy.
+On a CPU agent the tensors are CPU tensors: the same code path, which the CPU tests run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["TensorRowStorage", "sampler_seed"]
+
+_SAMPLER_STREAM = 2  # as the loop's buffer stream: the sampler seed is SeedSequence([seed, 2])
+
+
+def sampler_seed(seed: int) -> int:
+    """The seed of the storage's generator for the run seed ``seed`` (63 bits of ``SeedSequence([seed, 2])``)."""
+    state = np.random.SeedSequence([int(seed), _SAMPLER_STREAM]).generate_state(2, dtype=np.uint32)
+    return (int(state[0]) << 31 | int(state[1]) >> 1) & (2**63 - 1)
+
+
+class TensorRowStorage:
+    """Ring of ``capacity`` float32 rows of ``width`` columns on ``device``, sampled uniformly with replacement.
+
+    Args:
+        capacity: M rows.
+        width: 2O + A + 3 columns (``ROW_KEYS``).
+        observation_dim: O (locates the reward column, O + A).
+        device: where the rows live (the agent's device).
+        seed: the run seed (``sampler_seed``).
+    """
+
+    def __init__(self, capacity: int, width: int, observation_dim: int, device: torch.device, seed: int) -> None:
+        self.capacity, self.width, self.device = int(capacity), int(width), device
+        self.rows = torch.zeros((self.capacity, self.width), dtype=torch.float32, device=device)  # (M, W)
+        self.reward_column = width - 3 - observation_dim  # O + A
+        self.size = 0
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(sampler_seed(seed))
+
+    def write(self, index: int, rows: np.ndarray) -> None:
+        """Stores (E, W) rows at ring positions index, index + 1, ... (mod M)."""
+        rows = np.asarray(rows, dtype=np.float32)
+        if rows.ndim != 2 or rows.shape[1] != self.width:
+            raise ValueError(f"rows must be (E, {self.width}), got {rows.shape}")
+        positions = (int(index) + np.arange(rows.shape[0])) % self.capacity  # (E,)
+        data = torch.from_numpy(rows).to(self.device, non_blocking=False)
+        if positions[-1] >= positions[0]:  # contiguous: one slice copy
+            self.rows[int(positions[0]) : int(positions[-1]) + 1] = data
+        else:
+            self.rows[torch.from_numpy(positions).to(self.device)] = data
+        self.size = min(self.size + rows.shape[0], self.capacity)
+
+    def sample(self, batch_size: int, reward_scale: float) -> torch.Tensor:
+        """(B, 2O + A + 2) float32 device batch (``UPDATE_KEYS`` columns) of uniformly drawn rows, the rewards
+        divided by ``reward_scale`` (as ``RewardNormalizer.normalize``)."""
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        indices = torch.randint(0, self.size, (batch_size,), generator=self.generator, device=self.device)  # (B,)
+        flat = self.rows.index_select(0, indices)[:, : self.width - 1]  # (B, 2O + A + 2), truncated dropped
+        flat[:, self.reward_column] /= torch.tensor(np.float32(reward_scale))  # a CPU scalar: no host -> device copy
+        return flat
+
+    def read(self, size: int) -> np.ndarray:
+        """The first ``size`` rows as numpy (checkpoints)."""
+        return self.rows[:size].cpu().numpy().copy()
+
+    def load(self, rows: np.ndarray, index: int) -> None:
+        """Replaces the rows (positions 0 .. len(rows) - 1); the generator is restored by ``load_state_dict``."""
+        rows = np.asarray(rows, dtype=np.float32)
+        if rows.ndim != 2 or rows.shape[1] != self.width or rows.shape[0] > self.capacity:
+            raise ValueError(f"rows must be (<= {self.capacity}, {self.width}), got {rows.shape}")
+        self.rows.zero_()
+        self.rows[: rows.shape[0]] = torch.from_numpy(rows).to(self.device)
+        self.size = rows.shape[0]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler generator's state (the rows are saved by the loop's replay buffer)."""
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])

@@ -1,0 +1,215 @@
+"""Training speed of the two agents through their CLIs: the same recipe, alternating torch / JAX, several rounds.
+
+    python -m bench.training_speed --out $OUT/training_speed --rounds 3 --num-env-steps 10000 --buffer-min-length 2000
+    python -m bench.training_speed --out /tmp/speed --tiny --rounds 1          # CPU: tiny networks, reference targets
+
+Every run is a separate process, ``python -m agent_<framework>.train --overrides ...`` on upstream's recipe
+(``bench.common.UPSTREAM_RECIPE``, HalfCheetah-v4, B = 512) with a shorter budget, one evaluation episode at the start
+and the end, logging every ``--log-every`` steps and the strict kernel backends (``--torch-backend`` /
+``--jax-backend``). The torch agent runs with ``bench.common.TORCH_RECIPE_EXTRA`` (no torch.compile, CUDA graphs);
+the JAX agent with its default device replay (``agent.buffer_device_type=auto``: one jitted call per env step);
+``--torch-overrides`` / ``--jax-overrides`` add or replace keys for one side (e.g. ``agent.buffer_device_type=cuda``
+for torch's device buffer). Round r runs torch then JAX for even r, JAX then torch for odd r, so drift does not
+favour one side; an untimed warm-up run per framework first fills the Triton and JAX compilation caches.
+
+Per run it reports the CLI's own whole-loop numbers (``env_steps/s``, ``updates/s`` of the result line, warm-up and
+start-up of the loop included) and the steady state: the median over the TensorBoard logging windows
+(``perf/updates_per_second``, ``perf/env_steps_per_second``) that lie wholly after the first update. Per framework:
+median and min-max over the rounds, and the per-round JAX / torch ratio of the steady updates/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+from agent_jax.compilation_cache import jax_cache_env
+from bench.common import TORCH_RECIPE_EXTRA, UPSTREAM_RECIPE, environment, fmt, write_results
+from bench.paired_training import merge_overrides, timed_run, train_command
+
+__all__ = ["FRAMEWORKS", "TINY", "main", "parse_result_line", "recipe", "steady_rates", "summarize"]
+
+FRAMEWORKS = ("torch", "jax")
+# CPU: tiny networks and budget, reference targets (what the test runs).
+TINY = ["agent.actor_hidden_dim=8", "agent.critic_hidden_dim=8", "agent.actor_num_blocks=1",
+        "agent.critic_num_blocks=1", "agent.sample_batch_size=8", "env.max_episode_steps=30", "num_threads=1",
+        "agent.buffer_max_length=1000"]
+RESULT_RATES = {"env_steps_per_second": re.compile(r"\benv_steps/s=([0-9.]+)"),
+                "updates_per_second": re.compile(r"(?<![_a-z])updates/s=([0-9.]+)")}
+
+
+def recipe(framework: str, num_env_steps: int, buffer_min_length: int, log_every: int, tiny: bool,
+           extra: list[str]) -> list[str]:
+    """The overrides of one run (seed, backend, run directory are added by ``train_command``)."""
+    base = list(UPSTREAM_RECIPE) + (list(TORCH_RECIPE_EXTRA) if framework == "torch" else [])
+    ours = [f"agent.buffer_min_length={buffer_min_length}", "num_eval_episodes=1",
+            f"evaluation_per_interaction_step={num_env_steps}", f"logging_per_interaction_step={log_every}",
+            f"save_checkpoint_per_interaction_step={num_env_steps}", "save_buffer=false"]
+    if framework == "jax":
+        ours.append("agent.buffer_device_type=auto")
+    base = merge_overrides(base, ours + (TINY if tiny else []))
+    return merge_overrides(base, extra)
+
+
+def parse_result_line(text: str) -> dict[str, float]:
+    """``env_steps_per_second`` and ``updates_per_second`` from the CLI's last result line ({} if absent)."""
+    lines = [line for line in text.splitlines() if line.startswith("[completed]")]
+    if not lines:
+        return {}
+    out = {}
+    for key, pattern in RESULT_RATES.items():
+        found = pattern.search(lines[-1])
+        if found:
+            out[key] = float(found.group(1))
+    return out
+
+
+def steady_rates(run_dir: str, buffer_min_length: int, log_every: int) -> dict[str, float | int]:
+    """Medians of the TensorBoard windows that start at or after the first update (env step > buffer_min_length)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(os.path.join(run_dir, "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags().get("scalars", []))
+    out: dict[str, float | int] = {}
+    for key, tag in (("steady_updates_per_second", "perf/updates_per_second"),
+                     ("steady_env_steps_per_second", "perf/env_steps_per_second")):
+        if tag not in tags:
+            continue
+        values = [e.value for e in acc.Scalars(tag) if e.step - log_every >= buffer_min_length]
+        if values:
+            out[key] = float(np.median(values))
+            out["steady_windows"] = len(values)
+    return out
+
+
+def summarize(values: list[float]) -> dict[str, float | int]:
+    """Median, min, max and count (empty: count 0)."""
+    if not values:
+        return {"n": 0}
+    a = np.asarray(values, dtype=np.float64)
+    return {"n": int(a.size), "median": float(np.median(a)), "min": float(a.min()), "max": float(a.max())}
+
+
+METRICS = ("updates_per_second", "env_steps_per_second", "steady_updates_per_second", "steady_env_steps_per_second")
+
+
+def _report(out: str, res: dict) -> str:
+    c = res["config"]
+    lines = [f"# Training speed, torch vs JAX CLIs ({res['env'].get('gpu') or 'CPU'}, {res['env']['date_utc']})", "",
+             f"`{res['env']['command']}`: num_env_steps={c['num_env_steps']}, buffer_min_length="
+             f"{c['buffer_min_length']}, backends torch={c['torch_backend']} / jax={c['jax_backend']}, rounds "
+             f"{c['rounds']}, seed {c['seed']}.", "",
+             "Whole loop: the CLI's result line (warm-up steps and the first compilations included). Steady: median "
+             "of the logging windows after the first update.", "",
+             "| round | framework | rc | process s | loop updates/s | loop env steps/s | steady updates/s | "
+             "steady env steps/s |", "|---|---|---|---|---|---|---|---|"]
+    for r in res["runs"]:
+        lines.append(f"| {r['round']} | {r['framework']} | {r['returncode']} | {fmt(r['wall_s'], '.1f')} | "
+                     + " | ".join(fmt(r.get(m), ".1f") for m in METRICS) + " |")
+    lines += ["", "| framework | metric | runs | median | min | max |", "|---|---|---|---|---|---|"]
+    for fw, per_metric in res["summary"].items():
+        for metric, s in per_metric.items():
+            if s["n"]:
+                lines.append(f"| {fw} | {metric} | {s['n']} | {s['median']:.1f} | {s['min']:.1f} | {s['max']:.1f} |")
+    ratio = res.get("jax_over_torch_steady_updates")
+    if ratio and ratio["n"]:
+        lines += ["", f"JAX / torch steady updates/s per round: median {ratio['median']:.3f} (min {ratio['min']:.3f}, "
+                  f"max {ratio['max']:.3f}, {ratio['n']} rounds)."]
+    if not res["env"].get("gpu"):
+        lines += ["", "**No GPU: a CPU run tests the script; its numbers say nothing about the GPU.**"]
+    return write_results(out, res, "\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI; returns 0 if every timed run completed, 1 otherwise (the report is written either way)."""
+    ap = argparse.ArgumentParser(prog="python -m bench.training_speed", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--num-env-steps", type=int, default=10_000)
+    ap.add_argument("--buffer-min-length", type=int, default=2_000)
+    ap.add_argument("--log-every", type=int, default=500, help="logging_per_interaction_step (steady-state windows)")
+    ap.add_argument("--torch-backend", default="triton")
+    ap.add_argument("--jax-backend", default="pallas")
+    ap.add_argument("--torch-overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--jax-overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--tiny", action="store_true", help="CPU: tiny networks (use the reference backends)")
+    ap.add_argument("--no-warm-up", dest="warm_up", action="store_false")
+    ap.add_argument("--timeout-s", type=float, default=400.0, help="per training process")
+    ap.add_argument("--budget-s", type=float, default=None, help="start no new run after this many seconds")
+    a = ap.parse_args(argv)
+    for name in ("rounds", "num_env_steps", "buffer_min_length", "log_every"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if a.buffer_min_length >= a.num_env_steps:
+        ap.error(f"--buffer-min-length ({a.buffer_min_length}) must be < --num-env-steps ({a.num_env_steps})")
+    out = os.path.abspath(a.out)
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    backends = {"torch": a.torch_backend, "jax": a.jax_backend}
+    extras = {"torch": a.torch_overrides, "jax": a.jax_overrides}
+    cache_env = jax_cache_env(os.path.join(out, "jax_cache"))
+
+    def run(framework: str, tag: str, num_env_steps: int) -> dict:
+        run_dir = os.path.join(out, "runs", tag)
+        overrides = recipe(framework, num_env_steps, a.buffer_min_length, a.log_every, a.tiny, extras[framework])
+        cmd = train_command(framework, backends[framework], a.seed, num_env_steps, run_dir, overrides)
+        rec = timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s,
+                         cache_env if framework == "jax" else None)
+        rec.update(framework=framework, tag=tag, run_dir=run_dir)
+        if rec["returncode"] == 0:
+            with open(rec["log"]) as f:
+                rec.update(parse_result_line(f.read()))
+            rec.update(steady_rates(run_dir, a.buffer_min_length, a.log_every))
+        print(f"  {tag}: rc={rec['returncode']} {rec['wall_s']:.1f} s "
+              f"updates/s={rec.get('updates_per_second')} steady={rec.get('steady_updates_per_second')}", flush=True)
+        return rec
+
+    t0 = time.perf_counter()
+    warm_ups = []
+    if a.warm_up:  # untimed: fills the compilation caches, so the timed runs measure training
+        for fw in FRAMEWORKS:
+            r = run(fw, f"warmup-{fw}", a.buffer_min_length + 2 * a.log_every)
+            warm_ups.append({k: r[k] for k in ("tag", "returncode", "wall_s")})
+    runs: list[dict] = []
+    config = {"rounds": a.rounds, "seed": a.seed, "num_env_steps": a.num_env_steps,
+              "buffer_min_length": a.buffer_min_length, "log_every": a.log_every, "torch_backend": a.torch_backend,
+              "jax_backend": a.jax_backend, "torch_overrides": a.torch_overrides, "jax_overrides": a.jax_overrides,
+              "tiny": a.tiny, "warm_ups": warm_ups,
+              "recipes": {fw: recipe(fw, a.num_env_steps, a.buffer_min_length, a.log_every, a.tiny, extras[fw])
+                          for fw in FRAMEWORKS}}
+
+    def report(final: bool) -> str:
+        ok = [r for r in runs if r["returncode"] == 0]
+        summary = {fw: {m: summarize([r[m] for r in ok if r["framework"] == fw and m in r]) for m in METRICS}
+                   for fw in FRAMEWORKS}
+        ratios = []
+        for rnd in range(a.rounds):
+            pair = {r["framework"]: r.get("steady_updates_per_second") for r in ok if r["round"] == rnd}
+            if pair.get("torch") and pair.get("jax"):
+                ratios.append(pair["jax"] / pair["torch"])
+        res = {"env": environment(), "config": config, "runs": runs, "summary": summary,
+               "jax_over_torch_steady_updates": summarize(ratios), "complete": final,
+               "seconds": round(time.perf_counter() - t0, 1)}
+        return _report(out, res)
+
+    for rnd in range(a.rounds):
+        for fw in FRAMEWORKS if rnd % 2 == 0 else FRAMEWORKS[::-1]:
+            if a.budget_s is not None and time.perf_counter() - t0 > a.budget_s:
+                print(f"  budget of {a.budget_s:.0f} s exhausted: skipping {fw} round {rnd}", flush=True)
+                continue
+            rec = run(fw, f"{fw}-round{rnd}", a.num_env_steps)
+            rec["round"] = rnd
+            runs.append(rec)
+            report(final=False)
+    print(report(final=True))
+    return 0 if runs and all(r["returncode"] == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

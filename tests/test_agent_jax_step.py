@@ -1,0 +1,161 @@
+"""The JAX agent's fused env step (agent_jax/step.py) and its device replay rows, on the CPU.
+
+The fused step (store rows -> update(s) on batches sampled on the device -> next action, one jitted call) must do
+exactly what the unfused path does (host buffer, ``agent.update`` on a numpy batch, ``agent.act``) when both use
+the same batch rows: the only intended difference is where the batch indices come from (the device replay's own
+PRNG key instead of the host buffer's numpy generator), so the unfused side here samples with the same key.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import jax
+import numpy as np
+import pytest
+
+from agent_common.buffer import ReplayBuffer
+from agent_common.config import load_config
+from agent_jax.agent import FlashSACAgent
+from agent_jax.step import METRIC_NAMES, create_device_replay, insert_rows, row_width, sample_batch
+
+OBS_DIM, ACT_DIM, BATCH, NUM_ENVS = 17, 6, 16, 2
+OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+ACT_SPACE = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+# The sizes of tests/test_agent_jax_update.py and test_agent_jax_train.py (shared compiled update steps).
+TINY = ["agent.actor_hidden_dim=16", "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1",
+        "agent.critic_num_blocks=1", f"agent.sample_batch_size={BATCH}", "num_env_steps=1000", "seed=4"]
+
+
+def _agent(*extra: str) -> FlashSACAgent:
+    return FlashSACAgent(load_config([*TINY, *extra], framework="jax"), OBS_SPACE, ACT_SPACE)
+
+
+def _buffer(capacity: int, storage=None) -> ReplayBuffer:
+    return ReplayBuffer(OBS_DIM, ACT_DIM, capacity, 1, 1, 0.99, seed=0, storage=storage)
+
+
+def _transition(rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    done = rng.random(NUM_ENVS) < 0.2
+    return (rng.standard_normal((NUM_ENVS, OBS_DIM)).astype(np.float32),
+            rng.uniform(-1, 1, (NUM_ENVS, ACT_DIM)).astype(np.float32),
+            rng.standard_normal(NUM_ENVS).astype(np.float32),
+            (done & (rng.random(NUM_ENVS) < 0.5)).astype(np.float32),
+            (done & (rng.random(NUM_ENVS) >= 0.5)).astype(np.float32),
+            rng.standard_normal((NUM_ENVS, OBS_DIM)).astype(np.float32))
+
+
+def test_device_rows_match_the_host_buffer_through_a_ring_wrap_and_round_trip():
+    """25 steps of 2 envs into 10 rows: the device rows, index and size equal the host buffer's; a checkpoint of the
+    device buffer (state_dict) has the host format and loads back into a fresh device buffer unchanged."""
+    agent = _agent()
+    storage = agent.replay_storage(10)
+    device, host = _buffer(10, storage), _buffer(10)
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        t = _transition(rng)
+        device.add(*t)
+        host.add(*t)
+        assert agent.step(t[5], None, 0, 1.0) is None  # warm-up: store only
+    assert (device.size, device.index) == (host.size, host.index) == (10, 0)
+    assert (int(storage.replay.size), int(storage.replay.index)) == (10, 0)
+    saved, expected = device.state_dict(), host.state_dict()
+    for key in ("observation", "action", "reward", "terminated", "truncated", "next_observation"):
+        np.testing.assert_array_equal(saved[key], expected[key], err_msg=key)
+    other = _agent()
+    restored = _buffer(10, other.replay_storage(10))
+    restored.load_state_dict(saved)
+    np.testing.assert_array_equal(np.asarray(other._storage.replay.rows), np.asarray(storage.replay.rows))
+    assert int(other._storage.replay.index) == 0 and int(other._storage.replay.size) == 10
+    with pytest.raises(RuntimeError, match="agent's storage"):
+        device.sample(4)
+
+
+def test_sampled_indices_stay_in_the_stored_range_and_cover_it():
+    replay = create_device_replay(64, row_width(OBS_DIM, ACT_DIM), np.asarray(jax.random.PRNGKey(1)),
+                                  jax.devices("cpu")[0])
+    rows = np.arange(5 * row_width(OBS_DIM, ACT_DIM), dtype=np.float32).reshape(5, -1)
+    replay = insert_rows(replay, rows)
+    seen = set()
+    for _ in range(20):
+        replay, batch, indices = sample_batch(replay, 32, OBS_DIM, np.float32(2.0))
+        idx = np.asarray(indices)
+        assert idx.min() >= 0 and idx.max() < 5
+        seen.update(idx.tolist())
+        np.testing.assert_array_equal(np.asarray(batch.observation), rows[idx, :OBS_DIM])
+        np.testing.assert_array_equal(np.asarray(batch.reward), rows[idx, OBS_DIM + ACT_DIM] / 2.0)
+    assert seen == set(range(5))
+
+
+def test_fused_step_equals_the_unfused_path_on_the_same_rows():
+    """From identical agents: the fused step (store, update on device-sampled rows, act) gives the same actions,
+    metrics and parameters as the unfused path (host batch of the same rows, ``update``, ``act``).
+
+    Not bit for bit: XLA fuses the larger program differently, so some parameters differ by float32 rounding
+    (measured on this CPU after 5 updates: at most 1 ulp, 1.2e-7 absolute, 1.9e-6 relative; actions and metric sums
+    equal). The bounds are ~10x that and far below what a wrong row, scale or update order gives (> 1e-4)."""
+    fused, unfused = _agent(), _agent()
+    storage = fused.replay_storage(64)
+    device, host = _buffer(64, storage), _buffer(64)
+    rng = np.random.default_rng(1)
+    key = np.asarray(jax.random.fold_in(jax.random.PRNGKey(4), 2))  # the device replay's sampler key (seed 4)
+    np.testing.assert_array_equal(np.asarray(storage.replay.key), key)
+    for _ in range(12):  # warm-up rows
+        t = _transition(rng)
+        device.add(*t)
+        host.add(*t)
+        fused.step(t[5], None, 0, 1.0)
+    meter: dict[str, list[float]] = {}
+    for step in range(4):  # actor+critic, critic-only, actor+critic, then two updates in one step
+        t = _transition(rng)
+        device.add(*t)
+        host.add(*t)
+        observation, noise = t[5], rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
+        scale = 1.7 + step
+        num_updates = 2 if step == 3 else 1
+        action = fused.step(observation, noise, num_updates, scale)
+        for _ in range(num_updates):
+            key, sample_key = jax.random.split(key)
+            idx = np.asarray(jax.random.randint(sample_key, (BATCH,), 0, host.size, dtype=np.int32))
+            batch = {k: getattr(host, k)[idx] for k in ("observation", "action", "reward", "terminated",
+                                                        "truncated", "next_observation")}
+            batch["reward"] = (batch["reward"] / np.float32(scale)).astype(np.float32)
+            for name, value in unfused.update(batch).items():
+                meter.setdefault(name, []).append(value)
+        np.testing.assert_allclose(action, unfused.act(observation, noise), rtol=0, atol=1e-6,
+                                   err_msg=f"step {step}")
+    for name, value in unfused.flush_metrics().items():
+        meter.setdefault(name, []).append(value)
+    assert fused.update_step == unfused.update_step == 5
+    for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(fused.state),
+                            jax.tree_util.tree_leaves(unfused.state), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=1e-6,
+                                   err_msg=jax.tree_util.keystr(path))
+    metrics = fused.take_metrics()
+    assert set(metrics) == set(METRIC_NAMES) == set(meter)
+    for name, (total, count) in metrics.items():
+        assert count == len(meter[name])
+        np.testing.assert_allclose(total, np.sum(np.asarray(meter[name], np.float32)), rtol=1e-6, err_msg=name)
+    assert fused.take_metrics() == {}  # taken: the sums start again
+
+
+def test_agent_checkpoint_keeps_the_sampler_key_and_metric_sums(tmp_path):
+    agent = _agent()
+    storage = agent.replay_storage(64)  # as above: the same executables
+    buffer = _buffer(64, storage)
+    rng = np.random.default_rng(2)
+    for _ in range(6):
+        t = _transition(rng)
+        buffer.add(*t)
+        agent.step(t[5], rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32), 1, 1.0)
+    agent.save(str(tmp_path / "agent"))
+    other = _agent("seed=9")
+    other_buffer = _buffer(64, other.replay_storage(64))
+    other.load(str(tmp_path / "agent"))
+    other_buffer.load_state_dict(buffer.state_dict())
+    np.testing.assert_array_equal(np.asarray(other._storage.replay.key), np.asarray(storage.replay.key))
+    t = _transition(rng)
+    noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
+    for b in (buffer, other_buffer):
+        b.add(*t)
+    np.testing.assert_array_equal(agent.step(t[5], noise, 1, 1.3), other.step(t[5], noise, 1, 1.3))
+    assert agent.take_metrics() == other.take_metrics()
