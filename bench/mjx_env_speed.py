@@ -49,7 +49,8 @@ def measure(
 
     # the state is donated where the backend can reuse its buffers (not on the CPU, which would only warn)
     run = jax.jit(rollout, donate_argnums=(0,) if jax.default_backend() != "cpu" else ())
-    carry = [env.reset(key_from_seed(seed)), jax.random.PRNGKey(seed + 1)]
+    # the first state from a jitted reset: an eager one would make ``run`` compile a second time (MjxVecEnv.init)
+    carry = [jax.jit(env.reset)(key_from_seed(seed)), jax.random.PRNGKey(seed + 1)]  # any env with a reset
 
     def call(_: int) -> Any:
         carry[0], carry[1], total = run(carry[0], carry[1])
@@ -70,6 +71,7 @@ def measure(
         "min_env_steps_per_s": num_envs * steps / max(seconds),
         "max_env_steps_per_s": num_envs * steps / min(seconds),
         "device": str(jax.devices()[0]),
+        "compilations": run._cache_size(),  # 1 unless a later call recompiled (its time would be in the figures)
     }
 
 

@@ -10,7 +10,7 @@ backend="mjx")``); this module adds what the agents need around it, in the same 
 * automatic reset inside ``step``: an env whose episode ended is reset with a fresh key (a new random initial
   state), ``obs`` is the reset observation and ``final_obs`` the true last observation of the ended episode, so a
   truncated transition can bootstrap from it (for envs that did not end, ``final_obs`` equals ``obs``);
-* seeding from one key (``reset(key)``; ``key_from_seed(seed)`` for the run seed): the same key gives the same
+* seeding from one key (``reset(key)``; ``init(seed)`` jits it for the run seed): the same key gives the same
   initial states and, with the same actions, the same trajectory, resets included.
 
 Everything is a pure function of its inputs: ``reset`` and ``step`` can be jitted, vmapped or run inside
@@ -110,6 +110,7 @@ class MjxVecEnv:
             ``rescale_action``, else the actuators' control range.
         ctrl_low / ctrl_high: (A,) float32 actuator control range.
         dt: seconds of simulated time per step.
+        jit_reset / jit_step: ``jax.jit`` of ``reset`` / ``step``, compiled on first use and shared by every caller.
     """
 
     def __init__(
@@ -149,6 +150,8 @@ class MjxVecEnv:
         shapes = jax.eval_shape(self.brax_env.reset, jax.random.PRNGKey(0))
         self.observation_size = int(shapes.obs.shape[-1])
         self.dt = float(self.brax_env.dt)
+        self.jit_reset = jax.jit(self.reset)  # compiled on first use
+        self.jit_step = jax.jit(self.step)
 
     def __repr__(self) -> str:
         return (f"MjxVecEnv(task={self.task!r}, num_envs={self.num_envs}, max_episode_steps={self.max_episode_steps}, "
@@ -171,6 +174,15 @@ class MjxVecEnv:
         """Fresh random initial states of every env from ``key`` (each env gets its own subkey)."""
         key, sub = jax.random.split(key)
         return MjxEnvState(self._reset_envs(sub), jnp.zeros(self.num_envs, jnp.int32), key)
+
+    def init(self, seed: int) -> MjxEnvState:
+        """The first state for a run seed: ``reset(key_from_seed(seed))`` under ``jax.jit``.
+
+        Use this (or call ``reset`` inside a jitted program) rather than an eager ``reset``: MJX's eager ops leave
+        most of the state's arrays committed to the device while jitted outputs are not, so a jitted ``step`` fed an
+        eager state compiles once for it and again for every later state.
+        """
+        return self.jit_reset(key_from_seed(seed))
 
     def observation(self, state: MjxEnvState) -> jax.Array:
         """(E, O) float32 current observation of every env."""

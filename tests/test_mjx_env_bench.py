@@ -48,6 +48,7 @@ def test_measure_and_report(tmp_path):
     pytest.importorskip("jax")
     row = mjx_env_speed.measure("stand-in", 8, steps=5, repeats=3, make_env=_CountingEnv)
     assert (row["task"], row["num_envs"], row["steps_per_call"], len(row["seconds_per_call"])) == ("stand-in", 8, 5, 3)
+    assert row["compilations"] == 1
     assert row["min_env_steps_per_s"] <= row["median_env_steps_per_s"] <= row["max_env_steps_per_s"]
     assert row["median_env_steps_per_s"] == pytest.approx(8 * 5 / sorted(row["seconds_per_call"])[1])
     res = {"environment": {"gpu": None}, "args": {"envs": [8, 16]}, "envs_8": row, "envs_16": "FAILED: boom"}

@@ -26,7 +26,7 @@ HOPPER_ENVS, HOPPER_STEPS = 2, 60
 @pytest.fixture(scope="module")
 def cheetah():
     env = make_mjx_env("halfcheetah", CHEETAH_ENVS, max_episode_steps=CHEETAH_LIMIT)
-    return env, jax.jit(env.reset), jax.jit(env.step)
+    return env, env.jit_reset, env.jit_step
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +122,15 @@ def test_truncation_at_the_limit_resets_and_keeps_the_final_obs(cheetah):
     assert np.abs(qpos - np.asarray(env.mj_model.qpos0)).max() <= 0.1 + 1e-6
     # and the next step counts from 1 again
     np.testing.assert_array_equal(step(last.state, actions[0]).state.steps, np.ones(CHEETAH_ENVS))
+    # every state so far, from a jitted reset or a step, had one type: step compiled once
+    assert step._cache_size() == 1
+
+
+def test_init_is_the_jitted_reset_of_the_seed(cheetah):
+    env, reset, _ = cheetah
+    for a, b in zip(jax.tree_util.tree_leaves(env.init(5)), jax.tree_util.tree_leaves(reset(key_from_seed(5))),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_hopper_falls_terminated_not_truncated(hopper_rollout):
