@@ -203,3 +203,13 @@ def test_bad_arguments_name_the_argument(cheetah):
         make_mjx_env("hopper", 2, max_episode_steps=1.5)
     with pytest.raises(ValueError, match=r"action: expected shape \(3, 6\), got \(3, 5\)"):
         env.step(reset(key_from_seed(0)), jnp.zeros((CHEETAH_ENVS, 5)))
+
+
+def test_4096_envs_trace():
+    """The recipe's scale goes through tracing (shapes only; the H200 run measures it: bench.mjx_env_speed)."""
+    env = make_mjx_env("humanoid", 4096)
+    state = jax.eval_shape(env.reset, key_from_seed(0))
+    out = jax.eval_shape(env.step, state, jax.ShapeDtypeStruct((4096, env.action_size), jnp.float32))
+    assert out.obs.shape == out.final_obs.shape == (4096, env.observation_size)
+    assert out.terminated.shape == out.truncated.shape == (4096,)
+    assert env.action_size == 17 and np.allclose(env.ctrl_high, 0.4)  # Humanoid-v4's actuators, rescaled from [-1, 1]
