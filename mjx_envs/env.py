@@ -199,6 +199,7 @@ class MjxVecEnv:
             ``MjxStep(state, obs, reward, terminated, truncated, final_obs)``.
         """
         expected = (self.num_envs, self.action_size)
+        action = jnp.asarray(action)
         if tuple(action.shape) != expected:
             raise ValueError(f"action: expected shape {expected}, got {tuple(action.shape)}")
         stepped = _strong(jax.vmap(self.brax_env.step)(state.env_state, self.to_ctrl(action)))

@@ -203,6 +203,8 @@ def test_bad_arguments_name_the_argument(cheetah):
         make_mjx_env("hopper", 2, max_episode_steps=1.5)
     with pytest.raises(ValueError, match=r"action: expected shape \(3, 6\), got \(3, 5\)"):
         env.step(reset(key_from_seed(0)), jnp.zeros((CHEETAH_ENVS, 5)))
+    with pytest.raises(ValueError, match=r"action: expected shape \(3, 6\), got \(6,\)"):
+        env.step(reset(key_from_seed(0)), [0.0] * 6)
 
 
 def test_4096_envs_trace():
