@@ -7,6 +7,17 @@ actions in [-1, 1] drawn inside the scan, auto-resets included: the default 1000
 every 10 calls at 100 steps), and each call continues from the previous call's state. The first call (compilation)
 is timed on its own; then ``--repeats`` timed calls, each waited for. env steps/s = E * steps / seconds per call.
 Writes ``DIR/results.json`` and ``DIR/results.md`` after every env count, so a time-out keeps what ran.
+
+On a device machine whose image lacks the ``mjx`` extra: carry a ``.whl-mjx`` folder (listed in
+``.git/info/exclude``) with the cp312 / py3 wheels of brax 0.12.5, mujoco-mjx 3.3.3, mujoco 3.3.3 and what Brax
+imports at import time and env creation beyond jax / flax / optax / numpy / scipy (trimesh, jaxopt, pillow, etils,
+absl-py, cloudpickle, glfw, pyopengl; Flask and the other training-UI dependencies are never imported), and install,
+in one pip call so that mujoco and mujoco-mjx share one ``mujoco/`` folder, only those not installed already::
+
+    ws=""; for w in .whl-mjx/*.whl; do n=$(basename "$w" | cut -d- -f1); python3 -c "import importlib.metadata \
+      as m,sys; m.version(sys.argv[1])" "$n" 2>/dev/null || ws="$ws $w"; done; [ -z "$ws" ] || python3 -m pip \
+      install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-mjx $ws; \
+    export PYTHONPATH=/tmp/site-mjx:$PYTHONPATH; python3 -m bench.mjx_env_speed --out $OUT/mjx_env_speed
 """
 
 from __future__ import annotations
