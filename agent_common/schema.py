@@ -9,6 +9,8 @@ the restoration of a run's config on resume.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+import importlib.util
 import math
 import os
 import time
@@ -19,8 +21,11 @@ from typing import Any
 __all__ = [
     "BACKENDS",
     "COMPILE_MODES",
+    "ENV_TYPES",
     "FRAMEWORKS",
     "KNOWN_KEYS",
+    "MJX_EXTRA_MODULES",
+    "MJX_TASKS",
     "RESUME_LOCKED",
     "SUPPORTED_ENVS",
     "AgentConfig",
@@ -31,6 +36,7 @@ __all__ = [
     "build_config",
     "check_training_run",
     "check_key",
+    "mjx_missing",
     "config_to_dict",
     "flatten",
     "resume_conflicts",
@@ -40,6 +46,15 @@ __all__ = [
 
 SUPPORTED_ENVS: tuple[str, ...] = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
 """gym-MuJoCo tasks of upstream's CPU-sim recipe (docs/flashsac.md)."""
+
+MJX_TASKS: tuple[str, ...] = ("halfcheetah", "hopper", "walker2d", "ant", "humanoid")
+"""Brax's MuJoCo tasks on the MJX backend (``env.env_type=mjx``, package ``mjx_envs``), in SUPPORTED_ENVS' order."""
+
+ENV_TYPES: dict[str, tuple[str, ...]] = {"mujoco": SUPPORTED_ENVS, "mjx": MJX_TASKS}
+"""``env.env_type`` values and the ``env.env_name`` values each allows."""
+
+MJX_EXTRA_MODULES: tuple[str, ...] = ("jax", "brax", "mujoco_mjx")
+"""What ``env.env_type=mjx`` needs (the ``mjx`` extra); ``mujoco_mjx`` stands for the mujoco-mjx distribution."""
 
 FRAMEWORKS: tuple[str, ...] = ("torch", "jax")
 
@@ -86,8 +101,8 @@ class _Freezable:
 class EnvConfig(_Freezable):
     """``env.*`` keys (upstream ``configs/env/mujoco.yaml``)."""
 
-    env_type: str = "mujoco"  # only gym-MuJoCo is supported
-    env_name: str = "HalfCheetah-v4"  # one of SUPPORTED_ENVS
+    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx (mjx_envs; not wired into the agents' training loops yet)
+    env_name: str = "HalfCheetah-v4"  # one of ENV_TYPES[env_type]
     rescale_action: bool = True  # RescaleAction to [-1, 1] (the paper-era actor assumes [-1, 1])
     max_episode_steps: int | None = None  # null or <= 0 keeps the task's TimeLimit (1000)
     num_train_envs: int | None = None  # null -> top-level num_train_envs (upstream interpolation)
@@ -273,8 +288,8 @@ may change on resume."""
 
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "logger_type": ("tensorboard", "none"),
-    "env.env_type": ("mujoco",),
-    "env.env_name": SUPPORTED_ENVS,
+    "env.env_type": tuple(ENV_TYPES),
+    "env.env_name": SUPPORTED_ENVS,  # replaced by ENV_TYPES[env.env_type] in _validate
     "agent.device_type": ("auto", "cpu", "cuda"),
     "agent.buffer_device_type": ("auto", "cpu", "cuda"),
     "agent.compile_mode": COMPILE_MODES,
@@ -357,11 +372,14 @@ def _validate(cfg: Config, framework: str) -> None:
     """Every check that needs no file, env or framework: types are already checked by ``build_config``."""
     choices = dict(_CHOICES, **{"agent.categorical_target_backend": BACKENDS[framework]})
     for key, allowed in choices.items():
+        if key == "env.env_name":
+            allowed = ENV_TYPES[cfg.env.env_type]  # env.env_type was checked just before
         value = _get(cfg, key)
         if value not in allowed:
             raise ConfigError(
                 f"invalid value {value!r} for '{key}'. Allowed values: {', '.join(map(str, allowed))}"
                 + (f" (framework {framework})" if key == "agent.categorical_target_backend" else "")
+                + (f" (env.env_type {cfg.env.env_type})" if key == "env.env_name" else "")
             )
     for key in KNOWN_KEYS:  # no inf or nan anywhere: each would fail (or silently misbehave) after setup
         value = _get(cfg, key)
@@ -494,13 +512,64 @@ def _validate(cfg: Config, framework: str) -> None:
             sub_value,
             f"mirrors '{top}' (= {_get(cfg, top)!r}); set '{top}' instead or make them equal",
         )
+    if cfg.env.env_type == "mjx":
+        _validate_mjx(cfg)
+
+
+def mjx_missing() -> list[str]:
+    """The modules of ``MJX_EXTRA_MODULES`` that are not installed, found without importing any of them
+    (``importlib.util.find_spec``; mujoco-mjx by its distribution record, since its module lives inside mujoco)."""
+    missing = []
+    for name in MJX_EXTRA_MODULES:
+        if name == "mujoco_mjx":
+            try:
+                importlib.metadata.version("mujoco-mjx")
+            except importlib.metadata.PackageNotFoundError:
+                missing.append("mujoco-mjx")
+        elif importlib.util.find_spec(name) is None:
+            missing.append(name)
+    return missing
+
+
+def _validate_mjx(cfg: Config) -> None:
+    """``env.env_type=mjx``: the extra is installed, and the vectorised env count fits the buffer and the batch."""
+    missing = mjx_missing()
+    if missing:
+        raise ConfigError(
+            f"invalid value 'mjx' for 'env.env_type': the MJX environments need the mjx extra "
+            f"(pip install -e \".[mjx]\"); not installed: {', '.join(missing)}"
+        )
+    a, envs = cfg.agent, cfg.num_train_envs
+    _require(
+        envs <= a.buffer_max_length,
+        "num_train_envs",
+        envs,
+        f"must be <= agent.buffer_max_length={a.buffer_max_length} (every env step stores num_train_envs rows)",
+    )
+    _require(
+        envs <= cfg.num_env_steps,
+        "num_env_steps",
+        cfg.num_env_steps,
+        f"must be >= num_train_envs={envs} (one interaction step steps every env once)",
+    )
+    # updates start once the buffer holds buffer_min_length rows, and it fills num_train_envs rows at a time
+    first_fill = -(-a.buffer_min_length // envs) * envs
+    _require(
+        a.sample_batch_size <= first_fill,
+        "agent.sample_batch_size",
+        a.sample_batch_size,
+        f"the env count cannot fill the first batch: updates start when the buffer holds {first_fill} rows "
+        f"(agent.buffer_min_length={a.buffer_min_length} rounded up to whole steps of num_train_envs={envs}); "
+        "raise agent.buffer_min_length or num_train_envs, or lower the batch",
+    )
 
 
 def check_training_run(cfg: Config) -> None:
     """The checks that only a training run needs (a config built just to construct an agent may skip them).
 
     Raises:
-        ConfigError: ``agent.buffer_min_length`` above ``num_env_steps`` (the run would end without one update).
+        ConfigError: ``agent.buffer_min_length`` above ``num_env_steps`` (the run would end without one update), or
+            ``env.env_type=mjx`` (the agents' training loops do not step MJX environments yet).
     """
     _require(
         cfg.agent.buffer_min_length <= cfg.num_env_steps,
@@ -508,6 +577,11 @@ def check_training_run(cfg: Config) -> None:
         cfg.agent.buffer_min_length,
         f"must be <= num_env_steps={cfg.num_env_steps}, or the run would end without a single update",
     )
+    if cfg.env.env_type == "mjx":
+        raise ConfigError(
+            "env.env_type='mjx' is not wired into this agent yet: the MJX environments (package mjx_envs) are "
+            "ready, but the agents' training loops still step gymnasium only; use env.env_type=mujoco"
+        )
 
 
 def run_dir_of_checkpoint(path: str) -> str:

@@ -1,0 +1,39 @@
+"""Batched MuJoCo-XLA (MJX) environments for massively parallel simulation: Brax's MuJoCo tasks on the MJX backend.
+
+Modules
+    env         ``make_mjx_env`` -> ``MjxVecEnv``: ``num_envs`` copies of one task, vmapped, with a pure-JAX API
+                (``reset(key) -> MjxEnvState``; ``step(state, action) -> MjxStep``) that fits inside ``jax.jit`` and
+                ``lax.scan``. Finished envs are reset inside ``step`` and their true final observation is returned
+                (``final_obs``); the episode-length limit (``truncated``) is kept apart from a task's own end
+                (``terminated``).
+    torch_view  ``step_to_torch``: a step's arrays as torch tensors through DLPack, without copies.
+    recipe      ``GPU_RECIPE``: upstream's GPU-simulator recipe as ``--overrides`` for an MJX task.
+
+The task names are ``agent_common.schema.MJX_TASKS``. Everything here needs the ``mjx`` extra
+(``pip install -e ".[mjx]"``: brax and mujoco-mjx); ``recipe`` alone imports only the standard library, and so does
+this package's ``__init__``: the other modules are imported on first use of their names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["GPU_RECIPE", "MjxEnvState", "MjxStep", "MjxVecEnv", "TorchStep", "make_mjx_env", "step_to_torch"]
+
+_WHERE = {
+    "GPU_RECIPE": "mjx_envs.recipe",
+    "MjxEnvState": "mjx_envs.env",
+    "MjxStep": "mjx_envs.env",
+    "MjxVecEnv": "mjx_envs.env",
+    "make_mjx_env": "mjx_envs.env",
+    "TorchStep": "mjx_envs.torch_view",
+    "step_to_torch": "mjx_envs.torch_view",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mjx_envs' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
