@@ -227,7 +227,9 @@ class FlashSACAgent:
              reward_scale: float) -> np.ndarray | None:
         """One env step of device work in one jitted call (``agent_jax.step.env_step``): store the rows the replay
         buffer has just written, run ``num_updates`` updates on batches sampled on the device (rewards divided by
-        ``reward_scale``), then act on ``observation`` with ``noise``.
+        ``reward_scale``), then act on ``observation`` with ``noise``. A step with neither updates nor an action (the
+        warm-up) makes no device call: the rows stay staged in the storage, which writes them in bulk
+        (``DeviceRowStorage``).
 
         Args:
             observation: (E, O) float32, the observation the next action is taken in.
@@ -241,12 +243,12 @@ class FlashSACAgent:
         storage = self._storage
         if storage is None:
             raise RuntimeError("step() needs the device replay: call replay_storage(capacity) first")
-        rows = storage.take_pending()
         period = self.cfg.agent.actor_update_period
         updates = tuple((self.update_step + i) % period == 0 for i in range(int(num_updates)))
         act = noise is not None
-        if rows is None and not updates and not act:
+        if not updates and not act:  # warm-up: the rows stay staged; the storage writes them in bulk
             return None
+        rows = storage.take_pending()  # the newest rows (older staged ones are on the device now), or None
         parts = [] if rows is None else [rows.reshape(-1)]
         num_envs = rows.shape[0] if rows is not None else np.shape(observation)[0]
         if act:
