@@ -24,6 +24,7 @@ from agent_jax.step import (
     create_device_replay,
     env_step,
     policy_actions,
+    policy_on_leaves,
     row_width,
 )
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks_flat
@@ -51,9 +52,6 @@ def resolve_device(device_type: str) -> jax.Device:
         except RuntimeError:
             raise RuntimeError("agent.device_type=cuda but JAX sees no GPU (use agent.device_type=auto)") from None
     return jax.devices("cpu")[0]
-
-
-_policy = jax.jit(policy_actions, static_argnames=("actor_def", "deterministic"))
 
 
 def _to_numpy(tree: Any) -> Any:
@@ -119,6 +117,9 @@ class FlashSACAgent:
         self._storage: DeviceRowStorage | None = None
         self._replay_key = np.asarray(jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), _REPLAY_KEY_STREAM))
         self._metric_carry = (np.zeros(len(METRIC_NAMES), np.float32), np.zeros(len(METRIC_NAMES), np.float32))
+        # ``act``'s (params, batch_stats, their flat leaves, treedef), rebuilt when the actor's params or BN
+        # statistics are other objects (every update, load or outside replacement of ``state``)
+        self._actor_leaves: tuple[Any, Any, tuple[jax.Array, ...], Any] | None = None
         log.info("categorical_td_target backend: %s", self.info()["backend/selected"])
 
     def _place(self, tree: Any) -> Any:
@@ -136,15 +137,25 @@ class FlashSACAgent:
         Returns:
             (E, A) float32 numpy actions in [-1, 1]. Consumes no JAX RNG.
         """
-        # numpy in, as for the update: jit copies it to the parameters' device
+        # numpy in, as for the update: jit copies it to the parameters' device. The evaluation calls this once per
+        # env step with one row, so the host work per call is kept small: the actor's leaves are flattened once per
+        # new state, and the deterministic call sends no noise.
         obs = np.asarray(observation, dtype=np.float32)  # (E, O)
-        deterministic = noise is None
-        eps = np.zeros((obs.shape[0], self.action_dim), np.float32) if noise is None else noise  # (E, A)
-        eps = np.asarray(eps, dtype=np.float32)  # (E, A)
-        actor = self.state.actor
-        action = _policy(self._actor_def, actor.params, actor.batch_stats, obs, eps,
-                         deterministic=deterministic)  # (E, A)
+        eps = None if noise is None else np.asarray(noise, dtype=np.float32)  # (E, A)
+        leaves, treedef = self.actor_leaves()
+        action = policy_on_leaves(leaves, obs, eps, actor_def=self._actor_def, treedef=treedef,
+                                  deterministic=noise is None)  # (E, A)
         return np.asarray(action, dtype=np.float32)
+
+    def actor_leaves(self) -> tuple[tuple[jax.Array, ...], Any]:
+        """The actor's (params, batch_stats) as flat leaves and their treedef (``agent_jax.step.policy_on_leaves``
+        takes them), flattened once per new params or BN statistics (an update, a load, a replaced ``state``)."""
+        actor = self.state.actor
+        cache = self._actor_leaves
+        if cache is None or cache[0] is not actor.params or cache[1] is not actor.batch_stats:
+            leaves, treedef = jax.tree_util.tree_flatten((actor.params, actor.batch_stats))
+            cache = self._actor_leaves = (actor.params, actor.batch_stats, tuple(leaves), treedef)
+        return cache[2], cache[3]
 
     # ------------------------------------------------------------------------------------------------ update
     def to_batch(self, batch: dict[str, np.ndarray]) -> Batch:

@@ -38,6 +38,7 @@ __all__ = [
     "env_step",
     "insert_rows",
     "policy_actions",
+    "policy_on_leaves",
     "row_width",
     "sample_batch",
     "write_chunk",
@@ -74,6 +75,16 @@ def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: j
     if deterministic:
         return jnp.tanh(mean)  # (E, A)
     return jnp.tanh(mean + std * noise)  # (E, A)
+
+
+@functools.partial(jax.jit, static_argnames=("actor_def", "treedef", "deterministic"))
+def policy_on_leaves(leaves: tuple[Array, ...], observation: Array, noise: Array | None, *, actor_def: Any,
+                     treedef: Any, deterministic: bool) -> Array:
+    """Jitted ``policy_actions`` with the actor's (params, batch_stats) given as their flat leaves (``treedef``
+    rebuilds them): a call passes one tuple of arrays, which jit dispatches faster than the nested dicts, and
+    ``noise`` may be None when ``deterministic``."""
+    params, batch_stats = jax.tree_util.tree_unflatten(treedef, leaves)
+    return policy_actions(actor_def, params, batch_stats, observation, noise, deterministic)  # (E, A)
 
 
 @flax.struct.dataclass

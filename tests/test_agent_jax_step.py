@@ -235,3 +235,33 @@ def test_agent_checkpoint_keeps_the_sampler_key_and_metric_sums(tmp_path):
         b.add(*t)
     np.testing.assert_array_equal(agent.step(t[5], noise, 1, 1.3), other.step(t[5], noise, 1, 1.3))
     assert agent.take_metrics() == other.take_metrics()
+
+
+def test_act_on_cached_leaves_equals_the_policy_on_the_live_state():
+    """``act`` (the actor's leaves flattened once per state, no noise array when deterministic) gives bitwise the
+    actions of ``policy_actions`` on the current params, also after a step has replaced the state."""
+    from agent_jax.step import policy_actions
+
+    agent = _agent()
+    storage = agent.replay_storage(64)
+    buffer = _buffer(64, storage)
+    rng = np.random.default_rng(6)
+
+    def expected(observation, noise):
+        actor = agent.state.actor
+        eps = np.zeros((observation.shape[0], ACT_DIM), np.float32) if noise is None else noise
+        return np.asarray(jax.jit(policy_actions, static_argnames=("actor_def", "deterministic"))(
+            agent._actor_def, actor.params, actor.batch_stats, observation, eps, deterministic=noise is None))
+
+    for _ in range(3):
+        observation = rng.standard_normal((NUM_ENVS, OBS_DIM)).astype(np.float32)
+        noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
+        for eps in (None, noise):
+            assert agent.act(observation, eps).tobytes() == expected(observation, eps).tobytes()
+        leaves = agent.actor_leaves()[0]
+        assert agent.act(observation, None) is not None and agent.actor_leaves()[0] is leaves  # cached
+        t = _transition(rng)
+        buffer.add(*t)
+        agent.step(t[5], noise, 1, 1.0)  # an update: new params (the old ones donated), so act flattens again
+        assert agent.act(t[5], None).tobytes() == expected(t[5], None).tobytes()
+        assert agent.actor_leaves()[0] is not leaves
