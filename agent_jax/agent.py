@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 import flax.serialization
@@ -120,6 +121,8 @@ class FlashSACAgent:
         # ``act``'s (params, batch_stats, their flat leaves, treedef), rebuilt when the actor's params or BN
         # statistics are other objects (every update, load or outside replacement of ``state``)
         self._actor_leaves: tuple[Any, Any, tuple[jax.Array, ...], Any] | None = None
+        # ``env_step`` programs being compiled in the background (``precompile_step``): static key -> done event
+        self._precompiling: dict[tuple[Any, ...], threading.Event] = {}
         log.info("categorical_td_target backend: %s", self.info()["backend/selected"])
 
     def _place(self, tree: Any) -> Any:
@@ -267,14 +270,72 @@ class FlashSACAgent:
         if updates:
             parts.append(np.asarray([reward_scale], np.float32))
         packed = np.concatenate(parts).astype(np.float32, copy=False)  # one host -> device copy
-        self.state, storage.replay, action = env_step(
-            self.state, storage.replay, packed, self.ctx, actor_def=self._actor_def, num_envs=int(num_envs),
-            observation_dim=self.observation_dim, action_dim=self.action_dim, insert=rows is not None,
-            updates=updates, act=act, batch_size=int(self.cfg.agent.sample_batch_size))
+        key = self._step_key(num_envs, rows is not None, updates, act)
+        if self._precompiling:
+            compiling = self._precompiling.pop(key, None)
+            if compiling is not None:
+                compiling.wait()  # compiled in the background (``precompile_step``): wait rather than compile twice
+        self.state, storage.replay, action = env_step(self.state, storage.replay, packed, self.ctx, **dict(key))
         self.update_step += len(updates)
         if updates:
             self._pending = None  # the unfused path's one-late metrics belong to an older state
         return None if action is None else np.asarray(action, dtype=np.float32)
+
+    def precompile_step(self, num_envs: int) -> threading.Thread | None:
+        """Starts compiling the ``env_step`` programs of the first due steps (store + update(s) + act, one per
+        actor/critic-only pattern of the next two due steps) on a background thread, so that compilation overlaps
+        the initial evaluation and the random-action warm-up instead of delaying the first update. ``step`` waits
+        for a program that is still compiling rather than compiling it a second time. Nothing happens without the
+        device replay.
+
+        Args:
+            num_envs: E, the rows stored per step (the loop's training envs).
+
+        Returns:
+            The compiling thread (None when there is nothing to compile).
+        """
+        storage = self._storage
+        if storage is None:
+            return None
+        period = self.cfg.agent.actor_update_period
+        per_step = max(1, int(self.cfg.updates_per_interaction_step))
+        keys = []
+        for first in (self.update_step, self.update_step + per_step):
+            updates = tuple((first + i) % period == 0 for i in range(per_step))
+            key = self._step_key(num_envs, True, updates, True)
+            if key not in keys and key not in self._precompiling:
+                keys.append(key)
+        if not keys:
+            return None
+
+        def spec(tree: Any) -> Any:  # shapes, dtypes and placements: the arrays themselves may be donated meanwhile
+            return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), tree)
+
+        state, replay, ctx = spec(self.state), spec(storage.replay), self.ctx
+        width = row_width(self.observation_dim, self.action_dim)
+        packed = jax.ShapeDtypeStruct((num_envs * (width + self.observation_dim + self.action_dim) + 1,),
+                                      jnp.float32)
+        events = {key: threading.Event() for key in keys}
+        self._precompiling.update(events)
+
+        def compile_all() -> None:
+            for key, event in events.items():
+                try:
+                    env_step.lower(state, replay, packed, ctx, **dict(key)).compile()
+                except Exception as exc:  # noqa: BLE001  the call compiles it then; say why it did not work here
+                    log.warning("background compilation of env_step(%s) failed: %s", dict(key), exc)
+                finally:
+                    event.set()
+
+        thread = threading.Thread(target=compile_all, name="flashsac-precompile")
+        thread.start()
+        return thread
+
+    def _step_key(self, num_envs: int, insert: bool, updates: tuple[bool, ...], act: bool) -> tuple[Any, ...]:
+        """``env_step``'s static arguments for one call, as a hashable key (``precompile_step``)."""
+        return (("actor_def", self._actor_def), ("num_envs", int(num_envs)),
+                ("observation_dim", self.observation_dim), ("action_dim", self.action_dim), ("insert", insert),
+                ("updates", updates), ("act", act), ("batch_size", int(self.cfg.agent.sample_batch_size)))
 
     def _zeros_metrics(self) -> jax.Array:
         return jax.device_put(np.zeros(len(METRIC_NAMES), np.float32), self.device)  # committed, as the rest

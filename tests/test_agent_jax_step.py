@@ -265,3 +265,36 @@ def test_act_on_cached_leaves_equals_the_policy_on_the_live_state():
         agent.step(t[5], noise, 1, 1.0)  # an update: new params (the old ones donated), so act flattens again
         assert agent.act(t[5], None).tobytes() == expected(t[5], None).tobytes()
         assert agent.actor_leaves()[0] is not leaves
+
+
+def test_background_compilation_serves_the_first_fused_steps(caplog):
+    """``precompile_step`` compiles the first two due steps' programs (actor and critic-only) on a thread; the
+    first fused steps then compile nothing (no compilation log of ``env_step``) and act exactly as an agent that
+    compiled them itself."""
+    import logging
+
+    agent, other = _agent(), _agent()
+    buffers = [_buffer(48, agent.replay_storage(48)), _buffer(48, other.replay_storage(48))]  # a shape of its own
+    thread = agent.precompile_step(NUM_ENVS)
+    assert thread is not None and len(agent._precompiling) == 2
+    thread.join()
+    rng = np.random.default_rng(7)
+    for step in range(6):
+        t = _transition(rng)
+        noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
+        for b in buffers:
+            b.add(*t)
+        warm_up = step < 4
+        if step == 4:
+            caplog.clear()
+            with jax.log_compiles(True), caplog.at_level(logging.DEBUG):
+                action = agent.step(t[5], noise, 1, 1.0)
+            assert not [r for r in caplog.records if "env_step" in r.getMessage()]
+        elif not warm_up:
+            action = agent.step(t[5], noise, 1, 1.0)
+        else:
+            agent.step(t[5], None, 0, 1.0)
+        expected = other.step(t[5], None if warm_up else noise, 0 if warm_up else 1, 1.0)
+        if not warm_up:
+            np.testing.assert_array_equal(action, expected)
+    assert not agent._precompiling  # both programs were used
