@@ -47,6 +47,8 @@ Agent interface (what ``loop.train`` calls; both frameworks implement it identic
         (rewards divided by ``reward_scale``), then the action for ``observation`` (None when ``noise`` is None).
     ``agent.take_metrics() -> {name: (sum, count)}``
         The metrics of ``step`` since the last call (read at logging steps and checkpoints).
+    ``agent.precompile_step(num_envs)`` (optional too)
+        Called once before the initial evaluation: starts compiling the first updates' programs in the background.
 
 Checkpoint layout: ``<save_path>/checkpoints/step<env_step>/{agent/, config.yaml, loop_state.pkl, replay_buffer.pkl,
 COMPLETE}``; ``agent_load_path`` accepts the step directory or the run directory (its newest complete checkpoint,

@@ -630,6 +630,9 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
         return checkpoint_dir(run_dir, loop.interaction_step * loop.num_envs)
 
     start_step = loop.interaction_step
+    precompile = getattr(loop.agent, "precompile_step", None)
+    if loop.fused and callable(precompile) and start_step < loop.num_interaction_steps:
+        precompile(loop.local_envs)  # the first updates' programs compile during the evaluation and the warm-up
     log_info(logger.first_step)
     if replicas.is_main:
         _announce_compute_path(loop.agent)

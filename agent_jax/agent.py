@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 import flax.serialization
@@ -24,6 +25,7 @@ from agent_jax.step import (
     create_device_replay,
     env_step,
     policy_actions,
+    policy_on_leaves,
     row_width,
 )
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks_flat
@@ -51,9 +53,6 @@ def resolve_device(device_type: str) -> jax.Device:
         except RuntimeError:
             raise RuntimeError("agent.device_type=cuda but JAX sees no GPU (use agent.device_type=auto)") from None
     return jax.devices("cpu")[0]
-
-
-_policy = jax.jit(policy_actions, static_argnames=("actor_def", "deterministic"))
 
 
 def _to_numpy(tree: Any) -> Any:
@@ -119,6 +118,11 @@ class FlashSACAgent:
         self._storage: DeviceRowStorage | None = None
         self._replay_key = np.asarray(jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), _REPLAY_KEY_STREAM))
         self._metric_carry = (np.zeros(len(METRIC_NAMES), np.float32), np.zeros(len(METRIC_NAMES), np.float32))
+        # ``act``'s (params, batch_stats, their flat leaves, treedef), rebuilt when the actor's params or BN
+        # statistics are other objects (every update, load or outside replacement of ``state``)
+        self._actor_leaves: tuple[Any, Any, tuple[jax.Array, ...], Any] | None = None
+        # ``env_step`` programs being compiled in the background (``precompile_step``): static key -> done event
+        self._precompiling: dict[tuple[Any, ...], threading.Event] = {}
         log.info("categorical_td_target backend: %s", self.info()["backend/selected"])
 
     def _place(self, tree: Any) -> Any:
@@ -136,15 +140,25 @@ class FlashSACAgent:
         Returns:
             (E, A) float32 numpy actions in [-1, 1]. Consumes no JAX RNG.
         """
-        # numpy in, as for the update: jit copies it to the parameters' device
+        # numpy in, as for the update: jit copies it to the parameters' device. The evaluation calls this once per
+        # env step with one row, so the host work per call is kept small: the actor's leaves are flattened once per
+        # new state, and the deterministic call sends no noise.
         obs = np.asarray(observation, dtype=np.float32)  # (E, O)
-        deterministic = noise is None
-        eps = np.zeros((obs.shape[0], self.action_dim), np.float32) if noise is None else noise  # (E, A)
-        eps = np.asarray(eps, dtype=np.float32)  # (E, A)
-        actor = self.state.actor
-        action = _policy(self._actor_def, actor.params, actor.batch_stats, obs, eps,
-                         deterministic=deterministic)  # (E, A)
+        eps = None if noise is None else np.asarray(noise, dtype=np.float32)  # (E, A)
+        leaves, treedef = self.actor_leaves()
+        action = policy_on_leaves(leaves, obs, eps, actor_def=self._actor_def, treedef=treedef,
+                                  deterministic=noise is None)  # (E, A)
         return np.asarray(action, dtype=np.float32)
+
+    def actor_leaves(self) -> tuple[tuple[jax.Array, ...], Any]:
+        """The actor's (params, batch_stats) as flat leaves and their treedef (``agent_jax.step.policy_on_leaves``
+        takes them), flattened once per new params or BN statistics (an update, a load, a replaced ``state``)."""
+        actor = self.state.actor
+        cache = self._actor_leaves
+        if cache is None or cache[0] is not actor.params or cache[1] is not actor.batch_stats:
+            leaves, treedef = jax.tree_util.tree_flatten((actor.params, actor.batch_stats))
+            cache = self._actor_leaves = (actor.params, actor.batch_stats, tuple(leaves), treedef)
+        return cache[2], cache[3]
 
     # ------------------------------------------------------------------------------------------------ update
     def to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
@@ -227,7 +241,9 @@ class FlashSACAgent:
              reward_scale: float) -> np.ndarray | None:
         """One env step of device work in one jitted call (``agent_jax.step.env_step``): store the rows the replay
         buffer has just written, run ``num_updates`` updates on batches sampled on the device (rewards divided by
-        ``reward_scale``), then act on ``observation`` with ``noise``.
+        ``reward_scale``), then act on ``observation`` with ``noise``. A step with neither updates nor an action (the
+        warm-up) makes no device call: the rows stay staged in the storage, which writes them in bulk
+        (``DeviceRowStorage``).
 
         Args:
             observation: (E, O) float32, the observation the next action is taken in.
@@ -241,12 +257,12 @@ class FlashSACAgent:
         storage = self._storage
         if storage is None:
             raise RuntimeError("step() needs the device replay: call replay_storage(capacity) first")
-        rows = storage.take_pending()
         period = self.cfg.agent.actor_update_period
         updates = tuple((self.update_step + i) % period == 0 for i in range(int(num_updates)))
         act = noise is not None
-        if rows is None and not updates and not act:
+        if not updates and not act:  # warm-up: the rows stay staged; the storage writes them in bulk
             return None
+        rows = storage.take_pending()  # the newest rows (older staged ones are on the device now), or None
         parts = [] if rows is None else [rows.reshape(-1)]
         num_envs = rows.shape[0] if rows is not None else np.shape(observation)[0]
         if act:
@@ -254,14 +270,72 @@ class FlashSACAgent:
         if updates:
             parts.append(np.asarray([reward_scale], np.float32))
         packed = np.concatenate(parts).astype(np.float32, copy=False)  # one host -> device copy
-        self.state, storage.replay, action = env_step(
-            self.state, storage.replay, packed, self.ctx, actor_def=self._actor_def, num_envs=int(num_envs),
-            observation_dim=self.observation_dim, action_dim=self.action_dim, insert=rows is not None,
-            updates=updates, act=act, batch_size=int(self.cfg.agent.sample_batch_size))
+        key = self._step_key(num_envs, rows is not None, updates, act)
+        if self._precompiling:
+            compiling = self._precompiling.pop(key, None)
+            if compiling is not None:
+                compiling.wait()  # compiled in the background (``precompile_step``): wait rather than compile twice
+        self.state, storage.replay, action = env_step(self.state, storage.replay, packed, self.ctx, **dict(key))
         self.update_step += len(updates)
         if updates:
             self._pending = None  # the unfused path's one-late metrics belong to an older state
         return None if action is None else np.asarray(action, dtype=np.float32)
+
+    def precompile_step(self, num_envs: int) -> threading.Thread | None:
+        """Starts compiling the ``env_step`` programs of the first due steps (store + update(s) + act, one per
+        actor/critic-only pattern of the next two due steps) on a background thread, so that compilation overlaps
+        the initial evaluation and the random-action warm-up instead of delaying the first update. ``step`` waits
+        for a program that is still compiling rather than compiling it a second time. Nothing happens without the
+        device replay.
+
+        Args:
+            num_envs: E, the rows stored per step (the loop's training envs).
+
+        Returns:
+            The compiling thread (None when there is nothing to compile).
+        """
+        storage = self._storage
+        if storage is None:
+            return None
+        period = self.cfg.agent.actor_update_period
+        per_step = max(1, int(self.cfg.updates_per_interaction_step))
+        keys = []
+        for first in (self.update_step, self.update_step + per_step):
+            updates = tuple((first + i) % period == 0 for i in range(per_step))
+            key = self._step_key(num_envs, True, updates, True)
+            if key not in keys and key not in self._precompiling:
+                keys.append(key)
+        if not keys:
+            return None
+
+        def spec(tree: Any) -> Any:  # shapes, dtypes and placements: the arrays themselves may be donated meanwhile
+            return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), tree)
+
+        state, replay, ctx = spec(self.state), spec(storage.replay), self.ctx
+        width = row_width(self.observation_dim, self.action_dim)
+        packed = jax.ShapeDtypeStruct((num_envs * (width + self.observation_dim + self.action_dim) + 1,),
+                                      jnp.float32)
+        events = {key: threading.Event() for key in keys}
+        self._precompiling.update(events)
+
+        def compile_all() -> None:
+            for key, event in events.items():
+                try:
+                    env_step.lower(state, replay, packed, ctx, **dict(key)).compile()
+                except Exception as exc:  # noqa: BLE001  the call compiles it then; say why it did not work here
+                    log.warning("background compilation of env_step(%s) failed: %s", dict(key), exc)
+                finally:
+                    event.set()
+
+        thread = threading.Thread(target=compile_all, name="flashsac-precompile")
+        thread.start()
+        return thread
+
+    def _step_key(self, num_envs: int, insert: bool, updates: tuple[bool, ...], act: bool) -> tuple[Any, ...]:
+        """``env_step``'s static arguments for one call, as a hashable key (``precompile_step``)."""
+        return (("actor_def", self._actor_def), ("num_envs", int(num_envs)),
+                ("observation_dim", self.observation_dim), ("action_dim", self.action_dim), ("insert", insert),
+                ("updates", updates), ("act", act), ("batch_size", int(self.cfg.agent.sample_batch_size)))
 
     def _zeros_metrics(self) -> jax.Array:
         return jax.device_put(np.zeros(len(METRIC_NAMES), np.float32), self.device)  # committed, as the rest

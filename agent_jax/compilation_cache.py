@@ -18,7 +18,8 @@ def jax_cache_env(cache_dir: str | os.PathLike[str]) -> dict[str, str]:
 
 def compute_path(device: object) -> str:
     """One line naming how the JAX agent computes and why (the torch agent's ``compute_path`` counterpart): its update
-    is one jitted XLA program, compiled at the first update (no compile mode to choose), and whether compiled
+    is one jitted XLA program, compiled by the first update (no compile mode to choose; with device replay rows on a
+    background thread from the start of training, ``FlashSACAgent.precompile_step``), and whether compiled
     executables persist on disk (``JAX_COMPILATION_CACHE_DIR``, see ``jax_cache_env``) so that a later run of the same
     configuration loads them instead of compiling again."""
     import jax
@@ -26,5 +27,5 @@ def compute_path(device: object) -> str:
     cache_dir = jax.config.jax_compilation_cache_dir
     cache = (f"persistent compilation cache at {cache_dir} (a later run of this configuration loads its executables)"
              if cache_dir else "no persistent compilation cache (set JAX_COMPILATION_CACHE_DIR to keep executables)")
-    return (f"jax {jax.__version__} on {device}: jit (XLA), compiled at the first update; {cache}. Why: JAX always "
+    return (f"jax {jax.__version__} on {device}: jit (XLA), compiled by the first update; {cache}. Why: JAX always "
             "jits the update; agent.use_compile, agent.compile_mode and agent.use_cuda_graph do not apply")

@@ -10,6 +10,10 @@ back; the metrics are summed on the device and read at a logging step (``take_me
 
 What is static (one executable per combination): whether rows are inserted, the actor/critic-only pattern of the
 due updates (the host knows ``update_step % actor_update_period``), whether an action is wanted, and the sizes.
+
+A step that would only store rows (the random-action warm-up) makes no device call: ``DeviceRowStorage`` stages the
+rows on the host and writes them in chunks (``write_chunk``, one executable for the storage's chunk shape) when the
+staging area fills, when a step with device work comes (before it) and before the rows are read for a checkpoint.
 """
 
 from __future__ import annotations
@@ -27,14 +31,17 @@ from agent_jax.update import Batch, UpdateContext, metric_names, update_networks
 
 __all__ = [
     "METRIC_NAMES",
+    "STAGING_ROWS",
     "DeviceReplay",
     "DeviceRowStorage",
     "create_device_replay",
     "env_step",
     "insert_rows",
     "policy_actions",
+    "policy_on_leaves",
     "row_width",
     "sample_batch",
+    "write_chunk",
 ]
 
 Array = jax.Array
@@ -68,6 +75,16 @@ def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: j
     if deterministic:
         return jnp.tanh(mean)  # (E, A)
     return jnp.tanh(mean + std * noise)  # (E, A)
+
+
+@functools.partial(jax.jit, static_argnames=("actor_def", "treedef", "deterministic"))
+def policy_on_leaves(leaves: tuple[Array, ...], observation: Array, noise: Array | None, *, actor_def: Any,
+                     treedef: Any, deterministic: bool) -> Array:
+    """Jitted ``policy_actions`` with the actor's (params, batch_stats) given as their flat leaves (``treedef``
+    rebuilds them): a call passes one tuple of arrays, which jit dispatches faster than the nested dicts, and
+    ``noise`` may be None when ``deterministic``."""
+    params, batch_stats = jax.tree_util.tree_unflatten(treedef, leaves)
+    return policy_actions(actor_def, params, batch_stats, observation, noise, deterministic)  # (E, A)
 
 
 @flax.struct.dataclass
@@ -191,48 +208,96 @@ def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext
     return state, replay, action
 
 
-@jax.jit
-def _insert(replay: DeviceReplay, rows: Array) -> DeviceReplay:
-    return insert_rows(replay, rows)
+STAGING_ROWS = 4096
+"""Rows a ``DeviceRowStorage`` keeps on the host before it writes them to the device in one call (at most this many,
+or the capacity if smaller; more when one write alone is larger)."""
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def write_chunk(replay: DeviceReplay, chunk: Array, count: Array) -> DeviceReplay:
+    """Writes the first ``count`` rows of a (C, W) ``chunk`` at the ring positions index, index + 1, ... (mod
+    capacity), as ``count`` / E calls of ``insert_rows`` with E rows each would; the other C - count rows are not
+    written. One executable per chunk shape, whatever ``count`` is.
+
+    Args:
+        replay: DeviceReplay (donated).
+        chunk: (C, W) float32 rows, C <= capacity (so the written positions are distinct).
+        count: () int32 rows to write, 0 <= count <= C.
+    """
+    capacity = replay.rows.shape[0]
+    offsets = jnp.arange(chunk.shape[0], dtype=jnp.int32)  # (C,)
+    # rows past ``count`` get the position ``capacity``, out of bounds: the scatter drops them
+    positions = jnp.where(offsets < count, (replay.index + offsets) % capacity, capacity)  # (C,)
+    data = replay.rows.at[positions].set(chunk, mode="drop")
+    return replay.replace(rows=data, index=(replay.index + count) % capacity,
+                          size=jnp.minimum(replay.size + count, capacity))
 
 
 class DeviceRowStorage:
-    """``agent_common.buffer.RowStorage`` over a ``DeviceReplay``: ``write`` keeps the new rows on the host until the
-    agent's next ``env_step`` stores them on the device (in the same dispatch as the update and the action).
+    """``agent_common.buffer.RowStorage`` over a ``DeviceReplay``. ``write`` stages the new rows on the host; they go
+    to the device either with the agent's next ``env_step`` that does device work (the newest write, in the same
+    dispatch as the update and the action; older staged rows in one ``write_chunk`` call just before), or in one
+    ``write_chunk`` call when the staging area is full, at ``flush`` and before ``read``. So the random-action
+    warm-up, where a step stores rows and nothing else, costs no device call per step, and the device rows end up
+    exactly as per-step stores leave them.
+
+    ``replay`` (its rows, index and size) does not include the staged rows until they are written; ``staged`` says
+    how many there are.
 
     Args:
         replay: the device replay it manages (the agent replaces ``self.replay`` after each step).
         observation_dim: O (only to name the row layout in errors).
+        staging_rows: the staging area's size in rows (``STAGING_ROWS``; clipped to the capacity).
     """
 
-    def __init__(self, replay: DeviceReplay, observation_dim: int) -> None:
+    def __init__(self, replay: DeviceReplay, observation_dim: int, staging_rows: int = STAGING_ROWS) -> None:
+        if staging_rows < 1:
+            raise ValueError(f"staging_rows must be >= 1, got {staging_rows}")
         self.replay = replay
         self.observation_dim = observation_dim
         self.capacity, self.width = (int(d) for d in replay.rows.shape)
-        self.pending: np.ndarray | None = None  # (E, W) rows written but not yet on the device
-        self.next_index = 0  # host mirror of replay.index, to check that writes arrive in ring order
+        self._staging = np.empty((min(int(staging_rows), self.capacity), self.width), np.float32)  # (C, W)
+        self.staged = 0  # rows in the staging area, written from ring position ``replay.index`` on
+        self._newest = 0  # rows of the newest write (the last ``_newest`` staged rows)
+        self.next_index = 0  # ring position of the next write, to check that writes arrive in ring order
 
     def write(self, index: int, rows: np.ndarray) -> None:
-        """Queues (E, W) rows for the next step; they must continue the ring (``index`` = the ring position)."""
+        """Stages (E, W) rows; they must continue the ring (``index`` = the ring position)."""
         rows = np.asarray(rows, dtype=np.float32)
-        if rows.ndim != 2 or rows.shape[1] != self.width:
-            raise ValueError(f"rows must be (E, {self.width}) ({', '.join(ROW_KEYS)}), got {rows.shape}")
+        if rows.ndim != 2 or rows.shape[1] != self.width or rows.shape[0] > self.capacity:
+            raise ValueError(f"rows must be (E <= {self.capacity}, {self.width}) ({', '.join(ROW_KEYS)}), "
+                             f"got {rows.shape}")
         if index != self.next_index:
             raise ValueError(f"rows written at ring index {index}, expected {self.next_index}")
-        self.flush()
-        self.pending = rows
-        self.next_index = (index + rows.shape[0]) % self.capacity
+        num_rows = rows.shape[0]
+        if self.staged + num_rows > self._staging.shape[0]:
+            self.flush()
+            if num_rows > self._staging.shape[0]:  # one write larger than the area: grow it (one more executable)
+                self._staging = np.empty((num_rows, self.width), np.float32)
+        self._staging[self.staged:self.staged + num_rows] = rows
+        self.staged += num_rows
+        self._newest = num_rows
+        self.next_index = (index + num_rows) % self.capacity
 
     def take_pending(self) -> np.ndarray | None:
-        """The queued rows (now the caller's to store), or None."""
-        rows, self.pending = self.pending, None
+        """The newest write's rows (now the caller's to store, after every older staged row is on the device),
+        or None when nothing is staged."""
+        if self.staged == 0:
+            return None
+        older = self.staged - self._newest
+        rows = self._staging[older:self.staged].copy()  # (E, W)
+        self.staged, self._newest = older, 0
+        self.flush()
         return rows
 
     def flush(self) -> None:
-        """Stores queued rows on the device now (a step that did not run; checkpoints)."""
-        rows = self.take_pending()
-        if rows is not None:
-            self.replay = _insert(self.replay, rows)
+        """Writes the staged rows to the device now (one ``write_chunk`` call; nothing when none are staged)."""
+        if self.staged == 0:
+            return
+        # jit may use a numpy argument's memory in place (on the CPU): hand the area over and stage into a new one
+        chunk, self._staging = self._staging, np.empty_like(self._staging)
+        self.replay = write_chunk(self.replay, chunk, np.int32(self.staged))
+        self.staged = self._newest = 0
 
     def read(self, size: int) -> np.ndarray:
         """The first ``size`` rows, (size, W) float32 numpy."""
@@ -248,7 +313,7 @@ class DeviceRowStorage:
         data = np.zeros((self.capacity, self.width), np.float32)
         data[:size] = rows
         device = next(iter(self.replay.rows.devices()))
-        self.pending = None
+        self.staged = self._newest = 0
         self.replay = self.replay.replace(rows=jax.device_put(data, device),
                                           index=jax.device_put(np.int32(index), device),
                                           size=jax.device_put(np.int32(size), device))

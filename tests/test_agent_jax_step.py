@@ -13,10 +13,18 @@ import jax
 import numpy as np
 import pytest
 
-from agent_common.buffer import ReplayBuffer
+from agent_common.buffer import ROW_KEYS, ReplayBuffer, flat_batch
 from agent_common.config import load_config
 from agent_jax.agent import FlashSACAgent
-from agent_jax.step import METRIC_NAMES, create_device_replay, insert_rows, row_width, sample_batch
+from agent_jax.step import (
+    METRIC_NAMES,
+    DeviceRowStorage,
+    create_device_replay,
+    insert_rows,
+    row_width,
+    sample_batch,
+    write_chunk,
+)
 
 OBS_DIM, ACT_DIM, BATCH, NUM_ENVS = 17, 6, 16, 2
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
@@ -55,10 +63,11 @@ def test_device_rows_match_the_host_buffer_through_a_ring_wrap_and_round_trip():
         t = _transition(rng)
         device.add(*t)
         host.add(*t)
-        assert agent.step(t[5], None, 0, 1.0) is None  # warm-up: store only
+        assert agent.step(t[5], None, 0, 1.0) is None  # warm-up: staged on the host
     assert (device.size, device.index) == (host.size, host.index) == (10, 0)
+    saved, expected = device.state_dict(), host.state_dict()  # reading the rows writes the staged ones
+    assert storage.staged == 0
     assert (int(storage.replay.size), int(storage.replay.index)) == (10, 0)
-    saved, expected = device.state_dict(), host.state_dict()
     for key in ("observation", "action", "reward", "terminated", "truncated", "next_observation"):
         np.testing.assert_array_equal(saved[key], expected[key], err_msg=key)
     other = _agent()
@@ -68,6 +77,73 @@ def test_device_rows_match_the_host_buffer_through_a_ring_wrap_and_round_trip():
     assert int(other._storage.replay.index) == 0 and int(other._storage.replay.size) == 10
     with pytest.raises(RuntimeError, match="agent's storage"):
         device.sample(4)
+
+
+@pytest.mark.parametrize(("num_envs", "staging_rows"), [(2, 7), (3, 4096), (3, 5), (4, 3)])
+def test_staged_bulk_writes_leave_the_rows_of_per_step_stores(num_envs, staging_rows):
+    """Rows staged on the host and written in chunks (the staging area filling up, ``take_pending`` before a step
+    with device work, ``flush``) leave the device rows, ring index and size bitwise equal to one ``insert_rows`` per
+    write, through several ring wraps of a 10-row buffer (also inside one chunk), with one executable for all chunk
+    fills; the (4, 3) case has writes larger than the staging area (it grows to the write)."""
+    width = row_width(OBS_DIM, ACT_DIM)
+    cpu = jax.devices("cpu")[0]
+    key = np.asarray(jax.random.PRNGKey(3))
+    storage = DeviceRowStorage(create_device_replay(10, width, key, cpu), OBS_DIM, staging_rows=staging_rows)
+    expected = create_device_replay(10, width, key, cpu)
+    compiled_before = write_chunk._cache_size()
+    rng = np.random.default_rng(num_envs)
+    index = 0
+    for step in range(1, 31):
+        rows = rng.standard_normal((num_envs, width)).astype(np.float32)
+        storage.write(index, rows)
+        index = (index + num_envs) % 10
+        if step % 11 == 0:  # a step with device work: the older rows are written, the newest handed over
+            pending = storage.take_pending()
+            np.testing.assert_array_equal(pending, rows)
+            storage.replay = insert_rows(storage.replay, pending)
+        if step % 13 == 0:
+            storage.flush()
+        assert storage.staged <= max(staging_rows, num_envs)
+        expected = insert_rows(expected, rows)
+        if storage.staged == 0:
+            assert int(storage.replay.index) == int(expected.index) == index
+    storage.flush()
+    assert storage.staged == 0 and storage.take_pending() is None
+    np.testing.assert_array_equal(np.asarray(storage.replay.rows), np.asarray(expected.rows))
+    assert (int(storage.replay.index), int(storage.replay.size)) == (int(expected.index), int(expected.size)) == (
+        index, 10)
+    np.testing.assert_array_equal(storage.read(10), np.asarray(expected.rows))
+    assert write_chunk._cache_size() - compiled_before <= (2 if num_envs > staging_rows else 1)
+    with pytest.raises(ValueError, match="ring index 5, expected"):
+        storage.write(5 if index != 5 else 6, rows)
+    with pytest.raises(ValueError, match=r"rows must be \(E <= 10"):
+        storage.write(index, np.zeros((11, width), np.float32))
+
+
+def test_warm_up_steps_make_no_device_call_until_device_work_is_due():
+    """``step`` with neither updates nor an action keeps the rows staged (the device replay unchanged); the first
+    step that acts writes them all before its own work, which then sees every row."""
+    agent = _agent()
+    storage = agent.replay_storage(64)
+    buffer = _buffer(64, storage)
+    reference = _buffer(64)
+    rng = np.random.default_rng(5)
+    before = np.asarray(storage.replay.rows).copy()
+    for _ in range(9):
+        t = _transition(rng)
+        buffer.add(*t)
+        reference.add(*t)
+        assert agent.step(t[5], None, 0, 1.0) is None
+    assert storage.staged == 18 and int(storage.replay.size) == 0
+    np.testing.assert_array_equal(np.asarray(storage.replay.rows), before)
+    t = _transition(rng)
+    buffer.add(*t)
+    reference.add(*t)
+    noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
+    assert agent.step(t[5], noise, 0, 1.0).shape == (NUM_ENVS, ACT_DIM)
+    assert storage.staged == 0 and int(storage.replay.size) == 20
+    stored = np.asarray(storage.replay.rows)[:20]
+    np.testing.assert_array_equal(stored, flat_batch(reference.state_dict(), keys=ROW_KEYS))
 
 
 def test_sampled_indices_stay_in_the_stored_range_and_cover_it():
@@ -159,3 +235,66 @@ def test_agent_checkpoint_keeps_the_sampler_key_and_metric_sums(tmp_path):
         b.add(*t)
     np.testing.assert_array_equal(agent.step(t[5], noise, 1, 1.3), other.step(t[5], noise, 1, 1.3))
     assert agent.take_metrics() == other.take_metrics()
+
+
+def test_act_on_cached_leaves_equals_the_policy_on_the_live_state():
+    """``act`` (the actor's leaves flattened once per state, no noise array when deterministic) gives bitwise the
+    actions of ``policy_actions`` on the current params, also after a step has replaced the state."""
+    from agent_jax.step import policy_actions
+
+    agent = _agent()
+    storage = agent.replay_storage(64)
+    buffer = _buffer(64, storage)
+    rng = np.random.default_rng(6)
+
+    def expected(observation, noise):
+        actor = agent.state.actor
+        eps = np.zeros((observation.shape[0], ACT_DIM), np.float32) if noise is None else noise
+        return np.asarray(jax.jit(policy_actions, static_argnames=("actor_def", "deterministic"))(
+            agent._actor_def, actor.params, actor.batch_stats, observation, eps, deterministic=noise is None))
+
+    for _ in range(3):
+        observation = rng.standard_normal((NUM_ENVS, OBS_DIM)).astype(np.float32)
+        noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
+        for eps in (None, noise):
+            assert agent.act(observation, eps).tobytes() == expected(observation, eps).tobytes()
+        leaves = agent.actor_leaves()[0]
+        assert agent.act(observation, None) is not None and agent.actor_leaves()[0] is leaves  # cached
+        t = _transition(rng)
+        buffer.add(*t)
+        agent.step(t[5], noise, 1, 1.0)  # an update: new params (the old ones donated), so act flattens again
+        assert agent.act(t[5], None).tobytes() == expected(t[5], None).tobytes()
+        assert agent.actor_leaves()[0] is not leaves
+
+
+def test_background_compilation_serves_the_first_fused_steps(caplog):
+    """``precompile_step`` compiles the first two due steps' programs (actor and critic-only) on a thread; the
+    first fused steps then compile nothing (no compilation log of ``env_step``) and act exactly as an agent that
+    compiled them itself."""
+    import logging
+
+    agent, other = _agent(), _agent()
+    buffers = [_buffer(48, agent.replay_storage(48)), _buffer(48, other.replay_storage(48))]  # a shape of its own
+    thread = agent.precompile_step(NUM_ENVS)
+    assert thread is not None and len(agent._precompiling) == 2
+    thread.join()
+    rng = np.random.default_rng(7)
+    for step in range(6):
+        t = _transition(rng)
+        noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
+        for b in buffers:
+            b.add(*t)
+        warm_up = step < 4
+        if step == 4:
+            caplog.clear()
+            with jax.log_compiles(True), caplog.at_level(logging.DEBUG):
+                action = agent.step(t[5], noise, 1, 1.0)
+            assert not [r for r in caplog.records if "env_step" in r.getMessage()]
+        elif not warm_up:
+            action = agent.step(t[5], noise, 1, 1.0)
+        else:
+            agent.step(t[5], None, 0, 1.0)
+        expected = other.step(t[5], None if warm_up else noise, 0 if warm_up else 1, 1.0)
+        if not warm_up:
+            np.testing.assert_array_equal(action, expected)
+    assert not agent._precompiling  # both programs were used

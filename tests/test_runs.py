@@ -359,3 +359,46 @@ def test_resume_with_the_device_replay_is_exact(tmp_path, framework):
     assert loop_a["next_action"] is not None
     assert_nested_equal(checkpoint_module.load_pickle(str(a / "replay_buffer.pkl")),
                         checkpoint_module.load_pickle(str(b / "replay_buffer.pkl")), "replay_buffer")
+
+
+def test_jax_resume_from_the_warm_up_is_exact(tmp_path, monkeypatch):
+    """A JAX run stopped (Ctrl-C) at step 8 of its 15 random-action steps, while its device replay rows are still
+    staged on the host, and resumed from that checkpoint ends like the run that was never stopped."""
+    import signal
+
+    from agent_common import loop as loop_module
+    from agent_jax.agent import make_agent as factory
+    from tests.agent_test_utils import assert_nested_equal
+
+    overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + ["agent.buffer_max_length=64"]
+    straight, stopped, resumed = tmp_path / "straight", tmp_path / "stopped", tmp_path / "resumed"
+    assert train(load_config([*overrides, f"save_path={straight}"], "jax"), factory).status == "completed"
+    calls = []
+    step_env = loop_module.step_env
+
+    def interrupt_at_step_8(envs, action):
+        calls.append(1)
+        if len(calls) == 8:
+            os.kill(os.getpid(), signal.SIGINT)  # the loop's first-press handler: stop after this step, save
+        return step_env(envs, action)
+
+    monkeypatch.setattr(loop_module, "step_env", interrupt_at_step_8)
+    result = train(load_config([*overrides, f"save_path={stopped}"], "jax"), factory)
+    monkeypatch.setattr(loop_module, "step_env", step_env)
+    assert result.status == "interrupted" and result.env_step == 8 and result.checkpoint.endswith("step8")
+    saved = checkpoint_module.load_pickle(os.path.join(result.checkpoint, "replay_buffer.pkl"))
+    assert saved["size"] == 8
+    again = train(load_config([f"agent_load_path={result.checkpoint}", f"save_path={resumed}"], "jax"), factory)
+    assert again.status == "completed" and again.env_step == 60
+    a, b = straight / "checkpoints" / "step60", resumed / "checkpoints" / "step60"
+    for name in ["actor.pkl", "agent_state.pkl", "critic.pkl", "target_critic.pkl", "temperature.pkl"]:
+        assert_nested_equal(checkpoint_module.load_pickle(str(a / "agent" / name)),
+                            checkpoint_module.load_pickle(str(b / "agent" / name)), name)
+    for name in ["loop_state.pkl", "replay_buffer.pkl"]:
+        state_a = checkpoint_module.load_pickle(str(a / name))
+        state_b = checkpoint_module.load_pickle(str(b / name))
+        if name == "loop_state.pkl":
+            state_a = {k: state_a[k] for k in ("noise", "reward_normalizer", "observation", "num_updates", "meter",
+                                               "next_action", "buffer")}
+            state_b = {k: state_b[k] for k in state_a}
+        assert_nested_equal(state_a, state_b, name)
