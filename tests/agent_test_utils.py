@@ -1,4 +1,5 @@
-"""Helpers shared by the agent tests: the CLI / benchmark subprocess runners and bitwise nested equality."""
+"""Helpers shared by the agent tests: the CLI / benchmark subprocess runners, bitwise nested equality, and the
+random transitions of the replay-row tests."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 
+import gymnasium as gym
 import numpy as np
+
+from agent_common.buffer import ReplayBuffer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -82,3 +86,26 @@ def assert_nested_equal(a, b, path: str = "") -> None:
         assert np.array_equal(a, b), f"{path}: NaN"  # and no NaN (assert_array_equal alone takes NaN == NaN)
     else:
         assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+# ------------------------------------------------------------------------------------ device replay rows (both agents)
+# a HalfCheetah-shaped task: the replay-row tests of both agents store the same random transitions
+OBS_DIM, ACT_DIM, NUM_ENVS = 17, 6, 2
+OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+ACT_SPACE = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+
+
+def replay_buffer(capacity: int, storage=None) -> ReplayBuffer:
+    """A 1-step replay buffer for the task above (host rows, or the rows in ``storage``)."""
+    return ReplayBuffer(OBS_DIM, ACT_DIM, capacity, 1, 1, 0.99, seed=0, storage=storage)
+
+
+def random_transition(rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """(obs, action, reward, terminated, truncated, next_obs) for NUM_ENVS envs, about 20 % of them ending."""
+    done = rng.random(NUM_ENVS) < 0.2
+    return (rng.standard_normal((NUM_ENVS, OBS_DIM)).astype(np.float32),
+            rng.uniform(-1, 1, (NUM_ENVS, ACT_DIM)).astype(np.float32),
+            rng.standard_normal(NUM_ENVS).astype(np.float32),
+            (done & (rng.random(NUM_ENVS) < 0.5)).astype(np.float32),
+            (done & (rng.random(NUM_ENVS) >= 0.5)).astype(np.float32),
+            rng.standard_normal((NUM_ENVS, OBS_DIM)).astype(np.float32))

@@ -8,12 +8,11 @@ PRNG key instead of the host buffer's numpy generator), so the unfused side here
 
 from __future__ import annotations
 
-import gymnasium as gym
 import jax
 import numpy as np
 import pytest
 
-from agent_common.buffer import ROW_KEYS, ReplayBuffer, flat_batch
+from agent_common.buffer import ROW_KEYS, flat_batch
 from agent_common.config import load_config
 from agent_jax.agent import FlashSACAgent
 from agent_jax.step import (
@@ -25,10 +24,9 @@ from agent_jax.step import (
     sample_batch,
     write_chunk,
 )
+from tests.agent_test_utils import ACT_DIM, ACT_SPACE, NUM_ENVS, OBS_DIM, OBS_SPACE, random_transition, replay_buffer
 
-OBS_DIM, ACT_DIM, BATCH, NUM_ENVS = 17, 6, 16, 2
-OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
-ACT_SPACE = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+BATCH = 16
 # The sizes of tests/test_agent_jax_update.py and test_agent_jax_train.py (shared compiled update steps).
 TINY = ["agent.actor_hidden_dim=16", "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1",
         "agent.critic_num_blocks=1", f"agent.sample_batch_size={BATCH}", "num_env_steps=1000", "seed=4"]
@@ -38,29 +36,15 @@ def _agent(*extra: str) -> FlashSACAgent:
     return FlashSACAgent(load_config([*TINY, *extra], framework="jax"), OBS_SPACE, ACT_SPACE)
 
 
-def _buffer(capacity: int, storage=None) -> ReplayBuffer:
-    return ReplayBuffer(OBS_DIM, ACT_DIM, capacity, 1, 1, 0.99, seed=0, storage=storage)
-
-
-def _transition(rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    done = rng.random(NUM_ENVS) < 0.2
-    return (rng.standard_normal((NUM_ENVS, OBS_DIM)).astype(np.float32),
-            rng.uniform(-1, 1, (NUM_ENVS, ACT_DIM)).astype(np.float32),
-            rng.standard_normal(NUM_ENVS).astype(np.float32),
-            (done & (rng.random(NUM_ENVS) < 0.5)).astype(np.float32),
-            (done & (rng.random(NUM_ENVS) >= 0.5)).astype(np.float32),
-            rng.standard_normal((NUM_ENVS, OBS_DIM)).astype(np.float32))
-
-
 def test_device_rows_match_the_host_buffer_through_a_ring_wrap_and_round_trip():
     """25 steps of 2 envs into 10 rows: the device rows, index and size equal the host buffer's; a checkpoint of the
     device buffer (state_dict) has the host format and loads back into a fresh device buffer unchanged."""
     agent = _agent()
     storage = agent.replay_storage(10)
-    device, host = _buffer(10, storage), _buffer(10)
+    device, host = replay_buffer(10, storage), replay_buffer(10)
     rng = np.random.default_rng(0)
     for _ in range(25):
-        t = _transition(rng)
+        t = random_transition(rng)
         device.add(*t)
         host.add(*t)
         assert agent.step(t[5], None, 0, 1.0) is None  # warm-up: staged on the host
@@ -71,7 +55,7 @@ def test_device_rows_match_the_host_buffer_through_a_ring_wrap_and_round_trip():
     for key in ("observation", "action", "reward", "terminated", "truncated", "next_observation"):
         np.testing.assert_array_equal(saved[key], expected[key], err_msg=key)
     other = _agent()
-    restored = _buffer(10, other.replay_storage(10))
+    restored = replay_buffer(10, other.replay_storage(10))
     restored.load_state_dict(saved)
     np.testing.assert_array_equal(np.asarray(other._storage.replay.rows), np.asarray(storage.replay.rows))
     assert int(other._storage.replay.index) == 0 and int(other._storage.replay.size) == 10
@@ -125,18 +109,18 @@ def test_warm_up_steps_make_no_device_call_until_device_work_is_due():
     step that acts writes them all before its own work, which then sees every row."""
     agent = _agent()
     storage = agent.replay_storage(64)
-    buffer = _buffer(64, storage)
-    reference = _buffer(64)
+    buffer = replay_buffer(64, storage)
+    reference = replay_buffer(64)
     rng = np.random.default_rng(5)
     before = np.asarray(storage.replay.rows).copy()
     for _ in range(9):
-        t = _transition(rng)
+        t = random_transition(rng)
         buffer.add(*t)
         reference.add(*t)
         assert agent.step(t[5], None, 0, 1.0) is None
     assert storage.staged == 18 and int(storage.replay.size) == 0
     np.testing.assert_array_equal(np.asarray(storage.replay.rows), before)
-    t = _transition(rng)
+    t = random_transition(rng)
     buffer.add(*t)
     reference.add(*t)
     noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
@@ -171,18 +155,18 @@ def test_fused_step_equals_the_unfused_path_on_the_same_rows():
     equal). The bounds are ~10x that and far below what a wrong row, scale or update order gives (> 1e-4)."""
     fused, unfused = _agent(), _agent()
     storage = fused.replay_storage(64)
-    device, host = _buffer(64, storage), _buffer(64)
+    device, host = replay_buffer(64, storage), replay_buffer(64)
     rng = np.random.default_rng(1)
     key = np.asarray(jax.random.fold_in(jax.random.PRNGKey(4), 2))  # the device replay's sampler key (seed 4)
     np.testing.assert_array_equal(np.asarray(storage.replay.key), key)
     for _ in range(12):  # warm-up rows
-        t = _transition(rng)
+        t = random_transition(rng)
         device.add(*t)
         host.add(*t)
         fused.step(t[5], None, 0, 1.0)
     meter: dict[str, list[float]] = {}
     for step in range(4):  # actor+critic, critic-only, actor+critic, then two updates in one step
-        t = _transition(rng)
+        t = random_transition(rng)
         device.add(*t)
         host.add(*t)
         observation, noise = t[5], rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
@@ -217,19 +201,19 @@ def test_fused_step_equals_the_unfused_path_on_the_same_rows():
 def test_agent_checkpoint_keeps_the_sampler_key_and_metric_sums(tmp_path):
     agent = _agent()
     storage = agent.replay_storage(64)  # as above: the same executables
-    buffer = _buffer(64, storage)
+    buffer = replay_buffer(64, storage)
     rng = np.random.default_rng(2)
     for _ in range(6):
-        t = _transition(rng)
+        t = random_transition(rng)
         buffer.add(*t)
         agent.step(t[5], rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32), 1, 1.0)
     agent.save(str(tmp_path / "agent"))
     other = _agent("seed=9")
-    other_buffer = _buffer(64, other.replay_storage(64))
+    other_buffer = replay_buffer(64, other.replay_storage(64))
     other.load(str(tmp_path / "agent"))
     other_buffer.load_state_dict(buffer.state_dict())
     np.testing.assert_array_equal(np.asarray(other._storage.replay.key), np.asarray(storage.replay.key))
-    t = _transition(rng)
+    t = random_transition(rng)
     noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
     for b in (buffer, other_buffer):
         b.add(*t)
@@ -244,7 +228,7 @@ def test_act_on_cached_leaves_equals_the_policy_on_the_live_state():
 
     agent = _agent()
     storage = agent.replay_storage(64)
-    buffer = _buffer(64, storage)
+    buffer = replay_buffer(64, storage)
     rng = np.random.default_rng(6)
 
     def expected(observation, noise):
@@ -260,7 +244,7 @@ def test_act_on_cached_leaves_equals_the_policy_on_the_live_state():
             assert agent.act(observation, eps).tobytes() == expected(observation, eps).tobytes()
         leaves = agent.actor_leaves()[0]
         assert agent.act(observation, None) is not None and agent.actor_leaves()[0] is leaves  # cached
-        t = _transition(rng)
+        t = random_transition(rng)
         buffer.add(*t)
         agent.step(t[5], noise, 1, 1.0)  # an update: new params (the old ones donated), so act flattens again
         assert agent.act(t[5], None).tobytes() == expected(t[5], None).tobytes()
@@ -274,13 +258,14 @@ def test_background_compilation_serves_the_first_fused_steps(caplog):
     import logging
 
     agent, other = _agent(), _agent()
-    buffers = [_buffer(48, agent.replay_storage(48)), _buffer(48, other.replay_storage(48))]  # a shape of its own
+    # a buffer shape of its own
+    buffers = [replay_buffer(48, agent.replay_storage(48)), replay_buffer(48, other.replay_storage(48))]
     thread = agent.precompile_step(NUM_ENVS)
     assert thread is not None and len(agent._precompiling) == 2
     thread.join()
     rng = np.random.default_rng(7)
     for step in range(6):
-        t = _transition(rng)
+        t = random_transition(rng)
         noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
         for b in buffers:
             b.add(*t)

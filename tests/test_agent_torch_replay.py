@@ -3,19 +3,17 @@ the code path a CUDA run takes, with the agent's device being the CPU."""
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from agent_common.buffer import BATCH_KEYS, ReplayBuffer
+from agent_common.buffer import BATCH_KEYS
 from agent_common.config import load_config
 from agent_torch.agent import make_agent
 from agent_torch.replay import TensorRowStorage
+from tests.agent_test_utils import ACT_DIM, ACT_SPACE, NUM_ENVS, OBS_DIM, OBS_SPACE, random_transition, replay_buffer
 
-OBS_DIM, ACT_DIM, BATCH, NUM_ENVS = 17, 6, 16, 2
-OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
-ACT_SPACE = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+BATCH = 16
 SMALL = ["num_threads=1", "agent.actor_hidden_dim=16", "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1",
          "agent.critic_num_blocks=1", f"agent.sample_batch_size={BATCH}", "agent.categorical_target_backend=torch",
          "agent.device_type=cpu", "seed=3"]
@@ -32,20 +30,6 @@ def _agent(*extra: str):
     return make_agent(load_config([*SMALL, *extra], "torch"), OBS_SPACE, ACT_SPACE)
 
 
-def _buffer(capacity: int, storage=None) -> ReplayBuffer:
-    return ReplayBuffer(OBS_DIM, ACT_DIM, capacity, 1, 1, 0.99, seed=0, storage=storage)
-
-
-def _transition(rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    done = rng.random(NUM_ENVS) < 0.2
-    return (rng.standard_normal((NUM_ENVS, OBS_DIM)).astype(np.float32),
-            rng.uniform(-1, 1, (NUM_ENVS, ACT_DIM)).astype(np.float32),
-            rng.standard_normal(NUM_ENVS).astype(np.float32),
-            (done & (rng.random(NUM_ENVS) < 0.5)).astype(np.float32),
-            (done & (rng.random(NUM_ENVS) >= 0.5)).astype(np.float32),
-            rng.standard_normal((NUM_ENVS, OBS_DIM)).astype(np.float32))
-
-
 def test_only_buffer_device_type_cuda_keeps_rows_on_the_device():
     assert _agent().replay_storage(8) is None  # auto: the host buffer for torch
     assert _agent("agent.buffer_device_type=cpu").replay_storage(8) is None
@@ -55,10 +39,10 @@ def test_only_buffer_device_type_cuda_keeps_rows_on_the_device():
 
 def test_ring_wrap_sampling_range_and_checkpoint_round_trip():
     storage = TensorRowStorage(9, 2 * OBS_DIM + ACT_DIM + 3, OBS_DIM, torch.device("cpu"), seed=1)
-    device, host = _buffer(9, storage), _buffer(9)
+    device, host = replay_buffer(9, storage), replay_buffer(9)
     rng = np.random.default_rng(0)
     for _ in range(3):  # 6 rows
-        t = _transition(rng)
+        t = random_transition(rng)
         device.add(*t)
         host.add(*t)
     indices = []
@@ -73,7 +57,7 @@ def test_ring_wrap_sampling_range_and_checkpoint_round_trip():
         np.testing.assert_array_equal(flat[:, OBS_DIM + ACT_DIM].numpy(), host.reward[idx] / np.float32(2.0))
     assert set(indices) == set(range(6))  # uniform over the stored rows only
     for _ in range(4):  # 14 rows into 9: wraps
-        t = _transition(rng)
+        t = random_transition(rng)
         device.add(*t)
         host.add(*t)
     saved, expected = device.state_dict(), host.state_dict()
@@ -81,7 +65,7 @@ def test_ring_wrap_sampling_range_and_checkpoint_round_trip():
     for key in BATCH_KEYS:
         np.testing.assert_array_equal(saved[key], expected[key], err_msg=key)
     other = TensorRowStorage(9, storage.width, OBS_DIM, torch.device("cpu"), seed=2)
-    restored = _buffer(9, other)
+    restored = replay_buffer(9, other)
     restored.load_state_dict(saved)
     other.load_state_dict(storage.state_dict())
     assert torch.equal(other.rows, storage.rows) and other.size == 9
@@ -93,16 +77,16 @@ def test_step_equals_update_and_act_on_the_same_rows(tmp_path):
     same global torch RNG state; the metric sums match; the sampler state survives save/load."""
     fused, plain = _agent("agent.buffer_device_type=cuda"), _agent()
     storage = fused.replay_storage(64)
-    device, host = _buffer(64, storage), _buffer(64)
+    device, host = replay_buffer(64, storage), replay_buffer(64)
     rng = np.random.default_rng(1)
     for _ in range(10):
-        t = _transition(rng)
+        t = random_transition(rng)
         device.add(*t)
         host.add(*t)
         assert fused.step(t[5], None, 0, 1.0) is None
     sums: dict[str, float] = {}
     for step in range(3):
-        t = _transition(rng)
+        t = random_transition(rng)
         device.add(*t)
         host.add(*t)
         noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
