@@ -165,8 +165,6 @@ class FlashSACAgent:
         """Numpy batch -> float32 device arrays (slices of one flat copy; for tests and benchmarks)."""
         return Batch.from_flat(jax.device_put(flat_batch(batch), self.device), self.observation_dim)
 
-    _to_batch = to_batch  # the former name, until its remaining callers use ``to_batch``
-
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One FlashSAC update in upstream order: [actor -> temperature] (every actor_update_period) -> critic -> EMA.
 

@@ -236,8 +236,6 @@ class FlashSACAgent:
         """Numpy batch -> float32 tensors on the device (views of one flat copy; for tests and benchmarks)."""
         return self._split(self._flat_batch(batch))
 
-    _to_batch = to_batch  # the former name, until its remaining callers use ``to_batch``
-
     def _update_step(self, flat: torch.Tensor, do_actor: bool) -> tuple[tuple[str, ...], torch.Tensor]:
         """The update on a flat device batch, without LR-scheduler steps; returns metric names and their values
         stacked in one fp32 tensor (the function a CUDA graph captures)."""

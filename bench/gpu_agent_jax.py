@@ -57,7 +57,7 @@ def _time_backends(agent: Any, batch: dict, repeats: int, iters: int) -> dict:
         resolve_backend(backend, strict=True, num_bins=int(agent.cfg.agent.critic_num_bins),
                         platform=agent.device.platform)
     base_ctx = agent.ctx
-    device_batch = agent._to_batch(batch)
+    device_batch = agent.to_batch(batch)
     target_fn = jax.jit(critic_target)
 
     def update_block(backend: str):

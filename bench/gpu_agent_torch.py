@@ -74,7 +74,7 @@ def time_update_variants(agents: dict, batch: dict, repeats: int, iters: int) ->
 
     base = {mode: agent.ctx for mode, agent in agents.items()}
     eager = agents["eager"]
-    tbatch = eager._to_batch(batch)
+    tbatch = eager.to_batch(batch)
 
     def update_block(mode: str, backend: str):
         agent, ctx = agents[mode], dataclasses.replace(base[mode], backend=backend, strict=True)

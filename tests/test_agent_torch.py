@@ -169,7 +169,7 @@ def test_critic_target_matches_spec_reference_on_real_batch(monkeypatch):
         return out
 
     monkeypatch.setattr(update_mod, "categorical_td_target", recording)
-    tbatch = agent._to_batch(batch)
+    tbatch = agent.to_batch(batch)
     target_before = copy.deepcopy(agent.target_critic.module)
     torch.manual_seed(5)
     probs, alpha_log_pi, next_actions = critic_target(
@@ -213,7 +213,7 @@ def test_truncation_bootstraps_termination_does_not():
 
     def target(b):
         torch.manual_seed(0)
-        return critic_target(agent.actor, agent.target_critic, agent.temperature, agent._to_batch(b), agent.ctx)[0]
+        return critic_target(agent.actor, agent.target_critic, agent.temperature, agent.to_batch(b), agent.ctx)[0]
 
     t1, t2 = target(batch), target(other)
     # the terminated row is a two-hot of r either way (only the summation order of the moved mass differs)
@@ -440,7 +440,7 @@ def test_triton_backend_update_matches_torch_backend():
     for backend in ("torch", "triton"):
         agent = _agent([f"agent.categorical_target_backend={backend}", "agent.categorical_target_strict=true"])
         torch.manual_seed(0)
-        probs = critic_target(agent.actor, agent.target_critic, agent.temperature, agent._to_batch(batch), agent.ctx)[0]
+        probs = critic_target(agent.actor, agent.target_critic, agent.temperature, agent.to_batch(batch), agent.ctx)[0]
         torch.manual_seed(1)
         results[backend] = (probs, agent.update(batch))
     torch.testing.assert_close(results["triton"][0], results["torch"][0], atol=2e-5, rtol=0)
