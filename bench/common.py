@@ -9,6 +9,7 @@ Sections
                 (every variant's blocks in turn, so all variants see the same machine state), ``jit_loop`` (a
                 jitted loop of dependent calls: device time per call in JAX), ``capture_cuda_graph``.
     statistics  ``bootstrap_ci`` (percentile bootstrap, stratified over groups such as tasks).
+    runs        ``tensorboard_scalars``, ``steady_rates`` (a training run's TensorBoard scalars, its steady rates).
     reports     ``write_results`` (results.json + results.md), ``json_block``, ``fmt``, ``speedup_plot``,
                 ``section_markers``, ``replace_readme_section`` (the generated sections of README.md).
     recipe      upstream's CPU-sim HalfCheetah recipe (``UPSTREAM_RECIPE``, ``make_recipe``), configs built from
@@ -226,6 +227,32 @@ def bootstrap_ci(strata: Sequence[np.ndarray], statistic, reps: int = BOOTSTRAP_
     values = statistic(samples, axis=1)
     low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
     return float(statistic(pooled[None, :], axis=1)[0]), float(low), float(high)
+
+
+def tensorboard_scalars(log_dir: str, tags: Sequence[str] | None = None) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value)] of the scalar events in the TensorBoard folder ``log_dir`` (``tags``: only these; a
+    tag without events is absent)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(log_dir, size_guidance={"scalars": 0})
+    acc.Reload()
+    have = acc.Tags().get("scalars", [])
+    return {tag: [(e.step, float(e.value)) for e in acc.Scalars(tag)] for tag in have if tags is None or tag in tags}
+
+
+def steady_rates(run_dir: str) -> dict[str, float | int]:
+    """A training run's steady updates/s and env steps/s: the medians of its logging windows (``perf/*`` in
+    ``run_dir/tb``) after the first window with updates (which holds the first update and its compilation)."""
+    series = tensorboard_scalars(os.path.join(run_dir, "tb"), ("perf/updates_per_second", "perf/env_steps_per_second"))
+    steps = {s for s, v in series.get("perf/updates_per_second", []) if v > 0}
+    steps.discard(min(steps, default=None))
+    out: dict[str, float | int] = {"steady_windows": len(steps)}
+    for tag, key in (("perf/updates_per_second", "steady_updates_per_second"),
+                     ("perf/env_steps_per_second", "steady_env_steps_per_second")):
+        values = [v for s, v in series.get(tag, []) if s in steps]
+        if values:
+            out[key] = float(np.median(values))
+    return out
 
 
 def fmt(v: object, spec: str = ".3g") -> str:

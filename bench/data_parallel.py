@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import REPO, UPSTREAM_RECIPE, environment, fmt, write_results
+from bench.common import REPO, UPSTREAM_RECIPE, environment, fmt, steady_rates, write_results
 
 __all__ = ["main", "run_command", "scaling_table"]
 
@@ -78,25 +77,10 @@ def _one(framework: str, gpus: int, args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"command": " ".join(cmd), "returncode": proc.returncode,
                               "wall_s": round(time.time() - t, 1)}
     if proc.returncode == 0:
-        result.update(_steady_rates(run_dir))
+        rates = steady_rates(run_dir)
+        result.update(windows=rates["steady_windows"], updates_per_s=rates.get("steady_updates_per_second"),
+                      env_steps_per_s=rates.get("steady_env_steps_per_second"))
     return result
-
-
-def _steady_rates(run_dir: str) -> dict[str, float | None]:
-    """Steady updates/s and env steps/s: medians over the logging windows after the first one with updates."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(os.path.join(run_dir, "tb"), size_guidance={"scalars": 0})
-    acc.Reload()
-    tags = set(acc.Tags().get("scalars", []))
-    series = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] if tag in tags else []
-              for tag in ("perf/updates_per_second", "perf/env_steps_per_second")}
-    steps = [s for s, v in series["perf/updates_per_second"] if v > 0][1:]  # drop the warm-up window
-    out: dict[str, float | None] = {"windows": len(steps)}
-    for tag, name in (("perf/updates_per_second", "updates_per_s"), ("perf/env_steps_per_second", "env_steps_per_s")):
-        values = [v for s, v in series[tag] if s in steps]
-        out[name] = statistics.median(values) if values else None
-    return out
 
 
 def scaling_table(results: dict[str, dict[int, dict[str, Any]]], batch: int) -> list[dict[str, Any]]:

@@ -29,10 +29,10 @@ import time
 import numpy as np
 
 from agent_jax.compilation_cache import jax_cache_env
-from bench.common import TORCH_RECIPE_EXTRA, UPSTREAM_RECIPE, environment, fmt, write_results
+from bench.common import TORCH_RECIPE_EXTRA, UPSTREAM_RECIPE, environment, fmt, steady_rates, write_results
 from bench.paired_training import merge_overrides, timed_run, train_command
 
-__all__ = ["FRAMEWORKS", "TINY", "main", "parse_result_line", "recipe", "steady_rates", "summarize"]
+__all__ = ["FRAMEWORKS", "TINY", "main", "parse_result_line", "recipe", "summarize"]
 
 FRAMEWORKS = ("torch", "jax")
 # CPU: tiny networks and budget, reference targets (what the test runs).
@@ -66,25 +66,6 @@ def parse_result_line(text: str) -> dict[str, float]:
         found = pattern.search(lines[-1])
         if found:
             out[key] = float(found.group(1))
-    return out
-
-
-def steady_rates(run_dir: str, buffer_min_length: int, log_every: int) -> dict[str, float | int]:
-    """Medians of the TensorBoard windows that start at or after the first update (env step > buffer_min_length)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(os.path.join(run_dir, "tb"), size_guidance={"scalars": 0})
-    acc.Reload()
-    tags = set(acc.Tags().get("scalars", []))
-    out: dict[str, float | int] = {}
-    for key, tag in (("steady_updates_per_second", "perf/updates_per_second"),
-                     ("steady_env_steps_per_second", "perf/env_steps_per_second")):
-        if tag not in tags:
-            continue
-        values = [e.value for e in acc.Scalars(tag) if e.step - log_every >= buffer_min_length]
-        if values:
-            out[key] = float(np.median(values))
-            out["steady_windows"] = len(values)
     return out
 
 
@@ -165,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if rec["returncode"] == 0:
             with open(rec["log"]) as f:
                 rec.update(parse_result_line(f.read()))
-            rec.update(steady_rates(run_dir, a.buffer_min_length, a.log_every))
+            rec.update(steady_rates(run_dir))
         print(f"  {tag}: rc={rec['returncode']} {rec['wall_s']:.1f} s "
               f"updates/s={rec.get('updates_per_second')} steady={rec.get('steady_updates_per_second')}", flush=True)
         return rec

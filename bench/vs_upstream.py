@@ -61,6 +61,7 @@ from bench.common import (
     environment,
     replace_readme_section,
     section_markers,
+    tensorboard_scalars,
     write_results,
 )
 from bench.paired_training import merge_overrides
@@ -210,17 +211,14 @@ def final_tensorboard_return(root: str, final_step: int, tag: str = "avg_return"
     """The value of ``tag`` at the largest step in the newest TensorBoard event file under ``root``, if that step is
     ``final_step`` or later (the evaluation after training); nan otherwise (a run stopped early has only earlier
     evaluations)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     files = sorted(glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True), key=os.path.getmtime)
     if not files:
         return float("nan")
-    acc = EventAccumulator(os.path.dirname(files[-1]), size_guidance={"scalars": 0})
-    acc.Reload()
-    if tag not in acc.Tags().get("scalars", []):
+    events = tensorboard_scalars(os.path.dirname(files[-1]), (tag,)).get(tag)
+    if not events:
         return float("nan")
-    last = max(acc.Scalars(tag), key=lambda e: e.step)
-    return float(last.value) if last.step >= final_step else float("nan")
+    step, value = max(events)
+    return value if step >= final_step else float("nan")
 
 
 def _pump(stream: Any, log: Any, t0: float, samples: list[tuple[float, int]], lock: threading.Lock) -> None:
