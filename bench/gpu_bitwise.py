@@ -81,7 +81,7 @@ def run_bitwise(quick: bool, strided_only: bool = False) -> dict:
         x = make_inputs(B, N, E, seed=7, kind=kind)
         tdt = getattr(torch, dtype)
         jx = {k: jnp.asarray(v) for k, v in x.items()}
-        rows = {}
+        offset = {}
         if case.get("strided"):  # upstream's x.chunk(2, dim=1)[1]: views with an offset into (E, 2B[, N]) buffers
             t = {}
             for k, v in x.items():
@@ -90,13 +90,13 @@ def run_bitwise(quick: bool, strided_only: bool = False) -> dict:
                 t[k] = torch.from_numpy(full).cuda().chunk(2, dim=axis)[1]
                 if axis == 1:  # JAX: the whole (E, 2B[, N]) array, its second half read in place (row_offset=B)
                     jx[k] = jnp.asarray(full)
-            rows = {"row_offset": B}
+            offset = {"row_offset": B}
         else:
             t = {k: torch.from_numpy(v).cuda() for k, v in x.items()}
         t["next_log_probs"] = t["next_log_probs"].to(tdt) if dtype != "float32" else t["next_log_probs"]
         tri = torch_impl.categorical_td_target(**t, gamma=gamma, backend="triton", strict=True)
         jx["next_log_probs"] = jx["next_log_probs"].astype(getattr(jnp, dtype))
-        pal = jax_impl.categorical_td_target(**jx, gamma=gamma, backend="pallas", strict=True, **rows)
+        pal = jax_impl.categorical_td_target(**jx, gamma=gamma, backend="pallas", strict=True, **offset)
         a = tri.cpu().numpy()
         b = np.asarray(jax.device_get(pal))
         same_nan = bool(np.array_equal(np.isnan(a), np.isnan(b)))
