@@ -136,7 +136,9 @@ def custom_call_context(hlo_text: str) -> dict[str, Any]:
     """Custom calls of an optimised HLO module with the instructions around them.
 
     Returns:
-        {"custom_calls": [{"line", "operands": [defining lines], "users": [lines using the result]}],
+        {"custom_calls": [{"line", "operands": [defining lines], "sources": ["opcode name" of the instruction each
+         operand comes from, through bitcasts (a slice or copy fusion there is a copy made for the call)],
+         "users": [lines using the result]}],
          "counts": {"copy", "transpose", "custom-call", "fusion", "while"}} (instruction counts in the module).
     """
     lines = hlo_text.splitlines()
@@ -156,12 +158,23 @@ def custom_call_context(hlo_text: str) -> dict[str, Any]:
             users.setdefault(o, []).append(line.strip())
     counts = {op: sum(1 for _, opcode, _, _ in parsed if opcode == op)
               for op in ("copy", "transpose", "custom-call", "fusion", "while", "slice", "bitcast")}
+    by_name = {name: (opcode, operands) for name, opcode, operands, _ in parsed}
+
+    def source(o: str) -> str:
+        for _ in range(100):
+            opcode, operands = by_name[o]
+            if opcode != "bitcast" or not operands or operands[0] not in by_name:
+                return f"{opcode} {o}"
+            o = operands[0]
+        return f"bitcast {o}"
+
     calls = []
     for name, opcode, operands, line in parsed:
         if opcode != "custom-call":
             continue
         calls.append({"line": line[:600],
                       "operands": [defs.get(o, o)[:400] for o in operands if o in defs],
+                      "sources": [source(o) for o in operands if o in by_name],
                       "users": [u[:400] for u in users.get(name, [])][:8]})
     return {"custom_calls": calls, "counts": counts}
 
@@ -342,7 +355,8 @@ def _report(out: str, res: dict) -> str:
             lines.append(f"  - StableHLO producers of the TD-target custom call's operands (gamma, strides, q, "
                          f"log-probs, r, d, s): {h['sources']}")
     for name, h in res.get("hlo", {}).items():
-        for i, call in enumerate(h["custom_calls"][:2]):
+        kernel_first = sorted(h["custom_calls"], key=lambda c: "xla.gpu.triton" not in c["line"])  # not cuBLAS
+        for i, call in enumerate(kernel_first[:2]):
             lines += json_block(f"{name}: custom call {i}", call)
     if res.get("errors"):
         lines += json_block("errors", res["errors"])

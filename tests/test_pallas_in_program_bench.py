@@ -25,6 +25,10 @@ def test_custom_call_context_names_the_operands_and_users():
     assert ctx["counts"]["copy"] == 1 and ctx["counts"]["custom-call"] == 1 and ctx["counts"]["slice"] == 1
     (call,) = ctx["custom_calls"]
     assert call["operands"] == ["%copy.2 = f32[2,8,4]{1,2,0} copy(%slice.1)"]
+    assert call["sources"] == ["copy copy.2"]
+    bitcast = HLO.replace("%kernel = f32[8,4]{1,0} custom-call(%copy.2)",
+                          "%b = f32[64]{0} bitcast(%copy.2)\n  %kernel = f32[8,4]{1,0} custom-call(%b)")
+    assert custom_call_context(bitcast)["custom_calls"][0]["sources"] == ["copy copy.2"]  # through the bitcast
     assert call["users"] == ["ROOT %neg = f32[8,4]{1,0} negate(%kernel)"]
 
 
