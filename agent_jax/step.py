@@ -78,28 +78,14 @@ def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: j
     return jnp.tanh(mean + std * noise)  # (E, A)
 
 
-def to_device_memory(x: Array, host_io: bool) -> Array:
-    """Inside a program: ``x`` moved from pinned host memory to the device's when ``host_io`` (else as it is)."""
-    return jax.device_put(x, jax.memory.Space.Device) if host_io else x
-
-
-def to_host_memory(x: Array, host_io: bool) -> Array:
-    """Inside a program: ``x`` written to pinned host memory when ``host_io`` (else left on the device)."""
-    return jax.device_put(x, jax.memory.Space.Host) if host_io else x
-
-
-@functools.partial(jax.jit, static_argnames=("actor_def", "treedef", "deterministic", "host_io"))
+@functools.partial(jax.jit, static_argnames=("actor_def", "treedef", "deterministic"))
 def policy_on_leaves(leaves: tuple[Array, ...], observation: Array, noise: Array | None, *, actor_def: Any,
-                     treedef: Any, deterministic: bool, host_io: bool = False) -> Array:
+                     treedef: Any, deterministic: bool) -> Array:
     """Jitted ``policy_actions`` with the actor's (params, batch_stats) given as their flat leaves (``treedef``
     rebuilds them): a call passes one tuple of arrays, which jit dispatches faster than the nested dicts, and
-    ``noise`` may be None when ``deterministic``. With ``host_io`` the observation and noise come in pinned host
-    memory and the action goes back there (``FlashSACAgent`` "host transfers")."""
+    ``noise`` may be None when ``deterministic``."""
     params, batch_stats = jax.tree_util.tree_unflatten(treedef, leaves)
-    observation = to_device_memory(observation, host_io)
-    noise = None if noise is None else to_device_memory(noise, host_io)
-    action = policy_actions(actor_def, params, batch_stats, observation, noise, deterministic)  # (E, A)
-    return to_host_memory(action, host_io)
+    return policy_actions(actor_def, params, batch_stats, observation, noise, deterministic)  # (E, A)
 
 
 @flax.struct.dataclass
@@ -171,10 +157,10 @@ def _add_metrics(replay: DeviceReplay, info: dict[str, Array]) -> DeviceReplay:
 
 
 @functools.partial(jax.jit, static_argnames=("actor_def", "num_envs", "observation_dim", "action_dim", "insert",
-                                             "updates", "act", "batch_size", "host_io"), donate_argnums=(0, 1))
+                                             "updates", "act", "batch_size"), donate_argnums=(0, 1))
 def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext, *, actor_def: Any, num_envs: int,
              observation_dim: int, action_dim: int, insert: bool, updates: tuple[bool, ...], act: bool,
-             batch_size: int, host_io: bool = False) -> tuple[Any, DeviceReplay, Array | None]:
+             batch_size: int) -> tuple[Any, DeviceReplay, Array | None]:
     """One env step of device work: [store rows] -> [update(s) on sampled batches] -> [next action].
 
     Args:
@@ -192,8 +178,6 @@ def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext
         updates: one flag per due update: whether it updates the actor and the temperature first.
         act: whether to return the next action.
         batch_size: B.
-        host_io: ``packed`` comes in pinned host memory and the action goes back there (``FlashSACAgent``
-            "host transfers").
 
     Returns:
         (new AgentState in the form it came in, new DeviceReplay, (E, A) action or None).
@@ -202,7 +186,6 @@ def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext
     if layout is not None:
         state = unpack(state)
     width = row_width(observation_dim, action_dim)
-    packed = to_device_memory(packed, host_io)
     offset = 0
 
     def take(size: int) -> Array:
@@ -229,7 +212,7 @@ def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext
                                 deterministic=False)  # (E, A)
     if layout is not None:
         state = pack_like(state, layout)
-    return state, replay, None if action is None else to_host_memory(action, host_io)
+    return state, replay, action
 
 
 STAGING_ROWS = 4096

@@ -213,8 +213,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny networks (CPU smoke runs)")
     parser.add_argument("--packing", choices=("default", "none", "matrices", "all"), default="default",
                         help="JAX: how the agent hands its state to env_step (agent_jax.agent.STATE_PACKING)")
-    parser.add_argument("--host-transfers", choices=("default", "auto", "pinned", "numpy"), default="default",
-                        help="JAX: agent_jax.agent.HOST_TRANSFERS (numpy = its 'default' route)")
     parser.add_argument("--cprofile", action="store_true", help="cProfile the counted steps (top functions in the "
                         "report; the profiler slows them down, so the µs are not comparable)")
     parser.add_argument("cli", nargs=argparse.REMAINDER, help="-- then the CLI's arguments (--overrides ...)")
@@ -235,10 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.packing != "default":
             saved.append((jax_agent, "STATE_PACKING", jax_agent.STATE_PACKING))
             jax_agent.STATE_PACKING = None if args.packing == "none" else args.packing
-        if args.host_transfers != "default":
-            saved.append((jax_agent, "HOST_TRANSFERS", jax_agent.HOST_TRANSFERS))
-            jax_agent.HOST_TRANSFERS = "default" if args.host_transfers == "numpy" else args.host_transfers
-        settings = {"state_packing": jax_agent.STATE_PACKING, "host_transfers": jax_agent.HOST_TRANSFERS}
+        settings = {"state_packing": jax_agent.STATE_PACKING}
     else:
         from agent_torch.train import main as cli_main
     try:
@@ -251,8 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     res, markdown = report(args.framework, timers, rc, cli)
     res.update(settings)
     if settings:
-        markdown = markdown.replace("\n\nCounted", f"\n\nState packing: {settings['state_packing']}; host transfers: "
-                                    f"{settings['host_transfers']}.\n\nCounted", 1)
+        markdown = markdown.replace("\n\nCounted", f"\n\nState packing: {settings['state_packing']}.\n\nCounted", 1)
     if timers.profiler is not None:
         text = io.StringIO()
         pstats.Stats(timers.profiler, stream=text).sort_stats("tottime").print_stats(30)

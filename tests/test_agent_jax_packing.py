@@ -58,17 +58,16 @@ def test_a_tree_that_does_not_fit_the_layout_is_refused_naming_the_argument():
     assert isinstance(jax.jit(lambda p: p)(pack(tree, "all")), PackedTree)  # a pytree: passes through jit
 
 
-VARIANTS = [(None, "default"), ("matrices", "default"), ("all", "default"), ("matrices", "pinned")]
+VARIANTS = [None, "matrices", "all"]
 
 
 def test_fused_steps_with_a_packed_state_equal_those_with_the_plain_state(monkeypatch):
-    """The same steps from identical agents, handing ``env_step`` the packed state or the AgentState, with the host
-    inputs and the action as numpy or through pinned host memory: the actions (of ``step`` and of ``act``),
-    metrics and final state are bitwise equal (packing and the transfer route move bytes, they change no value)."""
+    """The same steps from identical agents, handing ``env_step`` the packed state or the AgentState: the actions (of
+    ``step`` and of ``act``), metrics and final state are bitwise equal (packing moves bytes, it changes no
+    value)."""
     agents = {}
-    for mode, transfers in VARIANTS:
+    for mode in VARIANTS:
         monkeypatch.setattr(agent_module, "STATE_PACKING", mode)
-        monkeypatch.setattr(agent_module, "HOST_TRANSFERS", transfers)
         agent = _agent()
         storage = agent.replay_storage(64)
         rng = np.random.default_rng(1)
@@ -81,12 +80,11 @@ def test_fused_steps_with_a_packed_state_equal_those_with_the_plain_state(monkey
             actions.append(agent.step(t[5], noise, 1 if step >= 12 else 0, 1.5))
             if step == 13:
                 _ = agent.state  # read between steps (as an evaluation would): the next step continues from it
-        assert agent._host_io() == (transfers == "pinned")  # the CPU has pinned host memory; "auto" keeps numpy
         actions.append(agent.act(t[5], None))
         actions.append(agent.act(t[5], rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)))
-        agents[mode, transfers] = (agent, actions, agent.take_metrics())
+        agents[mode] = (agent, actions, agent.take_metrics())
     base, base_actions, base_metrics = agents[VARIANTS[0]]
-    assert isinstance(agents["matrices", "default"][0]._packed, PackedTree)
+    assert isinstance(agents["matrices"][0]._packed, PackedTree)
     for variant in VARIANTS[1:]:
         agent, actions, metrics = agents[variant]
         for x, y in zip(actions, base_actions, strict=True):
