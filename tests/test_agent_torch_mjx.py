@@ -1,0 +1,108 @@
+"""The torch agent on MJX environments (agent_torch/vector.py): zero-copy DLPack hand-over in the training loop,
+exact resume of the trainer's state, deterministic evaluation; one halfcheetah compilation (2 envs) for the module.
+
+Skipped only when the ``mjx`` extra is not installed (``pip install -e ".[mjx]"``; CI installs it).
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+pytest.importorskip("brax", reason="the mjx extra is not installed (pip install -e \".[mjx]\")")
+
+import torch  # noqa: E402
+
+from agent_common.schema import build_config  # noqa: E402
+from agent_torch import vector  # noqa: E402
+
+TINY = {"env.env_type": "mjx", "env.env_name": "halfcheetah", "num_train_envs": 2, "num_eval_envs": 2,
+        "num_eval_episodes": 2, "env.max_episode_steps": 12, "num_env_steps": 200, "agent.buffer_min_length": 8,
+        "agent.buffer_max_length": 30, "agent.sample_batch_size": 8, "agent.actor_hidden_dim": 8,
+        "agent.critic_hidden_dim": 8, "agent.actor_num_blocks": 1, "agent.critic_num_blocks": 1,
+        "agent.categorical_target_backend": "torch", "agent.device_type": "cpu", "num_threads": 1, "seed": 3}
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def _trainer(**extra):
+    return vector.make_vector_trainer(build_config({**TINY, **extra}, "torch"))
+
+
+def test_dlpack_hands_over_without_copies(monkeypatch):
+    """Every action reaches JAX as a view of the torch tensor, every step output reaches torch as a view of the
+    JAX array (equal data pointers), through the warm-up and the policy steps."""
+    handed, viewed = [], []
+
+    def spy_to_jax(tensor):
+        array = vector.jax.dlpack.from_dlpack(tensor)
+        handed.append((tensor.data_ptr(), array.unsafe_buffer_pointer()))
+        return array
+
+    def spy_step_to_torch(out):
+        views = original(out)
+        for name, tensor in views._asdict().items():
+            viewed.append((name, tensor.data_ptr(), getattr(out, name).unsafe_buffer_pointer()))
+        return views
+
+    original = vector.step_to_torch
+    monkeypatch.setattr(vector, "to_jax", spy_to_jax)
+    monkeypatch.setattr(vector, "step_to_torch", spy_step_to_torch)
+    trainer = _trainer()
+    trainer.advance(6)  # 4 warm-up steps (8 rows), then policy steps with updates
+    assert trainer.agent.update_step == 3
+    assert len(handed) == 6 and all(t == j for t, j in handed), handed
+    assert len(viewed) == 6 * 5 and all(t == j for _, t, j in viewed), viewed
+    stored = trainer.replay.rows()[-2:]  # the last step's rows: obs, action, reward, terminated, next obs, truncated
+    np.testing.assert_array_equal(stored[:, -1 - 17 : -1], np.asarray(trainer.state.env_state.obs))  # no reset
+    assert trainer.train_env.jit_step._cache_size() == 1  # the committed state and actions: one compilation
+
+
+def test_resume_continues_bitwise():
+    """State, rows and agent saved after a run of steps, loaded into a new trainer: the next steps, the rows, the
+    metrics and an evaluation are the same as the first trainer's."""
+    import tempfile
+
+    first = _trainer()
+    first.advance(7)
+    first.take_metrics()
+    with tempfile.TemporaryDirectory() as directory:
+        first.save_agent(directory)
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        rows = pickle.loads(pickle.dumps(first.buffer_state()))
+        first.advance(15)  # wraps the 30-row ring
+        want = (first.take_metrics(), first.buffer_state()["rows"], first.obs.clone(), first.evaluate(2))
+        second = _trainer()
+        second.load_agent(directory, True)
+        second.load_state_dict(state)
+        second.load_buffer_state(rows)
+    second.advance(15)
+    got = (second.take_metrics(), second.buffer_state()["rows"], second.obs.clone(), second.evaluate(2))
+    assert got[0] == want[0] and len(got[0]) == 7
+    np.testing.assert_array_equal(got[1], want[1])
+    assert torch.equal(got[2], want[2])
+    assert got[3] == want[3]
+    assert second.train_env is first.train_env  # the env (and its compilation) is cached per process
+    with pytest.raises(ValueError, match="trainer state: expected the torch agent's"):
+        second.load_state_dict({**state, "framework": "jax"})
+
+
+def test_evaluation_is_deterministic_and_counts_episodes():
+    trainer = _trainer(**{"num_eval_episodes": 4})
+    trainer.advance(5)
+    result = trainer.evaluate(4)  # 2 rounds of 2 envs, 12-step episodes (halfcheetah never terminates)
+    assert result["avg_length"] == 12.0 and np.isfinite(result["avg_return"])
+    assert set(result) == {"avg_return", "avg_length", "avg_success_once", "avg_success_end"}
+    assert trainer.evaluate(0) == {}
+    again = _trainer(**{"num_eval_episodes": 4})
+    again.advance(5)
+    assert again.evaluate(4) == result
+    trainer.load_buffer_state(None)  # a checkpoint without rows: an empty replay, a new warm-up
+    assert (len(trainer.replay), trainer.replay.can_sample()) == (0, False)
