@@ -8,7 +8,7 @@ One interaction step (``TorchVectorTrainer.advance``), with no host round trip:
    rows, else the policy on the current observation with device zeta noise (``agent.act_device``: a CUDA-graph
    replay on CUDA);
 2. the environments' jitted step (``MjxVecEnv.jit_step``, all envs at once) on that action, handed to JAX as a view
-   (``jax.dlpack.from_dlpack``); its outputs come back as torch views (``mjx_envs.torch_view.step_to_torch``);
+   (``mjx_envs.torch_view.TorchEnv.step``); its outputs come back as torch views;
 3. the E rows written into the device replay (``on_device.DeviceReplay``; the one copy), the reward statistics
    updated on the device (``on_device.DeviceRewardNormalizer``);
 4. once the replay can sample, ``updates_per_interaction_step`` updates, each on a batch sampled on the device with
@@ -16,40 +16,32 @@ One interaction step (``TorchVectorTrainer.advance``), with no host round trip:
 
 DLPack orders the two frameworks' GPU streams: JAX's step waits for torch's action, torch's reads wait for the step's
 outputs (so the next step's action, which may overwrite a graph's output, is computed after the step read it). The
-torch views of JAX arrays are only read (JAX arrays are immutable).
-
-JAX must not take most of the GPU's memory at start (its default) when torch shares the GPU: importing this module
-sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless it is set already.
+torch views of JAX arrays are only read (JAX arrays are immutable). The JAX side (env state, jitted calls, DLPack)
+is ``mjx_envs.torch_view.TorchEnv``; this module is torch only.
 """
 
 from __future__ import annotations
 
 import functools
-import os
+from typing import Any
 
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX's backend starts: torch shares the GPU
+import gymnasium as gym
+import numpy as np
+import torch
 
-from typing import Any  # noqa: E402
+from agent_common.loop import strict_backend_as_config_error
+from agent_common.schema import Config
+from agent_torch.agent import FlashSACAgent, make_agent
+from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator
+from agent_torch.replay import TensorRowStorage
+from mjx_envs.env import MjxVecEnv, make_mjx_env
+from mjx_envs.torch_view import TorchEnv
+from torch_impl import BackendUnavailable
 
-import gymnasium as gym  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from agent_common.loop import strict_backend_as_config_error  # noqa: E402
-from agent_common.schema import Config  # noqa: E402
-from agent_torch.agent import FlashSACAgent, make_agent  # noqa: E402
-from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator  # noqa: E402
-from agent_torch.replay import TensorRowStorage  # noqa: E402
-from mjx_envs.env import MjxEnvState, MjxVecEnv, key_from_seed, make_mjx_env  # noqa: E402
-from mjx_envs.torch_view import step_to_torch, to_torch  # noqa: E402
-from torch_impl import BackendUnavailable  # noqa: E402
-
-__all__ = ["TorchVectorTrainer", "jax_device_for", "make_vector_trainer", "to_jax"]
+__all__ = ["TorchVectorTrainer", "make_vector_trainer"]
 
 _NOISE_STREAM, _WARMUP_STREAM = 1, 3  # the loop's RNG stream numbers (the sampler's, 2, is TensorRowStorage's)
-_EVAL_KEY = 1  # the eval envs' key: fold_in(key_from_seed(seed), 1); the train envs use key_from_seed(seed)
+_EVAL_KEY_STREAM = 1  # the eval envs' key is derived from the seed's (TorchEnv's stream)
 _EVAL_CHECK_EVERY = 16  # eval steps between read-backs of "has every env finished an episode"
 
 
@@ -58,22 +50,6 @@ def _cached_env(task: str, num_envs: int, max_episode_steps: int | None, rescale
     """One ``MjxVecEnv`` (and so one compilation of its jitted reset and step) per shape in a process: a resume in
     the same process, or an eval env as large as the training one, reuses it."""
     return make_mjx_env(task, num_envs, max_episode_steps, rescale_action)
-
-
-def jax_device_for(device: torch.device) -> jax.Device:
-    """The JAX device that shares memory with the torch ``device`` (the same GPU, or the CPU)."""
-    if device.type == "cuda":
-        gpus = jax.devices("gpu")
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return gpus[index]
-    if device.type == "cpu":
-        return jax.devices("cpu")[0]
-    raise ValueError(f"device: expected a cuda or cpu torch device, got {device}")
-
-
-def to_jax(tensor: torch.Tensor) -> jax.Array:
-    """A contiguous torch tensor as a JAX array on the same device, sharing its memory (DLPack)."""
-    return jax.dlpack.from_dlpack(tensor)
 
 
 class TorchVectorTrainer:
@@ -90,9 +66,7 @@ class TorchVectorTrainer:
         a = cfg.agent
         seed = int(cfg.seed)
         self.cfg, self.agent = cfg, agent
-        self.train_env, self.eval_env = train_env, eval_env
         self.device = agent.device
-        self.jax_device = jax_device_for(self.device)
         self.num_envs = train_env.num_envs
         obs_dim, act_dim = train_env.observation_size, train_env.action_size
         storage = TensorRowStorage(a.buffer_max_length, 2 * obs_dim + act_dim + 3, obs_dim, self.device, seed)
@@ -106,16 +80,12 @@ class TorchVectorTrainer:
         self.action_high = torch.as_tensor(train_env.action_high, device=self.device)  # (A,)
         self.batch_size = int(a.sample_batch_size)
         self.updates_per_step = int(cfg.updates_per_interaction_step)
-        # Every array the jitted reset / step sees is committed to the device (DLPack actions are): one compilation.
-        self.state = train_env.jit_reset(self._commit(key_from_seed(seed)))
-        self.eval_state = eval_env.jit_reset(self._commit(jax.random.fold_in(key_from_seed(seed), _EVAL_KEY)))
-        self.obs = to_torch(_observation(train_env, self.state))  # (E, O) view
-
-    def _commit(self, tree: Any) -> Any:
-        return jax.device_put(tree, self.jax_device)
+        self.train_env = TorchEnv(train_env, self.device, seed)
+        self.eval_env = TorchEnv(eval_env, self.device, seed, stream=_EVAL_KEY_STREAM)
+        self.obs = self.train_env.observation()  # (E, O) view
 
     def _sync(self) -> None:
-        jax.block_until_ready(self.state)
+        self.train_env.block_until_ready()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
@@ -127,24 +97,22 @@ class TorchVectorTrainer:
         u = torch.rand(shape, generator=self.warmup, device=self.device)  # (E, A)
         return self.action_low + u * (self.action_high - self.action_low)
 
-    def advance(self, num_steps: int) -> None:
-        """``num_steps`` interaction steps (every env once per step) with their updates, then waits for the device.
-        Nothing is read back."""
-        step_fn = self.train_env.jit_step
-        for _ in range(int(num_steps)):
-            action = self._action()  # (E, A)
-            out = step_fn(self.state, to_jax(action))
-            view = step_to_torch(out)
-            self.replay.add(self.obs, action, view.reward, view.terminated, view.truncated, view.final_obs)
-            self.normalizer.update(view.reward, view.terminated, view.truncated)
-            self.state, self.obs = out.state, view.obs
-            if self.replay.can_sample():
-                self.agent.device_updates(self.updates_per_step, self._sample)
-        self._sync()
-
     def _sample(self) -> torch.Tensor:
         """A (B, 2O + A + 2) device batch, rewards divided by the current device divisor."""
         return self.replay.sample(self.batch_size, self.normalizer.scale())
+
+    def advance(self, num_steps: int) -> None:
+        """``num_steps`` interaction steps (every env once per step) with their updates, then waits for the device.
+        Nothing is read back."""
+        for _ in range(int(num_steps)):
+            action = self._action()  # (E, A)
+            out = self.train_env.step(action)
+            self.replay.add(self.obs, action, out.reward, out.terminated, out.truncated, out.final_obs)
+            self.normalizer.update(out.reward, out.terminated, out.truncated)
+            self.obs = out.obs
+            if self.replay.can_sample():
+                self.agent.device_updates(self.updates_per_step, self._sample)
+        self._sync()
 
     def take_metrics(self) -> dict[str, tuple[float, int]]:
         """The update metrics since the last call, ``{name: (sum, count)}`` (one device read).
@@ -158,7 +126,7 @@ class TorchVectorTrainer:
     def info(self) -> dict[str, float | str]:
         """The agent's ``info()``, its ``compile/path`` extended by how the environments step."""
         info = self.agent.info()
-        info["compile/path"] = (f"{info['compile/path']}; MJX envs: jax.jit step on {self.jax_device}, "
+        info["compile/path"] = (f"{info['compile/path']}; MJX envs: jitted JAX step on {self.train_env.jax_device}, "
                                 "DLPack views both ways, replay rows on the agent's device")
         return info
 
@@ -168,24 +136,22 @@ class TorchVectorTrainer:
         ``num_episodes / num_eval_envs`` rounds, each from freshly reset envs, returns summed until each env's
         first episode end. The eval envs' key advances, so every evaluation sees new initial states."""
         env = self.eval_env
+        num_envs, limit = env.env.num_envs, env.env.max_episode_steps
         returns, lengths = [], []
-        for _ in range(max(1, num_episodes // env.num_envs) if num_episodes > 0 else 0):
-            state = env.jit_reset(self.eval_state.key)
-            obs = to_torch(_observation(env, state))
-            ret = torch.zeros(env.num_envs, dtype=torch.float64, device=self.device)  # (E,)
-            length = torch.zeros(env.num_envs, dtype=torch.int64, device=self.device)  # (E,)
-            done_once = torch.zeros(env.num_envs, dtype=torch.bool, device=self.device)  # (E,)
-            for t in range(env.max_episode_steps):
-                out = env.jit_step(state, to_jax(self.agent.act_device(obs, None)))
-                view = step_to_torch(out)
+        for _ in range(max(1, num_episodes // num_envs) if num_episodes > 0 else 0):
+            obs = env.reset()
+            ret = torch.zeros(num_envs, dtype=torch.float64, device=self.device)  # (E,)
+            length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)  # (E,)
+            done_once = torch.zeros(num_envs, dtype=torch.bool, device=self.device)  # (E,)
+            for t in range(limit):
+                out = env.step(self.agent.act_device(obs, None))
                 alive = ~done_once
-                ret += torch.where(alive, view.reward.to(torch.float64), 0.0)
+                ret += torch.where(alive, out.reward.to(torch.float64), 0.0)
                 length += alive.to(torch.int64)
-                done_once |= (view.terminated > 0) | (view.truncated > 0)
-                state, obs = out.state, view.obs
+                done_once |= (out.terminated > 0) | (out.truncated > 0)
+                obs = out.obs
                 if (t + 1) % _EVAL_CHECK_EVERY == 0 and bool(done_once.all()):
                     break
-            self.eval_state = state
             returns.append(ret.cpu().numpy())
             lengths.append(length.cpu().numpy())
         if not returns:
@@ -203,13 +169,13 @@ class TorchVectorTrainer:
         self.agent.load(directory, load_optimizer=load_optimizer)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything but the agent's files and the replay rows, as numpy / Python values: both env states (JAX
-        leaves), the replay's size, ring index and sampler generator, the reward statistics, the noise and the
-        warm-up generator."""
+        """Everything but the agent's files and the replay rows, as numpy / Python values: both env states, the
+        replay's size, ring index and sampler generator, the reward statistics, the noise and the warm-up
+        generator."""
         return {
             "framework": "torch",
-            "train_env_state": _leaves(self.state),
-            "eval_env_state": _leaves(self.eval_state),
+            "train_env_state": self.train_env.state_dict(),
+            "eval_env_state": self.eval_env.state_dict(),
             "replay": self.replay.state_dict(),
             "reward_normalizer": self.normalizer.state_dict(),
             "noise": self.noise.state_dict(),
@@ -225,25 +191,14 @@ class TorchVectorTrainer:
         """
         if state.get("framework") != "torch":
             raise ValueError(f"trainer state: expected the torch agent's, got {state.get('framework')!r}'s")
-        self.state = self._restore(self.state, state["train_env_state"])
-        self.eval_state = self._restore(self.eval_state, state["eval_env_state"])
-        self.obs = to_torch(_observation(self.train_env, self.state))
+        self.train_env.load_state_dict(state["train_env_state"])
+        self.eval_env.load_state_dict(state["eval_env_state"])
+        self.obs = self.train_env.observation()
         self.replay.load_state_dict(state["replay"])
         if self.cfg.agent.load_reward_normalizer:
             self.normalizer.load_state_dict(state["reward_normalizer"])
         self.noise.load_state_dict(state["noise"])
         self.warmup.set_state(state["warmup_generator"])
-
-    def _restore(self, current: Any, leaves: list[np.ndarray]) -> Any:
-        old = jax.tree_util.tree_leaves(current)
-        if len(old) != len(leaves):
-            raise ValueError(f"env state: expected {len(old)} arrays, got {len(leaves)}")
-        for x, y in zip(old, leaves, strict=True):
-            if tuple(x.shape) != tuple(np.shape(y)):
-                raise ValueError(f"env state: an array of shape {tuple(x.shape)} was saved as {np.shape(y)} "
-                                 "(another num_train_envs / num_eval_envs?)")
-        arrays = [jnp.asarray(np.asarray(y), dtype=x.dtype) for x, y in zip(old, leaves, strict=True)]
-        return self._commit(jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(current), arrays))
 
     def buffer_state(self) -> dict[str, Any]:
         """``{"rows": (size, 2O + A + 3) float32}``, ``ROW_KEYS`` columns (one device read)."""
@@ -256,16 +211,6 @@ class TorchVectorTrainer:
     def close(self) -> None:
         """Waits for the device (the envs are cached per process and stay)."""
         self._sync()
-
-
-def _observation(env: MjxVecEnv, state: MjxEnvState) -> jax.Array:
-    """(E, O) float32 observation of ``state`` (the state's own array when it is float32 already: no copy)."""
-    obs = state.env_state.obs
-    return obs if obs.dtype == jnp.float32 else env.observation(state)
-
-
-def _leaves(tree: Any) -> list[np.ndarray]:
-    return [np.asarray(leaf).copy() for leaf in jax.tree_util.tree_leaves(tree)]
 
 
 def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:

@@ -17,6 +17,7 @@ import torch  # noqa: E402
 
 from agent_common.schema import build_config  # noqa: E402
 from agent_torch import vector  # noqa: E402
+from mjx_envs import torch_view  # noqa: E402
 
 TINY = {"env.env_type": "mjx", "env.env_name": "halfcheetah", "num_train_envs": 2, "num_eval_envs": 2,
         "num_eval_episodes": 2, "env.max_episode_steps": 12, "num_env_steps": 200, "agent.buffer_min_length": 8,
@@ -40,29 +41,30 @@ def test_dlpack_hands_over_without_copies(monkeypatch):
     """Every action reaches JAX as a view of the torch tensor, every step output reaches torch as a view of the
     JAX array (equal data pointers), through the warm-up and the policy steps."""
     handed, viewed = [], []
+    from_torch, step_to_torch = torch_view.from_torch, torch_view.step_to_torch
 
-    def spy_to_jax(tensor):
-        array = vector.jax.dlpack.from_dlpack(tensor)
+    def spy_from_torch(tensor):
+        array = from_torch(tensor)
         handed.append((tensor.data_ptr(), array.unsafe_buffer_pointer()))
         return array
 
     def spy_step_to_torch(out):
-        views = original(out)
+        views = step_to_torch(out)
         for name, tensor in views._asdict().items():
             viewed.append((name, tensor.data_ptr(), getattr(out, name).unsafe_buffer_pointer()))
         return views
 
-    original = vector.step_to_torch
-    monkeypatch.setattr(vector, "to_jax", spy_to_jax)
-    monkeypatch.setattr(vector, "step_to_torch", spy_step_to_torch)
+    monkeypatch.setattr(torch_view, "from_torch", spy_from_torch)
+    monkeypatch.setattr(torch_view, "step_to_torch", spy_step_to_torch)
     trainer = _trainer()
     trainer.advance(6)  # 4 warm-up steps (8 rows), then policy steps with updates
     assert trainer.agent.update_step == 3
     assert len(handed) == 6 and all(t == j for t, j in handed), handed
     assert len(viewed) == 6 * 5 and all(t == j for _, t, j in viewed), viewed
+    assert trainer.obs.data_ptr() == [ptr for name, ptr, _ in viewed if name == "obs"][-1]  # the next step's input
     stored = trainer.replay.rows()[-2:]  # the last step's rows: obs, action, reward, terminated, next obs, truncated
-    np.testing.assert_array_equal(stored[:, -1 - 17 : -1], np.asarray(trainer.state.env_state.obs))  # no reset
-    assert trainer.train_env.jit_step._cache_size() == 1  # the committed state and actions: one compilation
+    np.testing.assert_array_equal(stored[:, -18:-1], trainer.obs.numpy())  # no episode ended: next obs = obs
+    assert trainer.train_env.env.jit_step._cache_size() == 1  # the committed state and actions: one compilation
 
 
 def test_resume_continues_bitwise():
@@ -89,7 +91,7 @@ def test_resume_continues_bitwise():
     np.testing.assert_array_equal(got[1], want[1])
     assert torch.equal(got[2], want[2])
     assert got[3] == want[3]
-    assert second.train_env is first.train_env  # the env (and its compilation) is cached per process
+    assert second.train_env.env is first.train_env.env  # the env (and its compilation) is cached per process
     with pytest.raises(ValueError, match="trainer state: expected the torch agent's"):
         second.load_state_dict({**state, "framework": "jax"})
 
