@@ -108,3 +108,87 @@ def test_evaluation_is_deterministic_and_counts_episodes():
     assert again.evaluate(4) == result
     trainer.load_buffer_state(None)  # a checkpoint without rows: an empty replay, a new warm-up
     assert (len(trainer.replay), trainer.replay.can_sample()) == (0, False)
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+def _cli_overrides(**extra):
+    """The tiny config as --overrides (the env shape of ``TINY``: the compiled env is reused), explicit schedules so
+    that runs of different lengths share them."""
+    values = {**TINY, "learning_rate_warmup_step": 5, "learning_rate_decay_step": 200,
+              "evaluation_per_interaction_step": 10, "metrics_per_interaction_step": 10,
+              "logging_per_interaction_step": 5, "save_checkpoint_per_interaction_step": 10,
+              "progress_bar": False, **extra}
+    values = {("agent." + k if k.startswith("learning_rate") else k): v for k, v in values.items()}
+    argv = []
+    for key, value in values.items():
+        argv += ["--overrides", f"{key}={'null' if value is None else value}"]
+    return argv
+
+
+def _main(argv):
+    from agent_torch.train import main
+
+    return main(argv)
+
+
+def test_cli_trains_and_resumes_exactly(tmp_path, capsys):
+    """``python -m agent_torch.train`` with env.env_type=mjx: a run of 60 interaction steps, and a run stopped at 30
+    then resumed to 60, end with the same evaluations, networks and replay rows."""
+    from agent_common.logger import read_eval_csv
+
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert _main(_cli_overrides(num_env_steps=120, save_path=whole)) == 0
+    out = capsys.readouterr()
+    assert "[completed] env_step=120" in out.out and "time_to_first_update=" in out.out
+    assert "compute path: torch" in out.err and "MJX envs: jitted JAX step" in out.err
+    assert (whole / "tb").is_dir() and (whole / "config.yaml").is_file()
+    assert _main(_cli_overrides(num_env_steps=60, save_path=split)) == 0
+    assert _main(_cli_overrides(num_env_steps=120, save_path=split, agent_load_path=split)) == 0
+    assert "resumed from" in capsys.readouterr().err
+    evals = read_eval_csv(str(whole / "eval.csv"))
+    assert [s for s, _ in evals] == [0, 20, 40, 60, 80, 100, 120]
+    assert read_eval_csv(str(split / "eval.csv")) == evals
+    final = "checkpoints/step120"
+    for name in ("actor.pt", "critic.pt", "target_critic.pt", "temperature.pt"):
+        a = torch.load(whole / final / "agent" / name, weights_only=False)
+        b = torch.load(split / final / "agent" / name, weights_only=False)
+        for key, value in a["network_state_dict"].items():
+            assert torch.equal(value, b["network_state_dict"][key]), (name, key)
+    rows = [pickle.loads((run / final / "replay_buffer.pkl").read_bytes())["rows"] for run in (whole, split)]
+    np.testing.assert_array_equal(rows[0], rows[1])
+    assert rows[0].shape == (30, 2 * 17 + 6 + 3)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("agent.sample_batch_size=9", "'agent.sample_batch_size'"),  # 2 envs fill 8 rows by the first update
+    ("n_step=3", "invalid value 3 for 'n_step': must be 1 with env.env_type=mjx"),
+    ("env.env_name=HalfCheetah-v4", "'env.env_name'"),
+    ("num_eval_episodes=3", "'num_eval_episodes'"),
+])
+def test_cli_config_errors_exit_2(override, message, tmp_path, capsys):
+    run = tmp_path / "run"
+    try:
+        code = _main([*_cli_overrides(save_path=run), "--overrides", override])
+    except SystemExit as exc:  # errors of the command line itself (parse_args) exit from inside
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not run.exists()  # nothing written
+
+
+def test_cli_strict_backend_that_cannot_run_exits_2(monkeypatch, tmp_path, capsys):
+    """A strict target backend the agent cannot run (no GPU) is a config error of the trainer's factory."""
+    from torch_impl import BackendUnavailable
+
+    def unavailable(*args):
+        raise BackendUnavailable("triton needs a CUDA device")
+
+    monkeypatch.setattr(vector, "make_agent", unavailable)
+    run = tmp_path / "run"
+    code = _main([*_cli_overrides(save_path=run), "--overrides", "agent.categorical_target_backend=triton",
+                  "--overrides", "agent.categorical_target_strict=true"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "config error: agent.categorical_target_backend=triton with agent.categorical_target_strict=true cannot " \
+           "run here: triton needs a CUDA device" in err
+    assert not run.exists()
