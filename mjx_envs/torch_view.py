@@ -81,7 +81,7 @@ def jax_device_for(device: torch.device) -> jax.Device:
     """
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
-        return jax.devices("gpu")[index]
+        return jax.devices("gpu")[index]  # JAX's name for its CUDA (or ROCm) platform
     if device.type == "cpu":
         return jax.devices("cpu")[0]
     raise ValueError(f"device: expected a cuda or cpu torch device, got {device}")
