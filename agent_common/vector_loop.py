@@ -61,6 +61,7 @@ from agent_common.schema import Config, ConfigError, run_dir_of_checkpoint
 __all__ = [
     "DRIVER",
     "MAX_STEPS_PER_CALL",
+    "StopSignals",
     "VectorFactory",
     "VectorTrainer",
     "interaction_steps_per_call",
@@ -158,11 +159,11 @@ def interaction_steps_per_call(cfg: Config) -> int:
     return -(-every // calls)
 
 
-class _StopSignals(StopFlag):
+class StopSignals(StopFlag):
     """``StopFlag`` (first Ctrl-C: stop after the current call and checkpoint; second: abort) plus SIGTERM, which
     also stops after the current call and checkpoints."""
 
-    def __enter__(self) -> _StopSignals:
+    def __enter__(self) -> StopSignals:
         super().__enter__()
         self._previous_term: Any = None
         if threading.current_thread() is threading.main_thread():
@@ -428,7 +429,7 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
     update_time, updates_this_call, postfix_time = 0.0, 0, 0.0
     bar = tqdm(total=n_int * num_envs, initial=min(start_step, n_int) * num_envs, unit="step", dynamic_ncols=True,
                disable=not cfg.progress_bar, file=sys.stderr, mininterval=1.0)
-    with _StopSignals() as stop:
+    with StopSignals() as stop:
         try:
             while run.interaction_step < n_int:
                 begin = run.interaction_step

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 from typing import Any
 
 import flax.struct
@@ -52,7 +53,8 @@ from agent_jax.step import METRIC_NAMES, DeviceReplay, create_device_replay, pol
 from agent_jax.update import UpdateContext, update_networks
 from mjx_envs.env import MjxEnvState, MjxVecEnv, make_mjx_env
 
-__all__ = ["JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer", "train_steps"]
+__all__ = ["FAST_COMPILE_ENV", "JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer",
+           "normalizer_update", "programs", "train_steps"]
 
 Array = jax.Array
 
@@ -152,7 +154,7 @@ def _metric_vector(info: dict[str, Array]) -> tuple[Array, Array]:
     return values * present, present
 
 
-def _normalizer_update(c: VectorState, reward: Array, done: Array, spec: ScanSpec) -> dict[str, Array]:
+def normalizer_update(c: VectorState, reward: Array, done: Array, spec: ScanSpec) -> dict[str, Array]:
     """``RewardNormalizer.update`` in float32 (G, |G| max, upstream's running moments with its count quirk)."""
     ret = spec.gamma * (1.0 - done) * c.ret + reward  # (E,)
     ret_max = jnp.maximum(c.ret_max, jnp.max(jnp.abs(ret)))
@@ -220,7 +222,7 @@ def _interaction_step(c: VectorState, ctx: UpdateContext, active: Array, spec: S
     replay = _insert_if(c.replay, rows, active)
     done = jnp.maximum(out.terminated, out.truncated)  # (E,) in {0, 1}
     stepped = c.replace(env=out.state, key=key, noise_eps=noise[0], noise_repeat=noise[1], noise_count=noise[2],
-                        **_normalizer_update(c, out.reward, done, spec))
+                        **normalizer_update(c, out.reward, done, spec))
     agent, updated = _updates(stepped, replay, _reward_scale(stepped, spec), ctx, spec)
     learn = replay.size >= spec.min_rows
     agent = _select(learn, agent, c.agent)
@@ -236,8 +238,7 @@ def _interaction_step(c: VectorState, ctx: UpdateContext, active: Array, spec: S
     return kept.replace(replay=kept.replay.replace(rows=rows_after))
 
 
-@functools.partial(jax.jit, static_argnames=("spec",), donate_argnums=(0,))
-def train_steps(carry: VectorState, ctx: UpdateContext, num_steps: Array, *, spec: ScanSpec) -> VectorState:
+def _train_steps(carry: VectorState, ctx: UpdateContext, num_steps: Array, *, spec: ScanSpec) -> VectorState:
     """``num_steps`` (<= ``spec.length``) interaction steps in one ``lax.scan`` of ``spec.length`` (module doc).
 
     Args:
@@ -257,9 +258,8 @@ def train_steps(carry: VectorState, ctx: UpdateContext, num_steps: Array, *, spe
     return carry
 
 
-@functools.partial(jax.jit, static_argnames=("env", "actor_def"))
-def evaluate_round(params: Any, batch_stats: Any, key: Array, *, env: MjxVecEnv,
-                   actor_def: Any) -> tuple[Array, Array]:
+def _evaluate_round(params: Any, batch_stats: Any, key: Array, *, env: MjxVecEnv,
+                    actor_def: Any) -> tuple[Array, Array]:
     """One evaluation round: every env from a fresh reset (``key``), the deterministic policy tanh(mean), until
     each env has finished once; returns and lengths count up to each env's first end.
 
@@ -284,6 +284,28 @@ def evaluate_round(params: Any, batch_stats: Any, key: Array, *, env: MjxVecEnv,
              jnp.zeros(num_envs, bool))
     _, ret, length, _ = jax.lax.while_loop(running, body, start)
     return ret, length
+
+
+def _reset(key: Array, *, env: MjxVecEnv) -> MjxEnvState:
+    return env.reset(key)
+
+
+FAST_COMPILE_ENV = "FLASHSAC_MJX_FAST_COMPILE"
+"""``FLASHSAC_MJX_FAST_COMPILE=1``: compile the MJX programs with XLA's backend optimisations off (the CPU tests:
+compiles several times faster, steps slower)."""
+
+
+@functools.lru_cache(maxsize=2)
+def programs(fast_compile: bool = False) -> tuple[Any, Any, Any]:
+    """The jitted (``train_steps``, ``evaluate_round``, reset) programs, with XLA's backend optimisations off when
+    ``fast_compile`` (``FAST_COMPILE_ENV``)."""
+    options = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True} if fast_compile else None
+    return (jax.jit(_train_steps, static_argnames=("spec",), donate_argnums=(0,), compiler_options=options),
+            jax.jit(_evaluate_round, static_argnames=("env", "actor_def"), compiler_options=options),
+            jax.jit(_reset, static_argnames=("env",), compiler_options=options))
+
+
+train_steps, evaluate_round, _ = programs()
 
 
 @functools.lru_cache(maxsize=8)
@@ -347,12 +369,13 @@ class JaxVectorTrainer:
             batch_size=int(a.sample_batch_size), min_rows=int(a.buffer_min_length), gamma=float(cfg.gamma),
             normalized_G_max=float(a.normalized_G_max), normalize_reward=bool(a.normalize_reward),
             zeta_cdf=tuple(float(v) for v in truncated_zeta_cdf(a.actor_noise_zeta_mu, a.actor_noise_zeta_max)))
+        self._train_steps, self._evaluate_round, reset = programs(os.environ.get(FAST_COMPILE_ENV) == "1")
         root = jax.random.PRNGKey(int(cfg.seed))
         replay = create_device_replay(int(a.buffer_max_length), row_width(obs_dim, act_dim),
                                       np.asarray(jax.random.fold_in(root, _REPLAY_STREAM)), self.device)
         f32, i32 = jnp.float32, jnp.int32
         carry = VectorState(
-            agent=self.agent.state, replay=replay, env=self.env.jit_reset(jax.random.fold_in(root, _ENV_STREAM)),
+            agent=self.agent.state, replay=replay, env=reset(jax.random.fold_in(root, _ENV_STREAM), env=self.env),
             key=jax.random.fold_in(root, _EXPLORE_STREAM), noise_eps=jnp.zeros((self.num_envs, act_dim), f32),
             noise_count=jnp.zeros((), i32), noise_repeat=jnp.ones((), i32), ret=jnp.zeros(self.num_envs, f32),
             ret_max=jnp.zeros((), f32), ret_mean=jnp.zeros((), f32), ret_var=jnp.ones((), f32),
@@ -365,7 +388,7 @@ class JaxVectorTrainer:
         """``train_steps`` over ``num_steps`` interaction steps; returns when the device has finished them."""
         if not 1 <= num_steps <= self.spec.length:
             raise ValueError(f"num_steps: expected 1 <= num_steps <= {self.spec.length}, got {num_steps}")
-        self.carry = train_steps(self.carry, self.agent.ctx, np.int32(num_steps), spec=self.spec)
+        self.carry = self._train_steps(self.carry, self.agent.ctx, np.int32(num_steps), spec=self.spec)
         self.carry.update_step.block_until_ready()
 
     def evaluate(self, num_episodes: int) -> dict[str, float]:
@@ -375,7 +398,7 @@ class JaxVectorTrainer:
         for _ in range(num_episodes // self.eval_env.num_envs if num_episodes > 0 else 0):
             keys = jax.random.split(jnp.asarray(self.eval_key))
             self.eval_key = np.asarray(keys[0])
-            ret, length = evaluate_round(actor.params, actor.batch_stats, keys[1], env=self.eval_env,
+            ret, length = self._evaluate_round(actor.params, actor.batch_stats, keys[1], env=self.eval_env,
                                          actor_def=self.spec.actor_def)
             returns.append(np.asarray(ret, np.float64))
             lengths.append(np.asarray(length, np.float64))
