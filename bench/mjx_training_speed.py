@@ -41,9 +41,10 @@ def overrides(framework: str, task: str, num_envs: int, steps: int, warmup_steps
     """The overrides of one run (seed, backend and run directory are added by ``train_command``)."""
     from mjx_envs.recipe import gpu_recipe
 
-    ours = [f"num_train_envs={num_envs}", f"num_env_steps={num_envs * steps}", f"agent.buffer_min_length={num_envs * warmup_steps}",
-            f"num_eval_envs={num_envs}", "num_eval_episodes=0", f"logging_per_interaction_step={log_every}",
-            f"save_checkpoint_per_interaction_step={steps}", "save_buffer=false"]
+    ours = [f"num_train_envs={num_envs}", f"num_env_steps={num_envs * steps}",
+            f"agent.buffer_min_length={num_envs * warmup_steps}", f"num_eval_envs={num_envs}", "num_eval_episodes=0",
+            f"logging_per_interaction_step={log_every}", f"save_checkpoint_per_interaction_step={steps}",
+            "save_buffer=false"]
     return merge_overrides(merge_overrides(gpu_recipe(task, framework), ours), extra)
 
 
