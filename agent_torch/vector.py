@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from agent_common.loop import strict_backend_as_config_error
-from agent_common.schema import Config
+from agent_common.schema import Config, ConfigError
 from agent_torch.agent import FlashSACAgent, make_agent
 from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator
 from agent_torch.replay import TensorRowStorage
@@ -214,8 +214,15 @@ class TorchVectorTrainer:
 
 
 def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
-    """``VectorFactory`` of the torch agent: the MJX envs (cached per process), the agent (a strict backend that
-    cannot run here is a ``ConfigError``, exit 2, before any step) and the trainer."""
+    """``VectorFactory`` of the torch agent: the MJX envs (cached per process), the agent and the trainer.
+
+    Raises:
+        ConfigError: ``agent.buffer_device_type=cpu`` (the replay rows live on the agent's device, with the envs), or
+            a strict categorical-target backend that cannot run here; before any env step.
+    """
+    if cfg.agent.buffer_device_type == "cpu":
+        raise ConfigError("invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx the torch agent "
+                          "keeps the replay rows on its device, with the envs; use auto or cuda")
     env_cfg = cfg.env
     train_env = _cached_env(env_cfg.env_name, int(cfg.num_train_envs), env_cfg.max_episode_steps,
                             bool(env_cfg.rescale_action))

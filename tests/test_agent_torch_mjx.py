@@ -174,6 +174,8 @@ def test_cli_trains_and_resumes_exactly(tmp_path, capsys):
     ("n_step=3", "invalid value 3 for 'n_step': must be 1 with env.env_type=mjx"),
     ("env.env_name=HalfCheetah-v4", "'env.env_name'"),
     ("num_eval_episodes=3", "'num_eval_episodes'"),
+    ("agent.buffer_device_type=cpu", "invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx the "
+                                     "torch agent keeps the replay rows on its device"),
 ])
 def test_cli_config_errors_exit_2(override, message, tmp_path, capsys):
     run = tmp_path / "run"
