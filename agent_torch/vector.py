@@ -22,7 +22,6 @@ is ``mjx_envs.torch_view.TorchEnv``; this module is torch only.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import gymnasium as gym
@@ -34,7 +33,7 @@ from agent_common.schema import Config, ConfigError
 from agent_torch.agent import FlashSACAgent, make_agent
 from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator
 from agent_torch.replay import TensorRowStorage
-from mjx_envs.env import MjxVecEnv, make_mjx_env
+from mjx_envs.env import MjxVecEnv, cached_mjx_env
 from mjx_envs.torch_view import TorchEnv
 from torch_impl import BackendUnavailable
 
@@ -43,13 +42,6 @@ __all__ = ["TorchVectorTrainer", "make_vector_trainer"]
 _NOISE_STREAM, _WARMUP_STREAM = 1, 3  # the loop's RNG stream numbers (the sampler's, 2, is TensorRowStorage's)
 _EVAL_KEY_STREAM = 1  # the eval envs' key is derived from the seed's (TorchEnv's stream)
 _EVAL_CHECK_EVERY = 16  # eval steps between read-backs of "has every env finished an episode"
-
-
-@functools.lru_cache(maxsize=4)
-def _cached_env(task: str, num_envs: int, max_episode_steps: int | None, rescale_action: bool) -> MjxVecEnv:
-    """One ``MjxVecEnv`` (and so one compilation of its jitted reset and step) per shape in a process: a resume in
-    the same process, or an eval env as large as the training one, reuses it."""
-    return make_mjx_env(task, num_envs, max_episode_steps, rescale_action)
 
 
 class TorchVectorTrainer:
@@ -214,7 +206,8 @@ class TorchVectorTrainer:
 
 
 def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
-    """``VectorFactory`` of the torch agent: the MJX envs (cached per process), the agent and the trainer.
+    """``VectorFactory`` of the torch agent: the MJX envs (``cached_mjx_env``: one per shape in a process), the agent
+    and the trainer.
 
     Raises:
         ConfigError: ``agent.buffer_device_type=cpu`` (the replay rows live on the agent's device, with the envs), or
@@ -224,9 +217,9 @@ def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
         raise ConfigError("invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx the torch agent "
                           "keeps the replay rows on its device, with the envs; use auto or cuda")
     env_cfg = cfg.env
-    train_env = _cached_env(env_cfg.env_name, int(cfg.num_train_envs), env_cfg.max_episode_steps,
+    train_env = cached_mjx_env(env_cfg.env_name, int(cfg.num_train_envs), env_cfg.max_episode_steps,
                             bool(env_cfg.rescale_action))
-    eval_env = _cached_env(env_cfg.env_name, int(cfg.num_eval_envs), env_cfg.max_episode_steps,
+    eval_env = cached_mjx_env(env_cfg.env_name, int(cfg.num_eval_envs), env_cfg.max_episode_steps,
                            bool(env_cfg.rescale_action))
     obs_space = gym.spaces.Box(-np.inf, np.inf, (train_env.observation_size,), np.float32)
     act_space = gym.spaces.Box(train_env.action_low, train_env.action_high, dtype=np.float32)

@@ -19,6 +19,7 @@ Everything is a pure function of its inputs: ``reset`` and ``step`` can be jitte
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from typing import Any, NamedTuple
@@ -35,8 +36,8 @@ warnings.filterwarnings("ignore", message=r"Brax System, piplines and environmen
 warnings.filterwarnings("ignore", message=r"JAXopt is no longer maintained", category=DeprecationWarning)
 warnings.filterwarnings("ignore", message=r"Accessing `(contact|ncon)` directly", category=DeprecationWarning)
 
-__all__ = ["DEFAULT_MAX_EPISODE_STEPS", "FAST_COMPILE_ENV", "MjxEnvState", "MjxStep", "MjxVecEnv", "compiler_options",
-           "key_from_seed", "make_mjx_env"]
+__all__ = ["DEFAULT_MAX_EPISODE_STEPS", "FAST_COMPILE_ENV", "MjxEnvState", "MjxStep", "MjxVecEnv", "cached_mjx_env",
+           "compiler_options", "key_from_seed", "make_mjx_env"]
 
 DEFAULT_MAX_EPISODE_STEPS = 1000
 """Episode-length limit when none is given: the gymnasium tasks' TimeLimit."""
@@ -261,3 +262,12 @@ def make_mjx_env(
         ValueError: an unknown task or a bad ``num_envs`` / ``max_episode_steps``, naming the argument.
     """
     return MjxVecEnv(task, num_envs, max_episode_steps, rescale_action)
+
+
+@functools.lru_cache(maxsize=8)
+def cached_mjx_env(task: str, num_envs: int, max_episode_steps: int | None = None,
+                   rescale_action: bool = True) -> MjxVecEnv:
+    """``make_mjx_env``, one per configuration in a process: its jitted reset and step (and the programs an agent
+    caches by the env's identity) compile once, so a resume in the same process, a second run of the same
+    configuration, or evaluation envs as many as the training ones reuse them."""
+    return make_mjx_env(task, num_envs, max_episode_steps, rescale_action)
