@@ -144,6 +144,9 @@ class VectorTrainer(Protocol):
         """Releases what the trainer holds (called once, also after an error)."""
         ...
 
+    # Optional: ``precompile() -> None``, called once before the initial evaluation of a run that has steps left:
+    # starts compiling the training program in the background (the first ``advance`` waits for it).
+
 
 VectorFactory = Callable[[Config], VectorTrainer]
 """``make_vector_trainer(cfg) -> VectorTrainer``; raises ``ConfigError`` for a config it cannot run, before work."""
@@ -417,6 +420,9 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
 
     start_step = run.interaction_step
     n_int = run.num_interaction_steps
+    precompile = getattr(trainer, "precompile", None)
+    if callable(precompile) and start_step < n_int:
+        precompile()  # the training program compiles during the initial evaluation
     log_info(logger.first_step)
     announce_compute_path(trainer)  # type: ignore[arg-type]
     timeline = UpdateTimeline(launch_time())

@@ -18,6 +18,7 @@ from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
 from agent_common.schema import Config, target_entropy
 from agent_jax import parallel
 from agent_jax.compilation_cache import compute_path
+from agent_jax.packing import PackedTree, packed, unpacked
 from agent_jax.state import AgentState, build_networks, create_agent_state
 from agent_jax.step import (
     METRIC_NAMES,
@@ -41,6 +42,14 @@ log = logging.getLogger("flashsac.agent_jax")
 NETWORK_FILES = ("actor", "critic", "target_critic", "temperature")  # <name>.pkl, as agent_torch's <name>.pt
 AGENT_STATE_FILE = "agent_state.pkl"
 _REPLAY_KEY_STREAM = 2  # the replay sampler's key: jax.random.fold_in(PRNGKey(seed), 2)
+HOST_TRANSFERS = "auto"
+"""How the per-call host inputs (observation, noise, the step's packed rows) and the action travel: "pinned" puts
+them in pinned host memory and the program copies them in and the action out (no separate synchronous transfer on
+either side); "default" passes numpy arrays and reads the device result back; "auto" is "pinned" on a GPU and
+"default" elsewhere (docs/flashsac.md, "JAX training loop")."""
+STATE_PACKING: str | None = "matrices"
+"""How ``step`` hands the state to ``env_step``: an ``agent_jax.packing`` mode, or None for the AgentState's own
+leaves. Packing cuts the host time of the per-env-step dispatch (docs/flashsac.md, "JAX training loop")."""
 
 
 def resolve_device(device_type: str) -> jax.Device:
@@ -107,7 +116,10 @@ class FlashSACAgent:
         # Commit everything to the device: uncommitted and committed inputs are different jit cache entries, so an
         # uncommitted initial state would compile each update variant twice.
         self.mesh = parallel.make_mesh(int(cfg.num_devices), self.device)  # None: one device
-        self.state: AgentState = self._place(state)
+        self._host_memory = _pinned_host_memory(self.device) if self.mesh is None else None
+        self._state: AgentState | None = None
+        self._packed: PackedTree | None = None  # the state as ``env_step`` takes it (``STATE_PACKING``)
+        self.state = self._place(state)
         self.ctx = self._place(self.ctx)
         self.observation_dim = observation_dim
         self.action_dim = action_dim
@@ -124,6 +136,28 @@ class FlashSACAgent:
         # ``env_step`` programs being compiled in the background (``precompile_step``): static key -> done event
         self._precompiling: dict[tuple[Any, ...], threading.Event] = {}
         log.info("categorical_td_target backend: %s", self.info()["backend/selected"])
+
+    @property
+    def state(self) -> AgentState:
+        """The training state. After ``step`` it is held packed (``agent_jax.packing``) and unpacked here on first
+        read (one jitted call; reading it again costs nothing until the next ``step``)."""
+        if self._state is None:
+            assert self._packed is not None
+            self._state = unpacked(self._packed)
+        return self._state
+
+    @state.setter
+    def state(self, value: AgentState) -> None:
+        self._state, self._packed = value, None
+
+    def _step_state(self) -> Any:
+        """The state in the form ``env_step`` takes it: packed with ``STATE_PACKING`` (packed once, then kept so
+        from step to step), or the AgentState itself when that is None."""
+        if STATE_PACKING is None:
+            return self.state
+        if self._packed is None or self._packed.layout.mode != STATE_PACKING:
+            self._packed = packed(self.state, mode=STATE_PACKING)
+        return self._packed
 
     def _place(self, tree: Any) -> Any:
         """Committed to the agent's device, or replicated over the ``num_devices`` mesh (``agent_jax.parallel``)."""
@@ -143,12 +177,23 @@ class FlashSACAgent:
         # numpy in, as for the update: jit copies it to the parameters' device. The evaluation calls this once per
         # env step with one row, so the host work per call is kept small: the actor's leaves are flattened once per
         # new state, and the deterministic call sends no noise.
-        obs = np.asarray(observation, dtype=np.float32)  # (E, O)
-        eps = None if noise is None else np.asarray(noise, dtype=np.float32)  # (E, A)
+        obs = self._to_host_input(np.asarray(observation, dtype=np.float32))  # (E, O)
+        eps = None if noise is None else self._to_host_input(np.asarray(noise, dtype=np.float32))  # (E, A)
         leaves, treedef = self.actor_leaves()
         action = policy_on_leaves(leaves, obs, eps, actor_def=self._actor_def, treedef=treedef,
-                                  deterministic=noise is None)  # (E, A)
+                                  deterministic=noise is None, host_io=self._host_io())  # (E, A)
+        action.copy_to_host_async()
         return np.asarray(action, dtype=np.float32)
+
+    def _host_io(self) -> bool:
+        """Whether the host inputs and the action go through pinned host memory (``HOST_TRANSFERS``)."""
+        if HOST_TRANSFERS == "default" or self._host_memory is None:
+            return False
+        return HOST_TRANSFERS == "pinned" or self.device.platform == "gpu"
+
+    def _to_host_input(self, x: np.ndarray) -> Any:
+        """A numpy input as the program takes it: in pinned host memory with ``_host_io``, else as it is."""
+        return jax.device_put(x, self._host_memory) if self._host_io() else x
 
     def actor_leaves(self) -> tuple[tuple[jax.Array, ...], Any]:
         """The actor's (params, batch_stats) as flat leaves and their treedef (``agent_jax.step.policy_on_leaves``
@@ -267,13 +312,20 @@ class FlashSACAgent:
             parts += [np.asarray(observation, np.float32).reshape(-1), np.asarray(noise, np.float32).reshape(-1)]
         if updates:
             parts.append(np.asarray([reward_scale], np.float32))
-        packed = np.concatenate(parts).astype(np.float32, copy=False)  # one host -> device copy
+        packed = self._to_host_input(np.concatenate(parts).astype(np.float32, copy=False))  # one host -> device copy
         key = self._step_key(num_envs, rows is not None, updates, act)
         if self._precompiling:
             compiling = self._precompiling.pop(key, None)
             if compiling is not None:
                 compiling.wait()  # compiled in the background (``precompile_step``): wait rather than compile twice
-        self.state, storage.replay, action = env_step(self.state, storage.replay, packed, self.ctx, **dict(key))
+        new_state, storage.replay, action = env_step(self._step_state(), storage.replay, packed, self.ctx,
+                                                     **dict(key))
+        if action is not None:
+            action.copy_to_host_async()  # queued behind the program: the read below does not start a second wait
+        if isinstance(new_state, PackedTree):
+            self._state, self._packed = None, new_state
+        else:
+            self.state = new_state
         self.update_step += len(updates)
         if updates:
             self._pending = None  # the unfused path's one-late metrics belong to an older state
@@ -309,10 +361,10 @@ class FlashSACAgent:
         def spec(tree: Any) -> Any:  # shapes, dtypes and placements: the arrays themselves may be donated meanwhile
             return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), tree)
 
-        state, replay, ctx = spec(self.state), spec(storage.replay), self.ctx
+        state, replay, ctx = spec(self._step_state()), spec(storage.replay), self.ctx
         width = row_width(self.observation_dim, self.action_dim)
         packed = jax.ShapeDtypeStruct((num_envs * (width + self.observation_dim + self.action_dim) + 1,),
-                                      jnp.float32)
+                                      jnp.float32, sharding=self._host_memory if self._host_io() else None)
         events = {key: threading.Event() for key in keys}
         self._precompiling.update(events)
 
@@ -333,7 +385,8 @@ class FlashSACAgent:
         """``env_step``'s static arguments for one call, as a hashable key (``precompile_step``)."""
         return (("actor_def", self._actor_def), ("num_envs", int(num_envs)),
                 ("observation_dim", self.observation_dim), ("action_dim", self.action_dim), ("insert", insert),
-                ("updates", updates), ("act", act), ("batch_size", int(self.cfg.agent.sample_batch_size)))
+                ("updates", updates), ("act", act), ("batch_size", int(self.cfg.agent.sample_batch_size)),
+                ("host_io", self._host_io()))
 
     def _zeros_metrics(self) -> jax.Array:
         return jax.device_put(np.zeros(len(METRIC_NAMES), np.float32), self.device)  # committed, as the rest
@@ -441,6 +494,13 @@ class FlashSACAgent:
             r = self._storage.replay
             self._storage.replay = r.replace(key=jax.device_put(self._replay_key, self.device),
                                              metric_sum=self._zeros_metrics(), metric_count=self._zeros_metrics())
+
+
+def _pinned_host_memory(device: jax.Device) -> jax.sharding.Sharding | None:
+    """``device``'s pinned host memory as a sharding, or None where the device has none."""
+    if "pinned_host" not in [m.kind for m in device.addressable_memories()]:
+        return None
+    return jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
 
 
 def _check_structure(template: Any, loaded: Any, path: str) -> None:

@@ -28,6 +28,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from shared_spec.reference import check_shapes
+
 __all__ = [
     "AXIS",
     "batch_sharding",
@@ -143,13 +145,21 @@ def rows_per_device(op: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
 
     Inside a jitted update under ``data_parallel``, ``op(next_qs (E, B), next_log_probs (E, B, K), reward (B,),
     terminated (B,), next_alpha_log_pi (B,), gamma=..., **static)`` runs under ``jax.shard_map`` with B split along
-    the mesh (the op is row-independent, so the result is the same); elsewhere it is ``op`` itself.
+    the mesh (the op is row-independent, so the result is the same); elsewhere it is ``op`` itself. A
+    ``row_offset=o`` (next_qs (E, R), next_log_probs (E, R, K)) is applied here as a slice of rows [o, o + B) before
+    the split, since the mesh splits the B target rows, not the R rows.
     """
     if not _active():
         return op
 
     def call(next_qs: jax.Array, next_log_probs: jax.Array, reward: jax.Array, terminated: jax.Array,
-             next_alpha_log_pi: jax.Array, *, gamma: Any, **static: Any) -> jax.Array:
+             next_alpha_log_pi: jax.Array, *, gamma: Any, row_offset: int | None = None, **static: Any) -> jax.Array:
+        if row_offset is not None:  # validated first: an out-of-range slice would be clipped silently
+            check_shapes(next_qs.shape, next_log_probs.shape, reward.shape, terminated.shape, next_alpha_log_pi.shape,
+                         row_offset=row_offset)
+            rows = slice(int(row_offset), int(row_offset) + reward.shape[0])
+            next_qs, next_log_probs = next_qs[:, rows], next_log_probs[:, rows]
+
         def local(q: jax.Array, lp: jax.Array, r: jax.Array, d: jax.Array, s: jax.Array, g: jax.Array) -> jax.Array:
             return op(q, lp, r, d, s, gamma=g, **static)
 

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_common.buffer import ROW_KEYS
+from agent_jax.packing import PackedTree, pack_like, unpack
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks
 
 __all__ = [
@@ -77,14 +78,28 @@ def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: j
     return jnp.tanh(mean + std * noise)  # (E, A)
 
 
-@functools.partial(jax.jit, static_argnames=("actor_def", "treedef", "deterministic"))
+def to_device_memory(x: Array, host_io: bool) -> Array:
+    """Inside a program: ``x`` moved from pinned host memory to the device's when ``host_io`` (else as it is)."""
+    return jax.device_put(x, jax.memory.Space.Device) if host_io else x
+
+
+def to_host_memory(x: Array, host_io: bool) -> Array:
+    """Inside a program: ``x`` written to pinned host memory when ``host_io`` (else left on the device)."""
+    return jax.device_put(x, jax.memory.Space.Host) if host_io else x
+
+
+@functools.partial(jax.jit, static_argnames=("actor_def", "treedef", "deterministic", "host_io"))
 def policy_on_leaves(leaves: tuple[Array, ...], observation: Array, noise: Array | None, *, actor_def: Any,
-                     treedef: Any, deterministic: bool) -> Array:
+                     treedef: Any, deterministic: bool, host_io: bool = False) -> Array:
     """Jitted ``policy_actions`` with the actor's (params, batch_stats) given as their flat leaves (``treedef``
     rebuilds them): a call passes one tuple of arrays, which jit dispatches faster than the nested dicts, and
-    ``noise`` may be None when ``deterministic``."""
+    ``noise`` may be None when ``deterministic``. With ``host_io`` the observation and noise come in pinned host
+    memory and the action goes back there (``FlashSACAgent`` "host transfers")."""
     params, batch_stats = jax.tree_util.tree_unflatten(treedef, leaves)
-    return policy_actions(actor_def, params, batch_stats, observation, noise, deterministic)  # (E, A)
+    observation = to_device_memory(observation, host_io)
+    noise = None if noise is None else to_device_memory(noise, host_io)
+    action = policy_actions(actor_def, params, batch_stats, observation, noise, deterministic)  # (E, A)
+    return to_host_memory(action, host_io)
 
 
 @flax.struct.dataclass
@@ -156,14 +171,15 @@ def _add_metrics(replay: DeviceReplay, info: dict[str, Array]) -> DeviceReplay:
 
 
 @functools.partial(jax.jit, static_argnames=("actor_def", "num_envs", "observation_dim", "action_dim", "insert",
-                                             "updates", "act", "batch_size"), donate_argnums=(0, 1))
+                                             "updates", "act", "batch_size", "host_io"), donate_argnums=(0, 1))
 def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext, *, actor_def: Any, num_envs: int,
              observation_dim: int, action_dim: int, insert: bool, updates: tuple[bool, ...], act: bool,
-             batch_size: int) -> tuple[Any, DeviceReplay, Array | None]:
+             batch_size: int, host_io: bool = False) -> tuple[Any, DeviceReplay, Array | None]:
     """One env step of device work: [store rows] -> [update(s) on sampled batches] -> [next action].
 
     Args:
-        state: AgentState (donated).
+        state: AgentState, or the AgentState as a ``PackedTree`` (``agent_jax.packing``: a few flat buffers, which
+            dispatch much faster than the state's leaves; the agent passes this form) (donated).
         replay: DeviceReplay (donated).
         packed: float32 vector, the present parts in this order: the new rows (E * W, if ``insert``), the next
             observation (E * O) and the noise (E * A) (if ``act``), the reward scale (1, if ``updates``).
@@ -176,11 +192,17 @@ def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext
         updates: one flag per due update: whether it updates the actor and the temperature first.
         act: whether to return the next action.
         batch_size: B.
+        host_io: ``packed`` comes in pinned host memory and the action goes back there (``FlashSACAgent``
+            "host transfers").
 
     Returns:
-        (new AgentState, new DeviceReplay, (E, A) action or None).
+        (new AgentState in the form it came in, new DeviceReplay, (E, A) action or None).
     """
+    layout = state.layout if isinstance(state, PackedTree) else None
+    if layout is not None:
+        state = unpack(state)
     width = row_width(observation_dim, action_dim)
+    packed = to_device_memory(packed, host_io)
     offset = 0
 
     def take(size: int) -> Array:
@@ -205,7 +227,9 @@ def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext
     if act:
         action = policy_actions(actor_def, state.actor.params, state.actor.batch_stats, observation, noise,
                                 deterministic=False)  # (E, A)
-    return state, replay, action
+    if layout is not None:
+        state = pack_like(state, layout)
+    return state, replay, None if action is None else to_host_memory(action, host_io)
 
 
 STAGING_ROWS = 4096

@@ -187,7 +187,9 @@ def critic_target(actor: RLTrainState, critic: RLTrainState, temperature: RLTrai
     """The categorical TD target (stop_gradient), through the project's dispatching op.
 
     a' from the actor with running-stat BN; the EMA target critic runs in BN-training mode on the joint 2B batch
-    [(s, a); (s', a')] and its second half feeds ``jax_impl.categorical_td_target``.
+    [(s, a); (s', a')] and its second half feeds ``jax_impl.categorical_td_target``: the whole (E, 2B) / (E, 2B, K)
+    outputs go in with ``row_offset=B``, so the Pallas kernel reads rows B..2B-1 in place (no slice, hence no copy,
+    before its custom call; the jnp target slices inside, where XLA fuses it).
 
     Args:
         actor: actor state (already updated this step if it was an actor step).
@@ -212,11 +214,9 @@ def critic_target(actor: RLTrainState, critic: RLTrainState, temperature: RLTrai
         {"params": critic.target_params, "batch_stats": critic.target_batch_stats}, obs_all, act_all, True,
         mutable=["batch_stats"],
     )  # (2, 2B), (2, 2B, K)
-    next_qs = target_qs[:, batch_size:]  # (2, B)
-    next_log_probs = target_log_probs[:, batch_size:]  # (2, B, K)
     target_probs = parallel.rows_per_device(categorical_td_target)(  # each device's rows under data parallel
-        next_qs,
-        next_log_probs,
+        target_qs,  # (2, 2B): rows B..2B-1 are Q(s', a')
+        target_log_probs,  # (2, 2B, K)
         batch.reward,
         batch.terminated,
         next_alpha_log_pi,
@@ -224,6 +224,7 @@ def critic_target(actor: RLTrainState, critic: RLTrainState, temperature: RLTrai
         min_v=ctx.min_v,
         max_v=ctx.max_v,
         backend=ctx.backend,
+        row_offset=batch_size,
     )  # (B, K)
     outputs = jax.lax.stop_gradient((target_probs, next_alpha_log_pi, next_actions))  # (B, K), (B,), (B, A)
     return (*outputs, updates["batch_stats"])

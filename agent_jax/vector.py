@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 import os
+import threading
 from typing import Any
 
 import flax.struct
@@ -57,6 +59,8 @@ __all__ = ["FAST_COMPILE_ENV", "JaxVectorTrainer", "ScanSpec", "VectorState", "e
            "normalizer_update", "programs", "train_steps"]
 
 Array = jax.Array
+
+log = logging.getLogger("flashsac.agent_jax")
 
 # Streams of the run seed's key (jax.random.fold_in(PRNGKey(seed), stream)); 2 is the agent's replay sampler.
 _REPLAY_STREAM, _ENV_STREAM, _EVAL_STREAM, _EXPLORE_STREAM = 2, 10, 11, 12
@@ -382,12 +386,35 @@ class JaxVectorTrainer:
             ret_count=jnp.zeros((), f32), update_step=jnp.zeros((), i32))
         self.carry: VectorState = jax.device_put(carry, self.device)
         self.eval_key = np.asarray(jax.random.fold_in(root, _EVAL_STREAM))
+        self._compiling: threading.Thread | None = None
+
+    def precompile(self) -> None:
+        """Starts compiling the training program on a background thread, so that its compilation overlaps the
+        initial evaluation (whose program compiles meanwhile); the first ``advance`` waits for it rather than
+        compiling it again."""
+
+        def spec(tree: Any) -> Any:  # shapes, dtypes and placements only
+            return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), tree)
+
+        carry, ctx, num_steps = spec(self.carry), self.agent.ctx, jax.ShapeDtypeStruct((), jnp.int32)
+
+        def compile_program() -> None:
+            try:
+                self._train_steps.lower(carry, ctx, num_steps, spec=self.spec).compile()
+            except Exception as exc:  # noqa: BLE001  the first call compiles it then; say why it did not work here
+                log.warning("background compilation of the MJX training program failed: %s", exc)
+
+        self._compiling = threading.Thread(target=compile_program, name="flashsac-mjx-precompile")
+        self._compiling.start()
 
     # ------------------------------------------------------------------------------------------------ training
     def advance(self, num_steps: int) -> None:
         """``train_steps`` over ``num_steps`` interaction steps; returns when the device has finished them."""
         if not 1 <= num_steps <= self.spec.length:
             raise ValueError(f"num_steps: expected 1 <= num_steps <= {self.spec.length}, got {num_steps}")
+        if self._compiling is not None:  # compiled in the background (``precompile``)
+            self._compiling.join()
+            self._compiling = None
         self.carry = self._train_steps(self.carry, self.agent.ctx, np.int32(num_steps), spec=self.spec)
         self.carry.update_step.block_until_ready()
 
@@ -516,7 +543,10 @@ class JaxVectorTrainer:
         self.carry = jax.device_put(self.carry.replace(replay=replay), self.device)
 
     def close(self) -> None:
-        """Nothing to release (the envs are cached per process)."""
+        """Waits for a background compilation still running (the envs are cached per process)."""
+        if self._compiling is not None:
+            self._compiling.join()
+            self._compiling = None
 
 
 def make_vector_trainer(cfg: Config) -> JaxVectorTrainer:

@@ -9,8 +9,13 @@ one (1, O) observation; microseconds per call, median and range over the rounds:
 - ``act``: ``FlashSACAgent.act(obs, None)``, numpy in and out (what ``agent_common.envs.evaluate`` calls).
 - ``act_dict_args``: the same policy jitted over the actor's nested params / batch_stats dicts with a zeros noise
   array sent along (how ``act`` called it before it cached the flat leaves); the actions are checked bitwise equal.
+- ``act_numpy_io``: the jitted policy on the cached leaves with the observation as numpy and the action read back
+  from the device (``act``'s route where the agent does not use pinned host memory; on a GPU ``act`` passes both
+  through pinned host memory: ``agent_jax.agent.HOST_TRANSFERS``).
 - ``dispatch``: the jitted policy on the cached leaves, waiting for the device result without copying it back.
 - ``put_obs``: the observation alone to the device (``jax.device_put`` + wait).
+- ``put_pinned``: the observation alone to pinned host memory, as ``act`` hands it over on a GPU (+ wait; on a CPU
+  ``act`` passes numpy and this block does nothing).
 - ``readback``: a (1, A) device array to numpy.
 - ``cpu_act``: the same policy on the host CPU backend with the actor's leaves copied there once (what an
   evaluation on the host would cost; on a GPU its actions are not bitwise those of the GPU, so the agent does not
@@ -92,7 +97,10 @@ def measure(tiny: bool, repeats: int, iters: int, episodes: int, eval_repeats: i
         "act_dict_args": timed(lambda: act_dict_args(obs)),
         "dispatch": timed(lambda: policy_on_leaves(leaves, obs, None, actor_def=agent._actor_def,
                                                    treedef=treedef, deterministic=True).block_until_ready()),
+        "act_numpy_io": timed(lambda: np.asarray(policy_on_leaves(leaves, obs, None, actor_def=agent._actor_def,
+                                                                  treedef=treedef, deterministic=True))),
         "put_obs": timed(lambda: jax.device_put(obs, agent.device).block_until_ready()),
+        "put_pinned": timed(lambda: jax.block_until_ready(agent._to_host_input(obs))),
         "readback": timed(lambda: np.asarray(device_action)),
         "cpu_act": timed(lambda: np.asarray(policy_on_leaves(cpu_leaves, obs, None, actor_def=agent._actor_def,
                                                              treedef=treedef, deterministic=True))),

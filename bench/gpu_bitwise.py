@@ -1,12 +1,15 @@
 """GPU check that the Triton and Pallas kernels give bitwise-identical targets, and interleaved kernel timings.
 
     python3 -m bench.gpu_bitwise --out <dir> [--skip-timing] [--rounds 5] [--baseline-kernel <path to a kernel .py>]
+    python3 -m bench.gpu_bitwise --out <dir> --skip-timing --strided-only     # the row-offset cases only
 
 Bitwise part (exits 1 if any configuration differs): the case matrix over input kinds (shared_spec.make_inputs),
 B in {1, 127, 512, 2048, 65536, 1048576}, N in {2, 51, 101, 256, 1024}, E in {1, 2, 5}, discounts 0, just below and
-above the band threshold, 0.5, 0.99, 1, fp32/bf16/fp16 log-probs, and strided (chunk-view) torch inputs. Every
-configuration runs through both public ops with strict backends on the same numpy inputs and compares the output bits
-(NaN rows by position), the NaN rows against the float64 spec, and the first 4096 rows against the float64 spec.
+above the band threshold, 0.5, 0.99, 1, fp32/bf16/fp16 log-probs, and strided inputs: the B rows as the second half
+of (E, 2B[, N]) buffers, torch chunk views (upstream's ``x.chunk(2, dim=1)[1]``) against the whole JAX arrays with
+``row_offset=B`` (read in place by the Pallas kernel). Every configuration runs through both public ops with strict
+backends on the same numpy inputs and compares the output bits (NaN rows by position), the NaN rows against the
+float64 spec, and the first 4096 rows against the float64 spec.
 
 Timing part (CUDA-graph replay of 20 calls for torch; for Pallas the device time per call, a jitted fori_loop of
 dependent calls minus the same loop without the kernel), in `--rounds` interleaved rounds in one process: upstream's
@@ -34,7 +37,7 @@ GAMMA = 0.99
 NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
 
 
-def _cases(quick: bool) -> list[dict]:
+def _cases(quick: bool, strided_only: bool = False) -> list[dict]:
     from shared_spec import KINDS
 
     cases = []
@@ -49,12 +52,18 @@ def _cases(quick: bool) -> list[dict]:
     cases += [dict(B=2048, dtype=dt, kind=k) for dt in ("bfloat16", "float16") for k in ("mixed", "nonfinite")]
     cases += [dict(B=2048, strided=True, kind=k) for k in ("mixed", "nonfinite")]
     cases += [dict(B=65536, strided=True, kind="random")]
+    cases += [dict(B=B, strided=True, kind="mixed") for B in (1, 127, 512)]
+    cases += [dict(B=512, strided=True, N=n, kind="nonfinite") for n in (2, 51, 1024)]
+    cases += [dict(B=512, strided=True, E=e, kind="mixed") for e in (1, 5)]
+    cases += [dict(B=512, strided=True, dtype=dt, kind="mixed") for dt in ("bfloat16", "float16")]
+    if strided_only:
+        cases = [c for c in cases if c.get("strided")]
     if quick:
         cases = [c for c in cases if c["B"] <= 2048][:12]
     return cases
 
 
-def run_bitwise(quick: bool) -> dict:
+def run_bitwise(quick: bool, strided_only: bool = False) -> dict:
     import jax
     import jax.numpy as jnp
     import torch
@@ -65,25 +74,29 @@ def run_bitwise(quick: bool) -> dict:
     from shared_spec import reference as R
 
     rows, failures = [], 0
-    for case in _cases(quick):
+    for case in _cases(quick, strided_only):
         B, N, E = case["B"], case.get("N", 101), case.get("E", 2)
         gamma, dtype, kind = case.get("gamma", GAMMA), case.get("dtype", "float32"), case["kind"]
         t0 = time.time()
         x = make_inputs(B, N, E, seed=7, kind=kind)
         tdt = getattr(torch, dtype)
+        jx = {k: jnp.asarray(v) for k, v in x.items()}
+        offset = {}
         if case.get("strided"):  # upstream's x.chunk(2, dim=1)[1]: views with an offset into (E, 2B[, N]) buffers
             t = {}
             for k, v in x.items():
                 axis = 1 if v.ndim >= 2 else 0
                 full = np.ascontiguousarray(np.concatenate([np.flip(v, axis), v], axis=axis))  # decoy half first
                 t[k] = torch.from_numpy(full).cuda().chunk(2, dim=axis)[1]
+                if axis == 1:  # JAX: the whole (E, 2B[, N]) array, its second half read in place (row_offset=B)
+                    jx[k] = jnp.asarray(full)
+            offset = {"row_offset": B}
         else:
             t = {k: torch.from_numpy(v).cuda() for k, v in x.items()}
         t["next_log_probs"] = t["next_log_probs"].to(tdt) if dtype != "float32" else t["next_log_probs"]
         tri = torch_impl.categorical_td_target(**t, gamma=gamma, backend="triton", strict=True)
-        jx = {k: jnp.asarray(v) for k, v in x.items()}
         jx["next_log_probs"] = jx["next_log_probs"].astype(getattr(jnp, dtype))
-        pal = jax_impl.categorical_td_target(**jx, gamma=gamma, backend="pallas", strict=True)
+        pal = jax_impl.categorical_td_target(**jx, gamma=gamma, backend="pallas", strict=True, **offset)
         a = tri.cpu().numpy()
         b = np.asarray(jax.device_get(pal))
         same_nan = bool(np.array_equal(np.isnan(a), np.isnan(b)))
@@ -263,6 +276,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--strided-only", action="store_true",
+                    help="only the strided cases (torch chunk views against JAX's row_offset form)")
     ap.add_argument("--skip-bitwise", action="store_true")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
@@ -281,7 +296,7 @@ def main() -> int:
                         date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
     failures = 0
     if not a.skip_bitwise:
-        res["bitwise"] = run_bitwise(a.quick)
+        res["bitwise"] = run_bitwise(a.quick, a.strided_only)
         failures += res["bitwise"]["failures"]
         print(f"bitwise: {res['bitwise']['bitwise_count']}/{res['bitwise']['configurations']} configurations; "
               f"deterministic triton {res['bitwise']['deterministic_triton_50']} pallas "

@@ -82,7 +82,7 @@ def _platform(x: object) -> str:
     return jax.default_backend()
 
 
-def _validate(args: tuple, min_v: object, max_v: object) -> tuple[str, str, int, int]:
+def _validate(args: tuple, min_v: object, max_v: object, row_offset: object = None) -> tuple[str, str, int, int]:
     """Every shape, dtype, device and support check; returns resolve_backend's configuration for these inputs."""
     for name, x in zip(_ARG_NAMES, args, strict=True):
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
@@ -92,7 +92,7 @@ def _validate(args: tuple, min_v: object, max_v: object) -> tuple[str, str, int,
     dtype_name = jnp.dtype(args[1].dtype).name
     if dtype_name not in _KERNEL_DTYPE_NAMES:
         raise TypeError(f"next_log_probs must be float32, bfloat16 or float16, got {args[1].dtype}")
-    E, _, N = check_shapes(*(tuple(x.shape) for x in args))
+    E, _, N = check_shapes(*(tuple(x.shape) for x in args), row_offset=row_offset)
     validate_support(N, min_v, max_v)
     devices = {name: x.devices() for name, x in zip(_ARG_NAMES, args, strict=True)
                if isinstance(x, jax.Array) and not isinstance(x, _Tracer)}
@@ -108,10 +108,10 @@ _SIGNATURES: dict[tuple, tuple[str, str, int, int]] = {}
 _MAX_SIGNATURES = 256
 
 
-def _signature(args: tuple, min_v: object, max_v: object) -> tuple | None:
+def _signature(args: tuple, min_v: object, max_v: object, row_offset: object = None) -> tuple | None:
     """Everything `_validate` reads, as a hashable key (the sharding stands for the devices); None if not arrays."""
     try:
-        key: list = [type(min_v), min_v, type(max_v), max_v]
+        key: list = [type(min_v), min_v, type(max_v), max_v, type(row_offset), row_offset]
         for x in args:
             key += (type(x), x.shape, x.dtype, None if isinstance(x, _Tracer) else getattr(x, "sharding", None))
         return tuple(key)
@@ -119,14 +119,15 @@ def _signature(args: tuple, min_v: object, max_v: object) -> tuple | None:
         return None
 
 
-def _checked_config(args: tuple, min_v: object, max_v: object) -> tuple[str, str, int, int]:
-    sig = _signature(args, min_v, max_v)
+def _checked_config(args: tuple, min_v: object, max_v: object,
+                    row_offset: object = None) -> tuple[str, str, int, int]:
+    sig = _signature(args, min_v, max_v, row_offset)
     try:
         hit = _SIGNATURES.get(sig) if sig is not None else None
     except TypeError:  # an unhashable argument: the full validation names it
         sig = hit = None
     if hit is None:
-        hit = _validate(args, min_v, max_v)
+        hit = _validate(args, min_v, max_v, row_offset)
         if sig is not None:
             if len(_SIGNATURES) >= _MAX_SIGNATURES:
                 _SIGNATURES.clear()
@@ -146,7 +147,7 @@ def _check_gamma(gamma: object) -> None:
 
 def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, *, gamma,
                           min_v: float = -5.0, max_v: float = 5.0, backend: str = "auto",
-                          strict: bool = False) -> jax.Array:
+                          strict: bool = False, row_offset: int | None = None) -> jax.Array:
     """FlashSAC's categorical TD target in JAX (Bellemare et al. 2017 projection; FlashSAC, arXiv 2604.04539).
 
     Usable inside `jax.jit` (the backend is chosen in Python at trace time; pass `resolve_backend(...).backend`
@@ -159,6 +160,10 @@ def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alph
         min_v, max_v: static support bounds.
         backend: "auto", "jax" or "pallas".
         strict: raise BackendUnavailable instead of falling back to the jax reference.
+        row_offset: None, or the row-offset form (SPEC.md section 1): a static int >= 0; next_qs (E, R) and
+            next_log_probs (E, R, N) hold R >= row_offset + B rows (B = the rows of reward) and the target reads
+            rows [row_offset, row_offset + B). The Pallas kernel reads them in place (no slice, hence no copy,
+            before its custom call); the jnp reference slices them inside the program, where XLA fuses the slice.
 
     Returns:
         (B, N) float32 target probabilities under stop_gradient.
@@ -166,15 +171,18 @@ def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alph
     args = (next_qs, next_log_probs, reward, terminated, next_alpha_log_pi)
     DISPATCHER.check_request(backend, strict)
     # The metadata checks are cached per input signature; gamma is checked on every call (it is cheap).
-    platform, dtype_name, E, N = _checked_config(args, min_v, max_v)
+    platform, dtype_name, E, N = _checked_config(args, min_v, max_v, row_offset)
     _check_gamma(gamma)
     name = resolve_backend(backend, strict, num_bins=N, num_critics=E, dtype=dtype_name, platform=platform).backend
+    # The row offset is passed on only when given, so an implementation registered with the five-array signature
+    # (a test's or the harness's wrapper) still serves the plain form.
+    rows = {} if row_offset is None else {"row_offset": int(row_offset)}
     if isinstance(gamma, _Tracer) or name != "jax":
-        return IMPLEMENTATIONS[name](*args, gamma, float(min_v), float(max_v))
-    return _jitted_reference(*args, jnp.float32(gamma), float(min_v), float(max_v))
+        return IMPLEMENTATIONS[name](*args, gamma, float(min_v), float(max_v), **rows)
+    return _jitted_reference(*args, jnp.float32(gamma), float(min_v), float(max_v), **rows)
 
 
-_jitted_reference = jax.jit(categorical_td_target_reference, static_argnums=(6, 7))
+_jitted_reference = jax.jit(categorical_td_target_reference, static_argnums=(6, 7), static_argnames=("row_offset",))
 
 
 def backend_info(next_log_probs: Any = None, backend: str = "auto") -> dict[str, Any]:

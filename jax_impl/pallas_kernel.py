@@ -27,6 +27,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
 from shared_spec.launch_config import kernel_config
+from shared_spec.reference import check_shapes
 from shared_spec.support import BAND_MIN_DISCOUNT, CategoricalSupport
 
 __all__ = ["DEFAULT_EXP_MODE", "EXP_MODES", "G_BAND_MIN", "launch", "trace_count"]
@@ -97,22 +98,27 @@ def _row_sum(x: jax.Array, BR: int, BLOCK_N: int) -> jax.Array:
 
 # Runtime strides (an int32 input) instead of compile-time constants: the Triton kernel receives its row strides as
 # unspecialised runtime integers, so Triton's axis analysis sees the same (unknown) divisibility and contiguity of
-# every pointer in both kernels, hence the same coalescing, register layouts and reduction trees.
-STRIDE_NAMES = ("q_e", "q_b", "lp_e", "lp_b", "row", "out_b")
+# every pointer in both kernels, hence the same coalescing, register layouts and reduction trees. The last two are
+# the flat offsets of the first target row in q and lp (the row-offset form; a torch view's storage offset is the
+# same thing, folded into the Triton kernel's base pointers).
+STRIDE_NAMES = ("q_e", "q_b", "lp_e", "lp_b", "row", "out_b", "q_0", "lp_0")
 
 
-def _strides(E: int, B: int, N: int) -> np.ndarray:
-    """(6,) int32 row-major strides of the flat inputs: q (E, B), lp (E, B, N), per-row (B,), out (B, N)."""
-    return np.array([B, 1, B * N, N, 1, N], np.int32)
+def _strides(E: int, R: int, N: int, row_offset: int) -> np.ndarray:
+    """(8,) int32 row-major strides of the flat inputs q (E, R), lp (E, R, N), per-row (B,), out (B, N), then the
+    flat offsets of row `row_offset` in q and lp."""
+    return np.array([R, 1, R * N, N, 1, N, row_offset, row_offset * N], np.int32)
 
 
-def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, *, B: int, E: int, N: int,
+def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, *, B: int, R: int, E: int, N: int,
                BLOCK_N: int, BR: int, min_v: float, inv_delta: float, exp_mode: str, interpret: bool):
     """One program: BR rows x BLOCK_N lanes (destination atoms k); the statements of the Triton kernel, in order.
 
-    Refs are whole flat arrays (no BlockSpec): gamma (1,) f32; strides (6,) int32 (STRIDE_NAMES); q (E*B,) f32;
-    lp (E*B*N,) f32/bf16/f16; r, d, s (B,) f32; out (B*N,) f32. Per-row quantities are (BR, 1) tensors in the
-    layout of the (BR, BLOCK_N) tiles, as in the Triton kernel.
+    Refs are whole flat arrays (no BlockSpec): gamma (1,) f32; strides (8,) int32 (STRIDE_NAMES); q (E*R,) f32;
+    lp (E*R*N,) f32/bf16/f16; r, d, s (B,) f32; out (B*N,) f32. Target row i of critic e reads q[q_0 + e * q_e +
+    i * q_b] and lp[lp_0 + e * lp_e + i * lp_b + j] (R = B and q_0 = lp_0 = 0 unless the caller passed a row
+    offset). Only these integer offsets see R and the offset: the float arithmetic is the same for all of them.
+    Per-row quantities are (BR, 1) tensors in the layout of the (BR, BLOCK_N) tiles, as in the Triton kernel.
     In interpret mode masked lanes and rows address a one-past-the-end sentinel, which the interpret-mode scatter
     drops (a masked store is a read-modify-write scatter there: an in-bounds masked lane, e.g. column 101..127 of
     row r = column 0..26 of row r + 1, would write stale data). On the GPU masked lanes are never dereferenced, so
@@ -124,7 +130,7 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
 
     f32 = jnp.float32
     inf = float("inf")
-    q_e, q_b, lp_e, lp_b, row_stride, out_b = (stride_ref[i] for i in range(6))
+    q_e, q_b, lp_e, lp_b, row_stride, out_b, q_0, lp_0 = (stride_ref[i] for i in range(8))
     gamma = gamma_ref[0]
     pid = pl.program_id(0)
     rows = pid * BR + jnp.arange(BR, dtype=jnp.int32)[:, None]  # (BR, 1)
@@ -134,11 +140,11 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     kf = k.astype(f32)
 
     # 1. Min-mean critic (strict < scan: ties -> the first critic) and the row scalars.
-    best = plt.load(q_ref.at[addr(rows * q_b, row_ok, E * B)], mask=row_ok, other=0.0)  # (BR, 1)
+    best = plt.load(q_ref.at[addr(q_0 + rows * q_b, row_ok, E * R)], mask=row_ok, other=0.0)  # (BR, 1)
     sel = jnp.zeros((BR, 1), jnp.int32)
     bad = best != best
     for e in range(1, E):
-        qe = plt.load(q_ref.at[addr(e * q_e + rows * q_b, row_ok, E * B)], mask=row_ok, other=0.0)
+        qe = plt.load(q_ref.at[addr(q_0 + e * q_e + rows * q_b, row_ok, E * R)], mask=row_ok, other=0.0)
         bad = bad | (qe != qe)
         take = qe < best
         best = jnp.where(take, qe, best)
@@ -153,8 +159,8 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     c = _round(((r - min_v) + _round(h_raw)) * inv_delta)  # (BR, 1)
     bad = bad | (r != r) | (s != s) | (c_raw != c_raw) | ~((d >= 0.0) & (d <= 1.0))
     bad = bad | ~((g >= 0.0) & (g < inf))
-    row_base = sel * lp_e + rows * lp_b  # (BR, 1) flat offset of the selected critic's row
-    sentinel = E * B * N
+    row_base = lp_0 + sel * lp_e + rows * lp_b  # (BR, 1) flat offset of the selected critic's row
+    sentinel = E * R * N
 
     # 2. Positions of the sources (lane = source j) and the sizes of the two clamped piles.
     m2 = row_ok & lane_ok  # (BR, BLOCK_N)
@@ -224,23 +230,28 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
 
 
 def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret: bool, block_rows: int | None,
-                    num_warps: int | None, exp_mode: str) -> jax.Array:
+                    num_warps: int | None, exp_mode: str, row_offset: int = 0) -> jax.Array:
     """The one entry point of the Pallas-Triton lowering (swap this function to add another lowering).
 
     Args:
-        q: (E, B) f32. lp: (E, B, N) f32/bf16/f16. r, d, s: (B,) f32. gamma: () f32 (a runtime input).
-        min_v, max_v: static support bounds. interpret: Pallas interpret mode. block_rows, num_warps: overrides of
-        `kernel_config` (None: pinned defaults). exp_mode: "ex2" or "libdevice".
+        q: (E, R) f32. lp: (E, R, N) f32/bf16/f16. r, d, s: (B,) f32, R >= row_offset + B. gamma: () f32 (a runtime
+        input). min_v, max_v: static support bounds. interpret: Pallas interpret mode. block_rows, num_warps:
+        overrides of `kernel_config` (None: pinned defaults). exp_mode: "ex2" or "libdevice". row_offset: the
+        first of the B rows of q and lp the target reads (static); they are read in place, through the kernel's
+        flat offsets, so no slice of q or lp is made before the custom call.
 
     Returns:
         (B, N) float32.
     """
     _trace_count[0] += 1
-    E, B, N = lp.shape
+    E, R, N = lp.shape
+    B = r.shape[0]
     rows_max = max(1, MAX_FLAT // (E * N))
-    if B > rows_max:  # int32 flat offsets would overflow: independent row chunks (rows never interact)
-        parts = [_pallas_forward(q[:, i:i + rows_max], lp[:, i:i + rows_max], r[i:i + rows_max], d[i:i + rows_max],
-                                 s[i:i + rows_max], gamma, min_v, max_v, interpret, block_rows, num_warps, exp_mode)
+    if R > rows_max:  # int32 flat offsets would overflow: independent row chunks (rows never interact)
+        o = row_offset
+        parts = [_pallas_forward(q[:, o + i:o + min(i + rows_max, B)], lp[:, o + i:o + min(i + rows_max, B)],
+                                 r[i:i + rows_max], d[i:i + rows_max], s[i:i + rows_max], gamma, min_v, max_v,
+                                 interpret, block_rows, num_warps, exp_mode)
                  for i in range(0, B, rows_max)]
         return jnp.concatenate(parts, axis=0)
     sup = CategoricalSupport(N, float(min_v), float(max_v))
@@ -250,7 +261,7 @@ def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
         raise ValueError(f"block_rows must be a power of 2, got {br}")
     nw = int(num_warps) if num_warps is not None else cfg["num_warps"]
     kernel = functools.partial(
-        _td_kernel, B=B, E=E, N=N, BLOCK_N=cfg["BLOCK_N"], BR=br, min_v=float(np.float32(sup.min_v)),
+        _td_kernel, B=B, R=R, E=E, N=N, BLOCK_N=cfg["BLOCK_N"], BR=br, min_v=float(np.float32(sup.min_v)),
         inv_delta=float(np.float32(sup.inv_bin_width)), exp_mode=exp_mode, interpret=interpret)
     out = pl.pallas_call(
         kernel,
@@ -259,7 +270,7 @@ def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
         compiler_params=plt.CompilerParams(num_warps=nw, num_stages=1),
         interpret=interpret,
         name="categorical_td_target",
-    )(gamma.reshape(1), jnp.asarray(_strides(E, B, N)), q.reshape(E * B), lp.reshape(E * B * N), r, d, s)
+    )(gamma.reshape(1), jnp.asarray(_strides(E, R, N, row_offset)), q.reshape(E * R), lp.reshape(E * R * N), r, d, s)
     return out.reshape(B, N)
 
 
@@ -281,22 +292,24 @@ def _td_target_bwd(min_v, max_v, config, res, ct):
 _td_target.defvjp(_td_target_fwd, _td_target_bwd)
 
 
-@functools.partial(jax.jit, static_argnames=("min_v", "max_v", "interpret", "block_rows", "num_warps", "exp_mode"))
-def _jitted(q, lp, r, d, s, gamma, *, min_v, max_v, interpret, block_rows, num_warps, exp_mode):
-    B = lp.shape[1]
+@functools.partial(jax.jit, static_argnames=("min_v", "max_v", "interpret", "block_rows", "num_warps", "exp_mode",
+                                             "row_offset"))
+def _jitted(q, lp, r, d, s, gamma, *, min_v, max_v, interpret, block_rows, num_warps, exp_mode, row_offset):
+    B = r.shape[0]
     f32 = jnp.float32
     return _td_target(q.astype(f32), lp, r.reshape(B).astype(f32), d.reshape(B).astype(f32),
                       s.reshape(B).astype(f32), jnp.asarray(gamma, f32).reshape(()), float(min_v), float(max_v),
-                      (interpret, block_rows, num_warps, exp_mode))
+                      (interpret, block_rows, num_warps, exp_mode, row_offset))
 
 
 def launch(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v: float = -5.0,
            max_v: float = 5.0, *, interpret: bool, block_rows: int | None = None, num_warps: int | None = None,
-           exp_mode: str = DEFAULT_EXP_MODE) -> jax.Array:
+           exp_mode: str = DEFAULT_EXP_MODE, row_offset: int | None = None) -> jax.Array:
     """Run the fused Pallas kernel (jit-compiled; usable inside `jax.jit`) on validated inputs.
 
     Args:
-        next_qs: (E, B). next_log_probs: (E, B, N) float32/bfloat16/float16 (read in its dtype, upcast in-kernel).
+        next_qs: (E, B), or (E, R) with a row offset. next_log_probs: (E, B, N), or (E, R, N) with a row offset;
+            float32/bfloat16/float16 (read in its dtype, upcast in-kernel).
         reward, terminated, next_alpha_log_pi: (B,) or (B, 1).
         gamma: gamma ** n_step, a Python float or a (traced) scalar; it is a runtime input of the kernel, so
             changing it never recompiles.
@@ -304,13 +317,19 @@ def launch(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma
         interpret: Pallas interpret mode (any platform, slow) instead of the GPU compilation.
         block_rows, num_warps: launch overrides (power-of-2 rows per program, Triton warps); None -> pinned config.
         exp_mode: "ex2" or "libdevice".
+        row_offset: None, or a static int >= 0: the target reads rows [row_offset, row_offset + B) of next_qs and
+            next_log_probs (R >= row_offset + B rows; B = the rows of reward) in place, without a slice before the
+            custom call (validated here: `shared_spec.reference.check_shapes`).
 
     Returns:
         (B, N) float32; a stop-gradient quantity (custom_vjp with zero cotangents); invalid rows are NaN.
     """
     if exp_mode not in EXP_MODES:
         raise ValueError(f"exp_mode must be one of {EXP_MODES}, got {exp_mode!r}")
+    if row_offset is not None:
+        check_shapes(*(x.shape for x in (next_qs, next_log_probs, reward, terminated, next_alpha_log_pi)),
+                     row_offset=row_offset)
     gamma = jnp.asarray(gamma, jnp.float32)  # one abstract signature for Python floats and (traced) arrays
     return _jitted(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v=float(min_v),
                    max_v=float(max_v), interpret=bool(interpret), block_rows=block_rows, num_warps=num_warps,
-                   exp_mode=exp_mode)
+                   exp_mode=exp_mode, row_offset=0 if row_offset is None else int(row_offset))

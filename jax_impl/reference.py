@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from shared_spec.reference import check_shapes
 from shared_spec.support import CategoricalSupport
 
 __all__ = ["categorical_td_target_reference"]
@@ -16,7 +17,8 @@ def _round(x: jax.Array) -> jax.Array:
 
 
 def categorical_td_target_reference(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma,
-                                    min_v: float = -5.0, max_v: float = 5.0) -> jax.Array:
+                                    min_v: float = -5.0, max_v: float = 5.0, *,
+                                    row_offset: int | None = None) -> jax.Array:
     """Categorical TD target in jnp, following SPEC.md's fp32 order; no scatter (no `.at[].add`), so deterministic.
 
     The projection is the dense gather form with the floor/fraction weights of SPEC.md section 4:
@@ -28,10 +30,20 @@ def categorical_td_target_reference(next_qs, next_log_probs, reward, terminated,
         reward, terminated, next_alpha_log_pi: (B,) or (B, 1).
         gamma: gamma ** n_step, a Python float or a traced scalar (no recompilation when its value changes).
         min_v, max_v: static support bounds.
+        row_offset: None, or the row-offset form (SPEC.md section 1): next_qs (E, R) and next_log_probs (E, R, N)
+            hold R rows and the target reads rows [row_offset, row_offset + B), B = the rows of reward (a static
+            int, validated here). The rows are sliced here, inside the caller's program, where XLA fuses the slice
+            into its consumers.
 
     Returns:
         (B, N) float32, wrapped in stop_gradient; invalid rows (SPEC.md section 6) are NaN.
     """
+    if row_offset is not None:
+        shapes = (next_qs.shape, next_log_probs.shape, reward.shape, terminated.shape, next_alpha_log_pi.shape)
+        B = check_shapes(*shapes, row_offset=row_offset).B
+        start = int(row_offset)
+        next_qs = jax.lax.slice_in_dim(next_qs, start, start + B, axis=1)  # (E, B)
+        next_log_probs = jax.lax.slice_in_dim(next_log_probs, start, start + B, axis=1)  # (E, B, N)
     E, B, N = next_log_probs.shape
     sup = CategoricalSupport(N, float(min_v), float(max_v))
     f32 = jnp.float32

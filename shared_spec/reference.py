@@ -20,6 +20,7 @@ __all__ = [
     "categorical_td_target",
     "categorical_td_target_hat",
     "check_gamma",
+    "check_row_offset",
     "check_shapes",
     "expected_mean",
     "invalid_rows",
@@ -37,37 +38,68 @@ class Shapes(NamedTuple):
     N: int
 
 
+def check_row_offset(row_offset: object) -> int:
+    """Validate a row offset: a static (Python or numpy) integer >= 0, never a bool or a traced value."""
+    if isinstance(row_offset, bool) or not isinstance(row_offset, int | np.integer):
+        raise TypeError(f"row_offset must be a static integer >= 0 (or None), got {type(row_offset).__name__} "
+                        f"{row_offset!r}")
+    if row_offset < 0:
+        raise ValueError(f"row_offset must be >= 0, got {int(row_offset)}")
+    return int(row_offset)
+
+
 def check_shapes(
     next_qs: tuple[int, ...],
     next_log_probs: tuple[int, ...],
     reward: tuple[int, ...],
     terminated: tuple[int, ...],
     next_alpha_log_pi: tuple[int, ...],
+    row_offset: int | None = None,
 ) -> Shapes:
     """Validate the argument shapes of `categorical_td_target` (framework-neutral).
 
     Per-row inputs may be (B,) or (B, 1). Raises ValueError naming the argument, with expected vs got.
 
+    Args:
+        next_qs ... next_alpha_log_pi: the shapes of the five array arguments.
+        row_offset: None: next_qs (E, B) and next_log_probs (E, B, N) hold exactly the B target rows. An integer
+            >= 0 (the row-offset form, SPEC.md section 1): next_qs (E, R) and next_log_probs (E, R, N) hold R rows
+            of which the target reads rows [row_offset, row_offset + B), B being the rows of the per-row inputs;
+            row_offset + B <= R.
+
     Returns:
         Shapes(E, B, N).
     """
     next_qs, next_log_probs = tuple(next_qs), tuple(next_log_probs)
+    rows = "B" if row_offset is None else "R"
     if len(next_log_probs) != 3:
-        raise ValueError(f"next_log_probs must have shape (E, B, N) (rank 3), got shape {next_log_probs}")
-    E, B, N = next_log_probs
+        raise ValueError(f"next_log_probs must have shape (E, {rows}, N) (rank 3), got shape {next_log_probs}")
+    E, R, N = next_log_probs
     if E < 1:
-        raise ValueError(f"next_log_probs must hold E >= 1 critics (shape (E, B, N)), got E = {E}")
+        raise ValueError(f"next_log_probs must hold E >= 1 critics (shape (E, {rows}, N)), got E = {E}")
     if N < 2:
-        raise ValueError(f"next_log_probs must hold N >= 2 atoms (shape (E, B, N)), got N = {N}")
-    if B < 1:
-        raise ValueError(f"next_log_probs must hold B >= 1 rows (shape (E, B, N)), got B = {B}")
-    if next_qs != (E, B):
-        raise ValueError(f"next_qs must have shape (E, B) = {(E, B)} to match next_log_probs {next_log_probs}, "
+        raise ValueError(f"next_log_probs must hold N >= 2 atoms (shape (E, {rows}, N)), got N = {N}")
+    if R < 1:
+        raise ValueError(f"next_log_probs must hold {rows} >= 1 rows (shape (E, {rows}, N)), got {rows} = {R}")
+    if next_qs != (E, R):
+        raise ValueError(f"next_qs must have shape (E, {rows}) = {(E, R)} to match next_log_probs {next_log_probs}, "
                          f"got {next_qs}")
+    if row_offset is None:
+        B, source = R, "from next_log_probs"
+    else:
+        row_offset = check_row_offset(row_offset)
+        reward = tuple(reward)
+        if len(reward) not in (1, 2) or reward[0] < 1 or reward[1:] not in ((), (1,)):
+            raise ValueError(f"reward must have shape (B,) or (B, 1) with B >= 1 target rows, got {reward}")
+        B, source = reward[0], "from reward"
+        if row_offset + B > R:
+            raise ValueError(f"row_offset + B must be <= R = {R} (the rows of next_log_probs {next_log_probs}): "
+                             f"the target reads rows [row_offset, row_offset + B) = [{row_offset}, {row_offset + B}),"
+                             f" got row_offset = {row_offset}, B = {B} (from reward)")
     for name, shape in (("reward", reward), ("terminated", terminated), ("next_alpha_log_pi", next_alpha_log_pi)):
         shape = tuple(shape)
         if shape not in ((B,), (B, 1)):
-            raise ValueError(f"{name} must have shape (B,) or (B, 1) with B = {B} (from next_log_probs), got {shape}")
+            raise ValueError(f"{name} must have shape (B,) or (B, 1) with B = {B} ({source}), got {shape}")
     return Shapes(E, B, N)
 
 

@@ -14,7 +14,8 @@ def test_tiny_run_times_every_block_and_the_evaluation(tmp_path):
     assert main(["--out", str(out), "--tiny", "--repeats", "2", "--iters", "5", "--episodes", "1",
                  "--eval-repeats", "1"]) == 0
     res = json.loads((out / "results.json").read_text())
-    assert set(res["us_per_call"]) == {"act", "act_dict_args", "dispatch", "put_obs", "readback", "cpu_act"}
+    assert set(res["us_per_call"]) == {"act", "act_dict_args", "act_numpy_io", "dispatch", "put_obs", "put_pinned",
+                                      "readback", "cpu_act"}
     assert all(len(v) == 2 and min(v) > 0 for v in res["raw_us"].values())
     ev = res["evaluate"]
     assert ev["env_steps"] == 1000 and set(ev["us_per_env_step"]) == {"act", "act_dict_args"}

@@ -6,6 +6,7 @@ check compiles the same kernel for CUDA (Triton IR, no execution) so unsupported
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import warnings
@@ -122,6 +123,106 @@ class TestPallasKernel(OpTests):
     def test_deterministic(self):
         x = make_inputs(70, kind="mixed", seed=12)
         assert np.array_equal(pallas(x, 0.99), pallas(x, 0.99))
+
+
+def offset_inputs(B: int, N: int, E: int, R: int, offset: int, kind: str = "mixed", seed: int = 0):
+    """make_inputs for B rows, plus next_qs (E, R) / next_log_probs (E, R, N) holding them at rows [offset,
+    offset + B): the other rows are decoys (NaN Q values, other log-probs), so a read of a wrong row shows."""
+    x = make_inputs(B, N, E, seed=seed, kind=kind)
+    rng = np.random.default_rng(seed + 1)
+    q = np.full((E, R), np.nan, np.float32)
+    lp = np.log(rng.dirichlet(np.ones(N), size=(E, R))).astype(np.float32)
+    q[:, offset:offset + B], lp[:, offset:offset + B] = x["next_qs"], x["next_log_probs"]
+    return x, q, lp
+
+
+class TestRowOffset:
+    """The row-offset form: next_qs (E, R) / next_log_probs (E, R, N) read at rows [row_offset, row_offset + B)."""
+
+    @pytest.mark.parametrize("B, N, E, R, offset, dtype", [
+        (8, 101, 2, 16, 8, "float32"),  # the agent's layout: the second half of 2B rows
+        (9, 51, 3, 30, 0, "float32"),  # R > B at offset 0
+        (13, 33, 2, 20, 7, "float32"),  # offset + B == R
+        (5, 2, 1, 5, 0, "float32"),  # R == B: the plain form's layout
+        (4, 7, 5, 11, 3, "bfloat16"),
+    ])
+    def test_offset_reads_equal_the_explicit_slice_bitwise(self, B, N, E, R, offset, dtype):
+        x, q, lp = offset_inputs(B, N, E, R, offset, seed=B)
+        rest = {k: jnp.asarray(x[k]) for k in NAMES[2:]}
+        rest["terminated"] = rest["terminated"].reshape(B, 1)  # (B, 1) per-row inputs count B rows too
+        q, lp = jnp.asarray(q), jnp.asarray(lp).astype(DTYPES[dtype])
+        got = {}
+        for backend in ("pallas", "jax"):
+            op = functools.partial(jax_impl.categorical_td_target, gamma=0.97, backend=backend, strict=True)
+            got[backend] = np.asarray(op(q, lp, **rest, row_offset=offset))
+            want = np.asarray(op(q[:, offset:offset + B], lp[:, offset:offset + B], **rest))
+            assert got[backend].shape == (B, N) and not np.isnan(got[backend]).all(), backend
+            assert np.array_equal(got[backend].view(np.int32), want.view(np.int32)), backend  # NaN rows included
+        if R > B:  # the decoys are read if the offset is wrong: the check can fail
+            shifted = jax_impl.categorical_td_target(q, lp, **rest, gamma=0.97, backend="pallas", strict=True,
+                                                     row_offset=(offset + 1) % (R - B + 1))
+            assert not np.array_equal(np.asarray(shifted), got["pallas"], equal_nan=True)
+
+    def test_offset_form_in_jit_with_a_traced_gamma_and_its_zero_gradient(self):
+        B, R, offset = 6, 15, 4
+        x, q, lp = offset_inputs(B, 21, 2, R, offset, seed=3)
+        rest = [jnp.asarray(x[k]) for k in NAMES[2:]]
+
+        def loss(lp, gamma):
+            t = jax_impl.categorical_td_target(jnp.asarray(q), lp, *rest, gamma=gamma, backend="pallas", strict=True,
+                                               row_offset=offset)
+            return jnp.nansum(t), t
+
+        (_, got), g_lp = jax.jit(jax.value_and_grad(loss, has_aux=True))(jnp.asarray(lp), jnp.float32(0.9))
+        assert g_lp.shape == (2, R, 21) and not np.asarray(g_lp).any(), "the target must be stop-gradient"
+        assert max_abs_error(np.asarray(got), R_ref(x, 0.9)) <= atol_vs_float64(21)
+
+    def test_row_chunking_with_an_offset(self, monkeypatch):
+        B, R, offset, N = 23, 31, 5, 11
+        x, q, lp = offset_inputs(B, N, 2, R, offset, seed=4)
+        args = [jnp.asarray(q), jnp.asarray(lp), *(jnp.asarray(x[k]) for k in NAMES[2:])]
+        forward = lambda nw: np.asarray(jax.jit(pk._pallas_forward, static_argnums=tuple(range(6, 13)))(  # noqa: E731
+            *args, jnp.float32(0.9), -5.0, 5.0, True, None, nw, "ex2", offset))
+        whole = forward(None)
+        monkeypatch.setattr(pk, "MAX_FLAT", 2 * N * 10)  # 10 rows per chunk: R = 31 rows would overflow
+        n0 = pk.trace_count()
+        chunked = forward(4)
+        assert pk.trace_count() - n0 == 1 + 3, "expected 3 chunks of <= 10 target rows"
+        assert np.array_equal(whole.view(np.int32), chunked.view(np.int32))
+        assert max_abs_error(whole, R_ref(x, 0.9)) <= atol_vs_float64(N)
+
+    @pytest.mark.parametrize("change, error, match", [
+        (dict(row_offset=-1), ValueError, "row_offset must be >= 0, got -1"),
+        (dict(row_offset=True), TypeError, "row_offset must be a static integer"),
+        (dict(row_offset=2.0), TypeError, "row_offset must be a static integer"),
+        (dict(row_offset=6), ValueError, r"row_offset \+ B must be <= R = 10 .*\[6, 11\)"),
+        (dict(row_offset=0, next_qs=np.zeros((2, 9), np.float32)), ValueError, r"next_qs must have shape \(E, R\)"),
+        (dict(row_offset=0, terminated=np.zeros(4, np.float32)), ValueError,
+         r"terminated must have shape \(B,\) or \(B, 1\) with B = 5 \(from reward\)"),
+        (dict(row_offset=0, reward=np.zeros((5, 2), np.float32)), ValueError, "reward must have shape"),
+    ])
+    def test_bad_row_offset_arguments(self, change, error, match):
+        x, q, lp = offset_inputs(5, 6, 2, 10, 2)
+        args = dict(next_qs=q, next_log_probs=lp, **{k: x[k] for k in NAMES[2:]})
+        args.update(change)
+        row_offset = args.pop("row_offset")
+        arrays = [jnp.asarray(args[k]) for k in NAMES]
+        for backend in ("pallas", "jax"):
+            with pytest.raises(error, match=match):
+                jax_impl.categorical_td_target(*arrays, gamma=0.9, backend=backend, row_offset=row_offset)
+        with pytest.raises(error, match=match):  # the kernel wrapper and the reference check it too
+            pk.launch(*arrays, 0.9, interpret=True, row_offset=row_offset)
+        with pytest.raises(error, match=match):
+            categorical_td_target_reference(*arrays, 0.9, row_offset=row_offset)
+        with pytest.raises(TypeError, match="row_offset must be a static integer"):  # never a traced value
+            jax.jit(lambda o: jax_impl.categorical_td_target(
+                *[jnp.asarray(v) for v in (q, lp)], *(jnp.asarray(x[k]) for k in NAMES[2:]), gamma=0.9,
+                backend="pallas", row_offset=o))(2)
+
+
+def R_ref(x: dict, gamma: float) -> np.ndarray:
+    """The float64 spec on make_inputs' arrays."""
+    return R.categorical_td_target(**x, gamma=gamma)
 
 
 class TestPallasJit:

@@ -23,24 +23,32 @@ from shared_spec import make_inputs
 SUBNORMAL_SCALE = 2.0**-125
 
 
-def _both(B, N, E, kind, gamma, seed=0):
+def _both(B, N, E, kind, gamma, seed=0, strided=False):
+    """Both kernels on the same inputs. strided: next_qs / next_log_probs as the second half of (E, 2B[, N])
+    buffers (a decoy first half): torch chunk views, and the whole JAX arrays with row_offset=B."""
     x = make_inputs(B, N, E, seed=seed, kind=kind)
-    t = torch_impl.categorical_td_target(**{k: torch.from_numpy(v) for k, v in x.items()}, gamma=gamma,
-                                         backend="triton", strict=True).numpy()
-    p = np.asarray(jax_impl.categorical_td_target(**{k: jnp.asarray(v) for k, v in x.items()}, gamma=gamma,
-                                                  backend="pallas", strict=True))
+    t_args = {k: torch.from_numpy(v) for k, v in x.items()}
+    j_args, rows = {k: jnp.asarray(v) for k, v in x.items()}, {}
+    if strided:
+        for k in ("next_qs", "next_log_probs"):
+            full = np.ascontiguousarray(np.concatenate([np.flip(x[k], 1), x[k]], axis=1))
+            t_args[k], j_args[k] = torch.from_numpy(full).chunk(2, dim=1)[1], jnp.asarray(full)
+        rows = {"row_offset": B}
+    t = torch_impl.categorical_td_target(**t_args, gamma=gamma, backend="triton", strict=True).numpy()
+    p = np.asarray(jax_impl.categorical_td_target(**j_args, gamma=gamma, backend="pallas", strict=True, **rows))
     return t, p
 
 
-@pytest.mark.parametrize("B,N,E,kind,gamma", [
-    (37, 101, 2, "nonfinite", 0.99),  # every input kind, NaN and +-inf rows
-    (19, 51, 3, "mixed", 0.5),
-    (19, 101, 2, "mixed", 0.05),  # below the band threshold: the whole interior is scanned
-    (9, 2, 1, "mixed", 1.0),
-    (5, 256, 2, "peaked", 0.99),
+@pytest.mark.parametrize("B,N,E,kind,gamma,strided", [
+    (37, 101, 2, "nonfinite", 0.99, False),  # every input kind, NaN and +-inf rows
+    (19, 51, 3, "mixed", 0.5, False),
+    (19, 101, 2, "mixed", 0.05, False),  # below the band threshold: the whole interior is scanned
+    (9, 2, 1, "mixed", 1.0, False),
+    (5, 256, 2, "peaked", 0.99, False),
+    (21, 51, 2, "nonfinite", 0.99, True),  # the agents' layout: torch views, JAX row_offset
 ])
-def test_interpreted_kernels_agree_bitwise(B, N, E, kind, gamma):
-    t, p = _both(B, N, E, kind, gamma)
+def test_interpreted_kernels_agree_bitwise(B, N, E, kind, gamma, strided):
+    t, p = _both(B, N, E, kind, gamma, strided=strided)
     assert np.array_equal(np.isnan(t), np.isnan(p)), "NaN rows differ"
     ok = ~np.isnan(t)
     same_bits = t.view(np.int32) == p.view(np.int32)
