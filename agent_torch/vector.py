@@ -22,6 +22,7 @@ is ``mjx_envs.torch_view.TorchEnv``; this module is torch only.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import gymnasium as gym
@@ -75,6 +76,27 @@ class TorchVectorTrainer:
         self.train_env = TorchEnv(train_env, self.device, seed)
         self.eval_env = TorchEnv(eval_env, self.device, seed, stream=_EVAL_KEY_STREAM)
         self.obs = self.train_env.observation()  # (E, O) view
+        self._precompiling: threading.Thread | None = None
+
+    def precompile(self) -> None:
+        """Starts compiling the training envs' jitted step on a background thread (the driver calls it before the
+        initial evaluation, which then overlaps the compilation); the first ``advance`` waits for it."""
+        def compile_step() -> None:
+            try:
+                self.train_env.compile_step()
+            except BaseException as exc:  # re-raised by the next advance
+                self._precompile_error = exc
+
+        self._precompile_error: BaseException | None = None
+        self._precompiling = threading.Thread(target=compile_step, name="mjx-step-compile", daemon=True)
+        self._precompiling.start()
+
+    def _wait_precompile(self) -> None:
+        thread, self._precompiling = self._precompiling, None
+        if thread is not None:
+            thread.join()
+            if self._precompile_error is not None:
+                raise self._precompile_error
 
     def _sync(self) -> None:
         self.train_env.block_until_ready()
@@ -96,6 +118,7 @@ class TorchVectorTrainer:
     def advance(self, num_steps: int) -> None:
         """``num_steps`` interaction steps (every env once per step) with their updates, then waits for the device.
         Nothing is read back."""
+        self._wait_precompile()
         for _ in range(int(num_steps)):
             action = self._action()  # (E, A)
             out = self.train_env.step(action)
@@ -201,7 +224,10 @@ class TorchVectorTrainer:
         self.replay.load_rows(None if state is None else state["rows"])
 
     def close(self) -> None:
-        """Waits for the device (the envs are cached per process and stay)."""
+        """Waits for a background compilation and the device (the envs are cached per process and stay)."""
+        if self._precompiling is not None:
+            self._precompiling.join()
+            self._precompiling = None
         self._sync()
 
 

@@ -126,6 +126,12 @@ class TorchEnv:
         self.state = out.state
         return step_to_torch(out)
 
+    def compile_step(self) -> None:
+        """Compiles the jitted step for this env's shapes (a step of the current state on zero actions, whose result
+        is dropped: the state does not change) and waits for it; safe to run on another thread."""
+        action = torch.zeros((self.env.num_envs, self.env.action_size), dtype=torch.float32, device=self.device)
+        jax.block_until_ready(self.env.jit_step(self.state, from_torch(action)))
+
     def block_until_ready(self) -> None:
         """Waits until the state's pending computation is done."""
         jax.block_until_ready(self.state)

@@ -106,6 +106,18 @@ def test_resume_continues_bitwise():
         second.load_state_dict({**state, "framework": "jax"})
 
 
+def test_precompile_runs_the_step_compilation_in_the_background():
+    trainer = _trainer()
+    trainer.precompile()  # a step on zero actions, its result dropped
+    trainer.evaluate(2)  # what the driver runs meanwhile
+    trainer.advance(1)  # waits for it
+    assert trainer.train_env.env.jit_step._cache_size() == 1
+    fresh = _trainer()
+    fresh.advance(1)
+    np.testing.assert_array_equal(trainer.replay.rows(), fresh.replay.rows())  # the state did not move
+    trainer.close()
+
+
 def test_evaluation_is_deterministic_and_counts_episodes():
     trainer = _trainer(**{"num_eval_episodes": 4})
     trainer.advance(5)
