@@ -54,7 +54,7 @@ MJX_TASKS: tuple[str, ...] = ("halfcheetah", "hopper", "walker2d", "ant", "human
 ENV_TYPES: dict[str, tuple[str, ...]] = {"mujoco": SUPPORTED_ENVS, "mjx": MJX_TASKS}
 """``env.env_type`` values and the ``env.env_name`` values each allows."""
 
-MJX_TRAINING_FRAMEWORKS: tuple[str, ...] = ("jax",)
+MJX_TRAINING_FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
 """The agents whose training CLI steps ``env.env_type=mjx`` (``agent_common.vector_loop``); the others exit 2."""
 
 MJX_EXTRA_MODULES: tuple[str, ...] = ("jax", "brax", "mujoco_mjx")
