@@ -603,8 +603,8 @@ def check_training_run(cfg: Config, framework: str | None = None) -> None:
     )
     if cfg.env.env_type == "mjx" and framework not in MJX_TRAINING_FRAMEWORKS:
         raise ConfigError(
-            "env.env_type='mjx' is not wired into this agent yet: the MJX environments (package mjx_envs) are "
-            "ready, but the agents' training loops still step gymnasium only; use env.env_type=mujoco"
+            "env.env_type='mjx' is not wired into this agent yet: the gymnasium training loop steps gymnasium only; "
+            "train MJX tasks through an agent CLI that runs agent_common.vector_loop, or use env.env_type=mujoco"
         )
 
 

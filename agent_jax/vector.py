@@ -36,7 +36,6 @@ import dataclasses
 import functools
 import logging
 import math
-import os
 import threading
 from typing import Any
 
@@ -53,9 +52,9 @@ from agent_jax.agent import FlashSACAgent, make_agent
 from agent_jax.state import AgentState, build_networks
 from agent_jax.step import METRIC_NAMES, DeviceReplay, create_device_replay, policy_actions, row_width, sample_batch
 from agent_jax.update import UpdateContext, update_networks
-from mjx_envs.env import MjxEnvState, MjxVecEnv, make_mjx_env
+from mjx_envs.env import MjxEnvState, MjxVecEnv, cached_mjx_env, compiler_options
 
-__all__ = ["FAST_COMPILE_ENV", "JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer",
+__all__ = ["JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer",
            "normalizer_update", "programs", "train_steps"]
 
 Array = jax.Array
@@ -294,29 +293,17 @@ def _reset(key: Array, *, env: MjxVecEnv) -> MjxEnvState:
     return env.reset(key)
 
 
-FAST_COMPILE_ENV = "FLASHSAC_MJX_FAST_COMPILE"
-"""``FLASHSAC_MJX_FAST_COMPILE=1``: compile the MJX programs with XLA's backend optimisations off (the CPU tests:
-compiles several times faster, steps slower)."""
-
-
 @functools.lru_cache(maxsize=2)
 def programs(fast_compile: bool = False) -> tuple[Any, Any, Any]:
-    """The jitted (``train_steps``, ``evaluate_round``, reset) programs, with XLA's backend optimisations off when
-    ``fast_compile`` (``FAST_COMPILE_ENV``)."""
-    options = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True} if fast_compile else None
+    """The jitted (``train_steps``, ``evaluate_round``, reset) programs; with ``fast_compile``, compiled with
+    ``mjx_envs.env.compiler_options()``'s XLA options (``FLASHSAC_MJX_FAST_COMPILE=1``: backend optimisations off)."""
+    options = compiler_options() if fast_compile else None
     return (jax.jit(_train_steps, static_argnames=("spec",), donate_argnums=(0,), compiler_options=options),
             jax.jit(_evaluate_round, static_argnames=("env", "actor_def"), compiler_options=options),
             jax.jit(_reset, static_argnames=("env",), compiler_options=options))
 
 
 train_steps, evaluate_round, _ = programs()
-
-
-@functools.lru_cache(maxsize=8)
-def _envs(task: str, num_envs: int, max_episode_steps: int | None, rescale_action: bool) -> MjxVecEnv:
-    """One ``MjxVecEnv`` per configuration in a process: the programs are cached by the env's identity, so a second
-    run of the same configuration (a resume in the same process, the tests) reuses them."""
-    return make_mjx_env(task, num_envs, max_episode_steps, rescale_action)
 
 
 def _host(tree: Any) -> list[np.ndarray]:
@@ -355,9 +342,12 @@ class JaxVectorTrainer:
         import gymnasium as gym
 
         self.cfg = cfg
-        self.env = _envs(env_cfg.env_name, int(cfg.num_train_envs), env_cfg.max_episode_steps, env_cfg.rescale_action)
-        self.eval_env = _envs(env_cfg.env_name, int(cfg.num_eval_envs), env_cfg.max_episode_steps,
-                              env_cfg.rescale_action)
+        # one env object per configuration in a process (the programs are cached by its identity, so a resume in
+        # the same process, or a second run, reuses them)
+        self.env = cached_mjx_env(env_cfg.env_name, int(cfg.num_train_envs), env_cfg.max_episode_steps,
+                                  env_cfg.rescale_action)
+        self.eval_env = cached_mjx_env(env_cfg.env_name, int(cfg.num_eval_envs), env_cfg.max_episode_steps,
+                                       env_cfg.rescale_action)
         self.num_envs = self.env.num_envs
         obs_dim, act_dim = self.env.observation_size, self.env.action_size
         observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
@@ -373,7 +363,7 @@ class JaxVectorTrainer:
             batch_size=int(a.sample_batch_size), min_rows=int(a.buffer_min_length), gamma=float(cfg.gamma),
             normalized_G_max=float(a.normalized_G_max), normalize_reward=bool(a.normalize_reward),
             zeta_cdf=tuple(float(v) for v in truncated_zeta_cdf(a.actor_noise_zeta_mu, a.actor_noise_zeta_max)))
-        self._train_steps, self._evaluate_round, reset = programs(os.environ.get(FAST_COMPILE_ENV) == "1")
+        self._train_steps, self._evaluate_round, reset = programs(compiler_options() is not None)
         root = jax.random.PRNGKey(int(cfg.seed))
         replay = create_device_replay(int(a.buffer_max_length), row_width(obs_dim, act_dim),
                                       np.asarray(jax.random.fold_in(root, _REPLAY_STREAM)), self.device)

@@ -27,7 +27,8 @@ from agent_common.logger import read_eval_csv  # noqa: E402
 from agent_common.normalizer import RewardNormalizer  # noqa: E402
 from agent_common.vector_loop import StopSignals, interaction_steps_per_call  # noqa: E402
 from agent_jax.train import main  # noqa: E402
-from agent_jax.vector import FAST_COMPILE_ENV, normalizer_update  # noqa: E402
+from agent_jax.vector import normalizer_update  # noqa: E402
+from mjx_envs.env import FAST_COMPILE_ENV  # noqa: E402
 from tests.agent_test_utils import assert_nested_equal  # noqa: E402
 
 ENVS, STEPS = 4, 400  # 100 interaction steps; updates from step 16 (64 rows); 2 updates per step

@@ -1,7 +1,6 @@
 """``env.env_type=mjx`` in the config schema and the agents' CLIs: task names, the env count against the buffer and
-the batch, the missing extra, the training program's limits, the not-yet-wired training loops, and the documented
-GPU recipe. Nothing here imports
-JAX or Brax: the extra's presence is faked where a check needs it either way."""
+the batch, the missing extra, the training program's limits, the refusal of the gymnasium loop, and the documented GPU
+recipe. Nothing here imports JAX or Brax: the extra's presence is faked where a check needs it either way."""
 
 from __future__ import annotations
 
@@ -97,22 +96,6 @@ def test_training_program_checks(extra_installed):
         build_config({**MJX, "interaction_steps_per_call": 0})
     assert build_config({**MJX, "updates_per_interaction_step": 2}).updates_per_interaction_step == 2.0
     assert build_config({"updates_per_interaction_step": 1.5, "n_step": 3}).n_step == 3  # gymnasium: unchanged
-
-
-@pytest.mark.parametrize("framework", sorted({"torch", "jax"} - set(schema.MJX_TRAINING_FRAMEWORKS)))
-def test_cli_exits_2_before_any_work(framework, extra_installed, tmp_path, capsys):
-    """Both agents' CLIs: status 2 and one line, and no run directory is left behind."""
-    if framework == "torch":
-        from agent_torch.train import main
-    else:
-        from agent_jax.train import main
-    run = tmp_path / "run"
-    argv = ["--overrides", "env.env_type=mjx", "--overrides", "env.env_name=hopper", "--overrides",
-            f"save_path={run}"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "config error: env.env_type='mjx' is not wired into this agent yet" in err
-    assert not run.exists()
 
 
 def test_cli_without_the_extra_exits_2(monkeypatch, tmp_path, capsys):
