@@ -31,11 +31,12 @@ import torch
 
 from agent_common.loop import strict_backend_as_config_error
 from agent_common.schema import Config, ConfigError
-from agent_torch.agent import FlashSACAgent, make_agent
+from agent_torch.agent import FlashSACAgent, make_agent, resolve_device
+from agent_torch.distributed import local_device
 from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator
 from agent_torch.replay import TensorRowStorage
 from mjx_envs.env import MjxVecEnv, cached_mjx_env
-from mjx_envs.torch_view import TorchEnv
+from mjx_envs.torch_view import TorchEnv, jax_device_for
 from torch_impl import BackendUnavailable
 
 __all__ = ["TorchVectorTrainer", "make_vector_trainer"]
@@ -236,12 +237,17 @@ def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
     and the trainer.
 
     Raises:
-        ConfigError: ``agent.buffer_device_type=cpu`` (the replay rows live on the agent's device, with the envs), or
-            a strict categorical-target backend that cannot run here; before any env step.
+        ConfigError: ``agent.buffer_device_type=cpu`` (the replay rows live on the agent's device, with the envs),
+            ``agent.device_type`` naming a device that torch or JAX cannot use, or a strict categorical-target
+            backend that cannot run here; before any env step.
     """
     if cfg.agent.buffer_device_type == "cpu":
         raise ConfigError("invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx the torch agent "
                           "keeps the replay rows on its device, with the envs; use auto or cuda")
+    try:  # the agent's device and JAX's view of it, before any env work
+        jax_device_for(local_device(resolve_device(cfg.agent.device_type)))
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"invalid value {cfg.agent.device_type!r} for 'agent.device_type': {exc}") from None
     env_cfg = cfg.env
     train_env = cached_mjx_env(env_cfg.env_name, int(cfg.num_train_envs), env_cfg.max_episode_steps,
                             bool(env_cfg.rescale_action))

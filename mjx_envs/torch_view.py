@@ -77,11 +77,15 @@ def jax_device_for(device: torch.device) -> jax.Device:
     """The JAX device that shares memory with the torch ``device`` (the same GPU, or the CPU).
 
     Raises:
-        ValueError: neither a CUDA nor a CPU device.
+        ValueError: neither a CUDA nor a CPU device, or a GPU that JAX does not see.
     """
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
-        return jax.devices("gpu")[index]  # JAX's name for its CUDA (or ROCm) platform
+        try:
+            return jax.devices("gpu")[index]  # JAX's name for its CUDA (or ROCm) platform
+        except (RuntimeError, IndexError) as exc:
+            raise ValueError(f"device: torch's {device} has no JAX counterpart ({exc}): JAX steps the MJX envs on the "
+                             "same GPU, so it needs its CUDA backend (or run on the CPU)") from None
     if device.type == "cpu":
         return jax.devices("cpu")[0]
     raise ValueError(f"device: expected a cuda or cpu torch device, got {device}")

@@ -186,6 +186,8 @@ def test_cli_trains_and_resumes_exactly(tmp_path, capsys):
     ("n_step=3", "invalid value 3 for 'n_step': must be 1 with env.env_type=mjx"),
     ("env.env_name=HalfCheetah-v4", "'env.env_name'"),
     ("num_eval_episodes=3", "'num_eval_episodes'"),
+    ("agent.device_type=cuda" if not torch.cuda.is_available() else "agent.device_type=mps",
+     "for 'agent.device_type'"),
     ("agent.buffer_device_type=cpu", "invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx the "
                                      "torch agent keeps the replay rows on its device"),
 ])
