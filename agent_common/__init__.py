@@ -18,6 +18,8 @@ Modules
     checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``,
                 checkpoint discovery by scanning, crash recovery, pruning, ``CheckpointError``, ``DiskFullError``.
     loop        ``train(cfg, make_agent) -> TrainResult`` and ``run_cli(argv, framework, factory_loader)``.
+    vector_loop ``train_vector(cfg, make_trainer, framework)``: the MJX driver (``env.env_type=mjx``) over an agent's
+                ``VectorTrainer`` (chunks of interaction steps on the device; evaluation, logging, checkpoints between).
     plot        ``python -m agent_common.plot <run_dir> [--reference published.csv]`` -> ``learning_curve.png``.
 
 Agent interface (what ``loop.train`` calls; both frameworks implement it identically)

@@ -43,6 +43,7 @@ __all__ = [
     "recover_checkpoints",
     "resolve_checkpoint",
     "warn",
+    "write_checkpoint",
 ]
 
 LATEST_FILE = "latest"  # text file in <run>/checkpoints naming the newest checkpoint (for people; never read)
@@ -328,3 +329,33 @@ def directory_size(path: str) -> int:
 def warn(message: str) -> None:
     """One warning line on stderr (the CLI's channel for things the user should read)."""
     print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def write_checkpoint(run_dir: str, env_step: int, write: Callable[[str], None], keep: int) -> tuple[str, list[str]]:
+    """Writes ``checkpoint_dir(run_dir, env_step)`` atomically: ``write(tmp)`` fills a fresh ``<final>.tmp``
+    directory, ``commit_checkpoint_dir`` publishes it, then all but the ``keep`` newest checkpoints are removed.
+
+    Returns:
+        (the checkpoint directory, the removed older checkpoints).
+
+    Raises:
+        DiskFullError: the disk filled up (the half-written ``.tmp`` directory is removed first); the message names
+            the checkpoint, the newest complete one and the resume command.
+    """
+    final = checkpoint_dir(run_dir, env_step)
+    tmp = final + ".tmp"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        write(tmp)
+        commit_checkpoint_dir(tmp, final)
+    except Exception as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # a half-written checkpoint must not keep the disk full
+        if is_disk_full(exc):
+            raise DiskFullError(
+                f"disk full (No space left on device) while writing the checkpoint {final}: free space on that "
+                f"disk, or move the run directory to another one, then resume with --overrides "
+                f"agent_load_path={run_dir} (newest complete checkpoint: {latest_checkpoint(run_dir)})"
+            ) from exc
+        raise
+    return final, prune_checkpoints(run_dir, keep)

@@ -55,8 +55,12 @@ __all__ = [
     "LOOP_STATE_FILE",
     "Agent",
     "AgentFactory",
+    "StopFlag",
     "TrainResult",
+    "announce_compute_path",
+    "kept_on_resume",
     "prepare_run_dir",
+    "report_first_update",
     "run_cli",
     "strict_backend_as_config_error",
     "train",
@@ -467,15 +471,15 @@ class _Loop:
         self.eval_envs.close()
 
 
-def prepare_run_dir(cfg: Config) -> None:
-    """Checks the run and creates its directory before any work: ``schema.check_training_run``; a fresh run never
-    writes into a directory that holds another run (only a resume of that run may); the directory must be creatable
-    and writable.
+def prepare_run_dir(cfg: Config, framework: str | None = None) -> None:
+    """Checks the run and creates its directory before any work: ``schema.check_training_run`` (``framework``: the
+    agent, for ``env.env_type=mjx``); a fresh run never writes into a directory that holds another run (only a
+    resume of that run may); the directory must be creatable and writable.
 
     Raises:
         ConfigError: naming ``save_path`` and what to do instead.
     """
-    check_training_run(cfg)
+    check_training_run(cfg, framework)
     run_dir = cfg.save_path or "."
     resumed_run = run_dir_of_checkpoint(cfg.agent_load_path) if cfg.agent_load_path is not None else None
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
@@ -802,6 +806,13 @@ def _report_first_update(logger: RunLogger, timeline: UpdateTimeline, env_step: 
                         "perf/first_update_s": timeline.first_seconds}, env_step)
 
 
+# The pieces agent_common.vector_loop (the MJX driver) shares with this loop.
+StopFlag = _StopFlag
+announce_compute_path = _announce_compute_path
+kept_on_resume = _kept_on_resume
+report_first_update = _report_first_update
+
+
 def _summary(result: TrainResult, num_env_steps: int) -> str:
     """The lines the CLI prints at the end: what happened, where everything is, how to resume."""
     if result.env_steps_this_call == 0 and result.status == "completed":
@@ -836,6 +847,7 @@ def run_cli(
     framework: str,
     make_agent_module: Callable[[], AgentFactory],
     replicas: Replicas = SINGLE,
+    make_vector_module: Callable[[], Any] | None = None,
 ) -> int:
     """``python -m agent_<framework>.train --overrides key=value ...``.
 
@@ -849,6 +861,8 @@ def run_cli(
         make_agent_module: lazily imports and returns the agent factory.
         replicas: data-parallel replicas (``agent_torch.distributed`` under torchrun); replica 0 alone prints
             the summary.
+        make_vector_module: lazily imports and returns the agent's ``agent_common.vector_loop.VectorFactory``;
+            with ``env.env_type=mjx`` the run is ``vector_loop.train_vector`` instead of ``train``.
 
     Returns:
         The process exit code: 0 completed or stopped on the wall-clock budget, 130 after Ctrl-C, 2 for a config,
@@ -862,9 +876,13 @@ def run_cli(
         first_created, path = path, os.path.dirname(path)
     try:
         if replicas.is_main:
-            prepare_run_dir(cfg)
-        make_agent = make_agent_module()
-        result = train(cfg, make_agent, replicas)
+            prepare_run_dir(cfg, framework if make_vector_module is not None else None)
+        if cfg.env.env_type == "mjx" and make_vector_module is not None:
+            from agent_common.vector_loop import train_vector  # imports this module
+
+            result = train_vector(cfg, make_vector_module(), framework, replicas)
+        else:
+            result = train(cfg, make_agent_module(), replicas)
     except (ConfigError, CheckpointError) as exc:
         if first_created is not None:  # nothing was written: leave no empty run directory (or parents) behind
             path = run_dir

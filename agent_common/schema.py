@@ -26,6 +26,7 @@ __all__ = [
     "KNOWN_KEYS",
     "MJX_EXTRA_MODULES",
     "MJX_TASKS",
+    "MJX_TRAINING_FRAMEWORKS",
     "RESUME_LOCKED",
     "SUPPORTED_ENVS",
     "AgentConfig",
@@ -52,6 +53,9 @@ MJX_TASKS: tuple[str, ...] = ("halfcheetah", "hopper", "walker2d", "ant", "human
 
 ENV_TYPES: dict[str, tuple[str, ...]] = {"mujoco": SUPPORTED_ENVS, "mjx": MJX_TASKS}
 """``env.env_type`` values and the ``env.env_name`` values each allows."""
+
+MJX_TRAINING_FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
+"""The agents whose training CLI steps ``env.env_type=mjx`` (``agent_common.vector_loop``); the others exit 2."""
 
 MJX_EXTRA_MODULES: tuple[str, ...] = ("jax", "brax", "mujoco_mjx")
 """What ``env.env_type=mjx`` needs (the ``mjx`` extra); ``mujoco_mjx`` stands for the mujoco-mjx distribution."""
@@ -101,7 +105,7 @@ class _Freezable:
 class EnvConfig(_Freezable):
     """``env.*`` keys (upstream ``configs/env/mujoco.yaml``)."""
 
-    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx (mjx_envs; not wired into the agents' training loops yet)
+    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx (mjx_envs; agent_common.vector_loop)
     env_name: str = "HalfCheetah-v4"  # one of ENV_TYPES[env_type]
     rescale_action: bool = True  # RescaleAction to [-1, 1] (the paper-era actor assumes [-1, 1])
     max_episode_steps: int | None = None  # null or <= 0 keeps the task's TimeLimit (1000)
@@ -206,6 +210,8 @@ class Config(_Freezable):
     num_threads: int | None = None  # framework intra-op threads (torch.set_num_threads); null = default
     num_devices: int = 1  # jax: local devices the update is data-parallel over (batch sharded); torch: 1 (torchrun)
     distributed_timeout_seconds: float = 1800.0  # torch under torchrun: a collective waiting longer fails the run
+    interaction_steps_per_call: int | None = None  # mjx: most interaction steps per agent call (JAX: the lax.scan
+    # length K); null -> derived from the logging interval (agent_common.vector_loop.interaction_steps_per_call)
     env: EnvConfig = field(default_factory=EnvConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
 
@@ -403,7 +409,8 @@ def _validate(cfg: Config, framework: str) -> None:
     for key in positive_int:
         value = _get(cfg, key)
         _require(value is not None and value >= 1, key, value, "must be an integer >= 1")
-    for key in [k for k in KNOWN_KEYS if k.endswith("_per_interaction_step")] + ["num_threads"]:
+    for key in [k for k in KNOWN_KEYS if k.endswith("_per_interaction_step")] + ["num_threads",
+                                                                                   "interaction_steps_per_call"]:
         value = _get(cfg, key)
         _require(value is None or value >= 1, key, value, "must be null or an integer >= 1")
     _require(0 <= cfg.seed <= SEED_MAX, "seed", cfg.seed, f"must be an integer in [0, {SEED_MAX}]")
@@ -562,14 +569,31 @@ def _validate_mjx(cfg: Config) -> None:
         f"(agent.buffer_min_length={a.buffer_min_length} rounded up to whole steps of num_train_envs={envs}); "
         "raise agent.buffer_min_length or num_train_envs, or lower the batch",
     )
+    # the training program runs the same steps every interaction step (agent_common.vector_loop)
+    utd = cfg.updates_per_interaction_step
+    _require(
+        utd == int(utd),
+        "updates_per_interaction_step",
+        utd,
+        "must be a whole number with env.env_type=mjx (every interaction step runs the same number of updates)",
+    )
+    _require(cfg.n_step == 1, "n_step", cfg.n_step, "must be 1 with env.env_type=mjx (the device replay stores "
+             "one-step transitions)")
+    _require(cfg.num_devices == 1, "num_devices", cfg.num_devices, "must be 1 with env.env_type=mjx (the envs, the "
+             "replay and the update run on one device)")
 
 
-def check_training_run(cfg: Config) -> None:
+def check_training_run(cfg: Config, framework: str | None = None) -> None:
     """The checks that only a training run needs (a config built just to construct an agent may skip them).
+
+    Args:
+        cfg: the resolved config.
+        framework: the agent that trains (``"torch"`` / ``"jax"``); None: the gymnasium loop, which steps no MJX
+            environments.
 
     Raises:
         ConfigError: ``agent.buffer_min_length`` above ``num_env_steps`` (the run would end without one update), or
-            ``env.env_type=mjx`` (the agents' training loops do not step MJX environments yet).
+            ``env.env_type=mjx`` for an agent not in ``MJX_TRAINING_FRAMEWORKS``.
     """
     _require(
         cfg.agent.buffer_min_length <= cfg.num_env_steps,
@@ -577,10 +601,10 @@ def check_training_run(cfg: Config) -> None:
         cfg.agent.buffer_min_length,
         f"must be <= num_env_steps={cfg.num_env_steps}, or the run would end without a single update",
     )
-    if cfg.env.env_type == "mjx":
+    if cfg.env.env_type == "mjx" and framework not in MJX_TRAINING_FRAMEWORKS:
         raise ConfigError(
-            "env.env_type='mjx' is not wired into this agent yet: the MJX environments (package mjx_envs) are "
-            "ready, but the agents' training loops still step gymnasium only; use env.env_type=mujoco"
+            "env.env_type='mjx' is not wired into this agent yet: the gymnasium training loop steps gymnasium only; "
+            "train MJX tasks through an agent CLI that runs agent_common.vector_loop, or use env.env_type=mujoco"
         )
 
 

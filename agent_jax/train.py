@@ -8,6 +8,7 @@ import sys
 from agent_common.config import parse_args
 from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
 from agent_common.schema import Config
+from agent_common.vector_loop import VectorFactory
 
 __all__ = ["configure_xla", "main"]
 
@@ -37,6 +38,12 @@ def _factory() -> AgentFactory:
     return strict_backend_as_config_error(make_agent, BackendUnavailable)
 
 
+def _vector_factory() -> VectorFactory:
+    from agent_jax.vector import make_vector_trainer  # env.env_type=mjx: imported after the config is validated
+
+    return make_vector_trainer
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parses ``--overrides``, trains (or resumes with ``agent_load_path``) and returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
@@ -47,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent_jax.parallel import initialize_distributed
 
     initialize_distributed()  # several hosts (JAX_COORDINATOR_ADDRESS): before any other JAX work
-    return run_cli(argv, "jax", _factory)
+    return run_cli(argv, "jax", _factory, make_vector_module=_vector_factory)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import io
 import logging
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -190,15 +191,18 @@ class FlashSACAgent:
             (E, A) float32 numpy actions in [-1, 1].
         """
         obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
-        if noise is None:
-            inputs: tuple[torch.Tensor, ...] = (obs,)
-        else:
-            inputs = (obs, torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device))  # + (E, A)
+        eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
+        return self.act_device(obs, eps).float().cpu().numpy()
+
+    @torch.no_grad()
+    def act_device(self, obs: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+        """``act`` on device tensors: (E, O) float32 observations and (E, A) noise or None -> (E, A) float32
+        actions on the device, without a host copy. With CUDA graphs the result is the graph's static output:
+        read or copy it before the next call."""
+        inputs = (obs,) if noise is None else (obs, noise)
         if self.graphs is not None:
-            action = self.graphs(("act", obs.shape, noise is None), self._act, *inputs)
-        else:
-            action = self._act(*inputs)
-        return action.float().cpu().numpy()
+            return self.graphs(("act", obs.shape, noise is None), self._act, *inputs)
+        return self._act(*inputs)
 
     def _act(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
         """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A)."""
@@ -287,12 +291,17 @@ class FlashSACAgent:
         if storage is None:
             raise RuntimeError("step() needs the device replay: call replay_storage(capacity) first")
         batch_size = int(self.cfg.agent.sample_batch_size)
-        for _ in range(int(num_updates)):
-            keys, values = self._apply_update(storage.sample(batch_size, reward_scale))
+        self.device_updates(int(num_updates), lambda: storage.sample(batch_size, reward_scale))
+        return None if noise is None else self.act(observation, noise)
+
+    def device_updates(self, num_updates: int, sample: Callable[[], torch.Tensor]) -> None:
+        """``num_updates`` updates, each on the flat (B, 2O + A + 2) device batch ``sample()`` returns (a graph
+        replay on CUDA), with the metrics summed on the device (``take_metrics``): nothing is read back."""
+        for _ in range(num_updates):
+            keys, values = self._apply_update(sample())
             total = self._metric_sums.get(keys)
             self._metric_sums[keys] = values.detach().clone() if total is None else total.add_(values)
             self._metric_counts[keys] = self._metric_counts.get(keys, 0) + 1
-        return None if noise is None else self.act(observation, noise)
 
     def take_metrics(self) -> dict[str, tuple[float, int]]:
         """The update metrics of ``step`` since the last call, ``{name: (sum, count)}`` (one host sync).

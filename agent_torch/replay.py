@@ -57,14 +57,17 @@ class TensorRowStorage:
             self.rows[torch.from_numpy(positions).to(self.device)] = data
         self.size = min(self.size + rows.shape[0], self.capacity)
 
-    def sample(self, batch_size: int, reward_scale: float) -> torch.Tensor:
+    def sample(self, batch_size: int, reward_scale: float | torch.Tensor) -> torch.Tensor:
         """(B, 2O + A + 2) float32 device batch (``UPDATE_KEYS`` columns) of uniformly drawn rows, the rewards
-        divided by ``reward_scale`` (as ``RewardNormalizer.normalize``)."""
+        divided by ``reward_scale`` (as ``RewardNormalizer.normalize``; a float, or a () float32 tensor on the
+        device: ``agent_torch.on_device.DeviceRewardNormalizer.scale``)."""
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         indices = torch.randint(0, self.size, (batch_size,), generator=self.generator, device=self.device)  # (B,)
         flat = self.rows.index_select(0, indices)[:, : self.width - 1]  # (B, 2O + A + 2), truncated dropped
-        flat[:, self.reward_column] /= torch.tensor(np.float32(reward_scale))  # a CPU scalar: no host -> device copy
+        if not isinstance(reward_scale, torch.Tensor):
+            reward_scale = torch.tensor(np.float32(reward_scale))  # a CPU scalar: no host -> device copy
+        flat[:, self.reward_column] /= reward_scale
         return flat
 
     def read(self, size: int) -> np.ndarray:

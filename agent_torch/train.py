@@ -10,6 +10,7 @@ import os
 import sys
 
 from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
+from agent_common.vector_loop import VectorFactory
 
 __all__ = ["main"]
 
@@ -19,6 +20,12 @@ def _factory() -> AgentFactory:
     from torch_impl import BackendUnavailable
 
     return strict_backend_as_config_error(make_agent, BackendUnavailable)
+
+
+def _vector_factory() -> VectorFactory:
+    from agent_torch.vector import make_vector_trainer  # env.env_type=mjx: imported after the config is validated
+
+    return make_vector_trainer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     if launch is None:
-        return run_cli(argv, "torch", _factory)
+        return run_cli(argv, "torch", _factory, make_vector_module=_vector_factory)
     return _main_replicated(argv)
 
 
@@ -52,7 +59,7 @@ def _main_replicated(argv: list[str]) -> int:
     dist.broadcast_object_list(shared, src=0)  # a derived (timestamped) save_path is replica 0's on every replica
     argv = [*argv, "--overrides", f"save_path={shared[0]}"]
     try:
-        code = run_cli(argv, "torch", _factory, replicas)
+        code = run_cli(argv, "torch", _factory, replicas, make_vector_module=_vector_factory)
     except (dist.DistError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and not isinstance(exc, dist.DistError) and not _collective_failure(exc):
             raise

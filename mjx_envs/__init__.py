@@ -5,8 +5,9 @@ Modules
                 (``reset(key) -> MjxEnvState``; ``step(state, action) -> MjxStep``) that fits inside ``jax.jit`` and
                 ``lax.scan``. Finished envs are reset inside ``step`` and their true final observation is returned
                 (``final_obs``); the episode-length limit (``truncated``) is kept apart from a task's own end
-                (``terminated``).
-    torch_view  ``step_to_torch``: a step's arrays as torch tensors through DLPack, without copies.
+                (``terminated``). ``cached_mjx_env``: one env per configuration in a process.
+    torch_view  ``step_to_torch`` / ``from_torch``: a step's arrays as torch tensors and torch actions as JAX arrays,
+                through DLPack, without copies; ``TorchEnv``: an env stepped from torch (the torch agent's).
     recipe      ``GPU_RECIPE``: upstream's GPU-simulator recipe as ``--overrides`` for an MJX task.
 
 The task names are ``agent_common.schema.MJX_TASKS``. Everything here needs the ``mjx`` extra
@@ -19,7 +20,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["GPU_RECIPE", "MjxEnvState", "MjxStep", "MjxVecEnv", "TorchStep", "make_mjx_env", "step_to_torch"]
+__all__ = ["GPU_RECIPE", "MjxEnvState", "MjxStep", "MjxVecEnv", "TorchEnv", "TorchStep", "cached_mjx_env",
+           "make_mjx_env", "step_to_torch"]
 
 _WHERE = {
     "GPU_RECIPE": "mjx_envs.recipe",
@@ -27,6 +29,8 @@ _WHERE = {
     "MjxStep": "mjx_envs.env",
     "MjxVecEnv": "mjx_envs.env",
     "make_mjx_env": "mjx_envs.env",
+    "cached_mjx_env": "mjx_envs.env",
+    "TorchEnv": "mjx_envs.torch_view",
     "TorchStep": "mjx_envs.torch_view",
     "step_to_torch": "mjx_envs.torch_view",
 }

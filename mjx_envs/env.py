@@ -19,6 +19,8 @@ Everything is a pure function of its inputs: ``reset`` and ``step`` can be jitte
 
 from __future__ import annotations
 
+import functools
+import os
 import warnings
 from typing import Any, NamedTuple
 
@@ -34,7 +36,8 @@ warnings.filterwarnings("ignore", message=r"Brax System, piplines and environmen
 warnings.filterwarnings("ignore", message=r"JAXopt is no longer maintained", category=DeprecationWarning)
 warnings.filterwarnings("ignore", message=r"Accessing `(contact|ncon)` directly", category=DeprecationWarning)
 
-__all__ = ["DEFAULT_MAX_EPISODE_STEPS", "MjxEnvState", "MjxStep", "MjxVecEnv", "key_from_seed", "make_mjx_env"]
+__all__ = ["DEFAULT_MAX_EPISODE_STEPS", "FAST_COMPILE_ENV", "MjxEnvState", "MjxStep", "MjxVecEnv", "cached_mjx_env",
+           "compiler_options", "key_from_seed", "make_mjx_env"]
 
 DEFAULT_MAX_EPISODE_STEPS = 1000
 """Episode-length limit when none is given: the gymnasium tasks' TimeLimit."""
@@ -75,6 +78,19 @@ class MjxStep(NamedTuple):
     final_obs: jax.Array
 
 
+FAST_COMPILE_ENV = "FLASHSAC_MJX_FAST_COMPILE"
+"""``FLASHSAC_MJX_FAST_COMPILE=1``: compile MJX programs with XLA's backend optimisations off (the CPU tests: compiles
+about twice as fast, steps slower)."""
+
+
+def compiler_options() -> dict[str, Any] | None:
+    """``jax.jit``'s ``compiler_options`` for MJX programs: None, or XLA's backend optimisations off when
+    ``FAST_COMPILE_ENV`` is ``1`` (read when called)."""
+    if os.environ.get(FAST_COMPILE_ENV) != "1":
+        return None
+    return {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
 def key_from_seed(seed: int) -> jax.Array:
     """The environments' root key for a run seed (an integer in [0, 2**31 - 1])."""
     return jax.random.PRNGKey(int(seed))
@@ -110,7 +126,8 @@ class MjxVecEnv:
             ``rescale_action``, else the actuators' control range.
         ctrl_low / ctrl_high: (A,) float32 actuator control range.
         dt: seconds of simulated time per step.
-        jit_reset / jit_step: ``jax.jit`` of ``reset`` / ``step``, compiled on first use and shared by every caller.
+        jit_reset / jit_step: ``jax.jit`` of ``reset`` / ``step`` (``compiler_options()`` at construction), compiled
+            on first use and shared by every caller.
     """
 
     def __init__(
@@ -150,8 +167,9 @@ class MjxVecEnv:
         shapes = jax.eval_shape(self.brax_env.reset, jax.random.PRNGKey(0))
         self.observation_size = int(shapes.obs.shape[-1])
         self.dt = float(self.brax_env.dt)
-        self.jit_reset = jax.jit(self.reset)  # compiled on first use
-        self.jit_step = jax.jit(self.step)
+        options = compiler_options()
+        self.jit_reset = jax.jit(self.reset, compiler_options=options)  # compiled on first use
+        self.jit_step = jax.jit(self.step, compiler_options=options)
 
     def __repr__(self) -> str:
         return (f"MjxVecEnv(task={self.task!r}, num_envs={self.num_envs}, max_episode_steps={self.max_episode_steps}, "
@@ -244,3 +262,12 @@ def make_mjx_env(
         ValueError: an unknown task or a bad ``num_envs`` / ``max_episode_steps``, naming the argument.
     """
     return MjxVecEnv(task, num_envs, max_episode_steps, rescale_action)
+
+
+@functools.lru_cache(maxsize=8)
+def cached_mjx_env(task: str, num_envs: int, max_episode_steps: int | None = None,
+                   rescale_action: bool = True) -> MjxVecEnv:
+    """``make_mjx_env``, one per configuration in a process: its jitted reset and step (and the programs an agent
+    caches by the env's identity) compile once, so a resume in the same process, a second run of the same
+    configuration, or evaluation envs as many as the training ones reuse them."""
+    return make_mjx_env(task, num_envs, max_episode_steps, rescale_action)

@@ -1,6 +1,6 @@
 """``env.env_type=mjx`` in the config schema and the agents' CLIs: task names, the env count against the buffer and
-the batch, the missing extra, the not-yet-wired training loops, and the documented GPU recipe. Nothing here imports
-JAX or Brax: the extra's presence is faked where a check needs it either way."""
+the batch, the missing extra, the training program's limits, the refusal of the gymnasium loop, and the documented GPU
+recipe. Nothing here imports JAX or Brax: the extra's presence is faked where a check needs it either way."""
 
 from __future__ import annotations
 
@@ -75,24 +75,27 @@ def test_missing_extra_names_the_key(monkeypatch):
 
 def test_training_run_refuses_mjx_until_wired(extra_installed):
     cfg = build_config(MJX)
-    with pytest.raises(ConfigError, match="env.env_type='mjx' is not wired into this agent yet"):
-        check_training_run(cfg)
+    for framework in (None, *sorted({"torch", "jax"} - set(schema.MJX_TRAINING_FRAMEWORKS))):
+        with pytest.raises(ConfigError, match="env.env_type='mjx' is not wired into this agent yet"):
+            check_training_run(cfg, framework)
+    for framework in schema.MJX_TRAINING_FRAMEWORKS:
+        check_training_run(cfg, framework)
 
 
-@pytest.mark.parametrize("framework", ["torch", "jax"])
-def test_cli_exits_2_before_any_work(framework, extra_installed, tmp_path, capsys):
-    """Both agents' CLIs: status 2 and one line, and no run directory is left behind."""
-    if framework == "torch":
-        from agent_torch.train import main
-    else:
-        from agent_jax.train import main
-    run = tmp_path / "run"
-    argv = ["--overrides", "env.env_type=mjx", "--overrides", "env.env_name=hopper", "--overrides",
-            f"save_path={run}"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "config error: env.env_type='mjx' is not wired into this agent yet" in err
-    assert not run.exists()
+def test_training_program_checks(extra_installed):
+    """The MJX training program runs the same updates every step, one-step rows, on one device."""
+    with pytest.raises(ConfigError, match=r"invalid value 1.5 for 'updates_per_interaction_step': must be a whole "
+                                          r"number with env.env_type=mjx"):
+        build_config({**MJX, "updates_per_interaction_step": 1.5})
+    with pytest.raises(ConfigError, match=r"invalid value 3 for 'n_step': must be 1 with env.env_type=mjx"):
+        build_config({**MJX, "n_step": 3})
+    with pytest.raises(ConfigError, match=r"invalid value 2 for 'num_devices': must be 1 with env.env_type=mjx"):
+        build_config({**MJX, "num_devices": 2}, "jax")
+    with pytest.raises(ConfigError, match=r"invalid value 0 for 'interaction_steps_per_call': must be null or an "
+                                          r"integer >= 1"):
+        build_config({**MJX, "interaction_steps_per_call": 0})
+    assert build_config({**MJX, "updates_per_interaction_step": 2}).updates_per_interaction_step == 2.0
+    assert build_config({"updates_per_interaction_step": 1.5, "n_step": 3}).n_step == 3  # gymnasium: unchanged
 
 
 def test_cli_without_the_extra_exits_2(monkeypatch, tmp_path, capsys):

@@ -1,0 +1,260 @@
+"""The torch agent on MJX environments (``env.env_type=mjx``): the torch side of the MJX driver
+(``agent_common.vector_loop``). The environments step in JAX, everything else runs in torch, and the two share
+device memory through DLPack.
+
+One interaction step (``TorchVectorTrainer.advance``), with no host round trip:
+
+1. the action: uniform random from a torch generator while the replay holds fewer than ``agent.buffer_min_length``
+   rows, else the policy on the current observation with device zeta noise (``agent.act_device``: a CUDA-graph
+   replay on CUDA);
+2. the environments' jitted step (``MjxVecEnv.jit_step``, all envs at once) on that action, handed to JAX as a view
+   (``mjx_envs.torch_view.TorchEnv.step``); its outputs come back as torch views;
+3. the E rows written into the device replay (``on_device.DeviceReplay``; the one copy), the reward statistics
+   updated on the device (``on_device.DeviceRewardNormalizer``);
+4. once the replay can sample, ``updates_per_interaction_step`` updates, each on a batch sampled on the device with
+   the rewards divided by the device divisor (``agent.device_updates``: CUDA-graph replays on CUDA).
+
+DLPack orders the two frameworks' GPU streams: JAX's step waits for torch's action, torch's reads wait for the step's
+outputs (so the next step's action, which may overwrite a graph's output, is computed after the step read it). The
+torch views of JAX arrays are only read (JAX arrays are immutable). The JAX side (env state, jitted calls, DLPack)
+is ``mjx_envs.torch_view.TorchEnv``; this module is torch only.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from agent_common.loop import strict_backend_as_config_error
+from agent_common.schema import Config, ConfigError
+from agent_torch.agent import FlashSACAgent, make_agent, resolve_device
+from agent_torch.distributed import local_device
+from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator
+from agent_torch.replay import TensorRowStorage
+from mjx_envs.env import MjxVecEnv, cached_mjx_env
+from mjx_envs.torch_view import TorchEnv, jax_device_for
+from torch_impl import BackendUnavailable
+
+__all__ = ["TorchVectorTrainer", "make_vector_trainer"]
+
+_NOISE_STREAM, _WARMUP_STREAM = 1, 3  # the loop's RNG stream numbers (the sampler's, 2, is TensorRowStorage's)
+_EVAL_KEY_STREAM = 1  # the eval envs' key is derived from the seed's (TorchEnv's stream)
+_EVAL_CHECK_EVERY = 16  # eval steps between read-backs of "has every env finished an episode"
+
+
+class TorchVectorTrainer:
+    """The torch agent's ``VectorTrainer`` (``agent_common.vector_loop``) on MJX environments (see the module doc).
+
+    Args:
+        cfg: the run's config (``env.env_type=mjx``).
+        agent: the torch agent (its device is where the replay rows, statistics and noise live).
+        train_env: ``num_train_envs`` copies of the task.
+        eval_env: ``num_eval_envs`` copies (``train_env`` itself when the counts match: one compilation).
+    """
+
+    def __init__(self, cfg: Config, agent: FlashSACAgent, train_env: MjxVecEnv, eval_env: MjxVecEnv) -> None:
+        a = cfg.agent
+        seed = int(cfg.seed)
+        self.cfg, self.agent = cfg, agent
+        self.device = agent.device
+        self.num_envs = train_env.num_envs
+        obs_dim, act_dim = train_env.observation_size, train_env.action_size
+        storage = TensorRowStorage(a.buffer_max_length, 2 * obs_dim + act_dim + 3, obs_dim, self.device, seed)
+        self.replay = DeviceReplay(storage, obs_dim, act_dim, a.buffer_min_length)
+        self.normalizer = DeviceRewardNormalizer(cfg.gamma, a.normalized_G_max, a.normalize_reward, self.num_envs,
+                                                 self.device)
+        self.noise = DeviceZetaNoise(self.num_envs, act_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max,
+                                     torch_generator(self.device, seed, _NOISE_STREAM))
+        self.warmup = torch_generator(self.device, seed, _WARMUP_STREAM)
+        self.action_low = torch.as_tensor(train_env.action_low, device=self.device)  # (A,)
+        self.action_high = torch.as_tensor(train_env.action_high, device=self.device)  # (A,)
+        self.batch_size = int(a.sample_batch_size)
+        self.updates_per_step = int(cfg.updates_per_interaction_step)
+        self.train_env = TorchEnv(train_env, self.device, seed)
+        self.eval_env = TorchEnv(eval_env, self.device, seed, stream=_EVAL_KEY_STREAM)
+        self.obs = self.train_env.observation()  # (E, O) view
+        self._precompiling: threading.Thread | None = None
+
+    def precompile(self) -> None:
+        """Starts compiling the training envs' jitted step on a background thread (the driver calls it before the
+        initial evaluation, which then overlaps the compilation); the first ``advance`` waits for it."""
+        def compile_step() -> None:
+            try:
+                self.train_env.compile_step()
+            except BaseException as exc:  # re-raised by the next advance
+                self._precompile_error = exc
+
+        self._precompile_error: BaseException | None = None
+        self._precompiling = threading.Thread(target=compile_step, name="mjx-step-compile", daemon=True)
+        self._precompiling.start()
+
+    def _wait_precompile(self) -> None:
+        thread, self._precompiling = self._precompiling, None
+        if thread is not None:
+            thread.join()
+            if self._precompile_error is not None:
+                raise self._precompile_error
+
+    def _sync(self) -> None:
+        self.train_env.block_until_ready()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # ------------------------------------------------------------------------------------------------ training
+    def _action(self) -> torch.Tensor:
+        if self.replay.can_sample():
+            return self.agent.act_device(self.obs, self.noise.sample())  # (E, A)
+        shape = (self.num_envs, self.action_low.shape[0])
+        u = torch.rand(shape, generator=self.warmup, device=self.device)  # (E, A)
+        return self.action_low + u * (self.action_high - self.action_low)
+
+    def _sample(self) -> torch.Tensor:
+        """A (B, 2O + A + 2) device batch, rewards divided by the current device divisor."""
+        return self.replay.sample(self.batch_size, self.normalizer.scale())
+
+    def advance(self, num_steps: int) -> None:
+        """``num_steps`` interaction steps (every env once per step) with their updates, then waits for the device.
+        Nothing is read back."""
+        self._wait_precompile()
+        for _ in range(int(num_steps)):
+            action = self._action()  # (E, A)
+            out = self.train_env.step(action)
+            self.replay.add(self.obs, action, out.reward, out.terminated, out.truncated, out.final_obs)
+            self.normalizer.update(out.reward, out.terminated, out.truncated)
+            self.obs = out.obs
+            if self.replay.can_sample():
+                self.agent.device_updates(self.updates_per_step, self._sample)
+        self._sync()
+
+    def take_metrics(self) -> dict[str, tuple[float, int]]:
+        """The update metrics since the last call, ``{name: (sum, count)}`` (one device read).
+
+        Raises:
+            FloatingPointError: a non-finite value entered the replay rows, or a non-finite metric.
+        """
+        self.replay.check_finite()
+        return self.agent.take_metrics()
+
+    def info(self) -> dict[str, float | str]:
+        """The agent's ``info()``, its ``compile/path`` extended by how the environments step."""
+        info = self.agent.info()
+        info["compile/path"] = (f"{info['compile/path']}; MJX envs: jitted JAX step on {self.train_env.jax_device}, "
+                                "DLPack views both ways, replay rows on the agent's device")
+        return info
+
+    # ------------------------------------------------------------------------------------------------ evaluation
+    def evaluate(self, num_episodes: int) -> dict[str, float]:
+        """Deterministic evaluation (tanh of the mean) on the eval envs, as ``agent_common.envs.evaluate``:
+        ``num_episodes / num_eval_envs`` rounds, each from freshly reset envs, returns summed until each env's
+        first episode end. The eval envs' key advances, so every evaluation sees new initial states."""
+        env = self.eval_env
+        num_envs, limit = env.env.num_envs, env.env.max_episode_steps
+        returns, lengths = [], []
+        for _ in range(max(1, num_episodes // num_envs) if num_episodes > 0 else 0):
+            obs = env.reset()
+            ret = torch.zeros(num_envs, dtype=torch.float64, device=self.device)  # (E,)
+            length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)  # (E,)
+            done_once = torch.zeros(num_envs, dtype=torch.bool, device=self.device)  # (E,)
+            for t in range(limit):
+                out = env.step(self.agent.act_device(obs, None))
+                alive = ~done_once
+                ret += torch.where(alive, out.reward.to(torch.float64), 0.0)
+                length += alive.to(torch.int64)
+                done_once |= (out.terminated > 0) | (out.truncated > 0)
+                obs = out.obs
+                if (t + 1) % _EVAL_CHECK_EVERY == 0 and bool(done_once.all()):
+                    break
+            returns.append(ret.cpu().numpy())
+            lengths.append(length.cpu().numpy())
+        if not returns:
+            return {}
+        ret_all, len_all = np.concatenate(returns), np.concatenate(lengths)
+        return {"avg_return": float(ret_all.mean()), "avg_length": float(len_all.mean()),
+                "avg_success_once": 0.0, "avg_success_end": 0.0}
+
+    # ------------------------------------------------------------------------------------------------ checkpoints
+    def save_agent(self, directory: str) -> None:
+        """The agent's files (``FlashSACAgent.save``)."""
+        self.agent.save(directory)
+
+    def load_agent(self, directory: str, load_optimizer: bool) -> None:
+        self.agent.load(directory, load_optimizer=load_optimizer)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but the agent's files and the replay rows, as numpy / Python values: both env states, the
+        replay's size, ring index and sampler generator, the reward statistics, the noise and the warm-up
+        generator."""
+        return {
+            "framework": "torch",
+            "train_env_state": self.train_env.state_dict(),
+            "eval_env_state": self.eval_env.state_dict(),
+            "replay": self.replay.state_dict(),
+            "reward_normalizer": self.normalizer.state_dict(),
+            "noise": self.noise.state_dict(),
+            "warmup_generator": self.warmup.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict`` output (``agent.load_reward_normalizer=false`` keeps fresh reward statistics);
+        the replay rows follow with ``load_buffer_state``.
+
+        Raises:
+            ValueError: a state of the other framework, or env states of other shapes (another env count).
+        """
+        if state.get("framework") != "torch":
+            raise ValueError(f"trainer state: expected the torch agent's, got {state.get('framework')!r}'s")
+        self.train_env.load_state_dict(state["train_env_state"])
+        self.eval_env.load_state_dict(state["eval_env_state"])
+        self.obs = self.train_env.observation()
+        self.replay.load_state_dict(state["replay"])
+        if self.cfg.agent.load_reward_normalizer:
+            self.normalizer.load_state_dict(state["reward_normalizer"])
+        self.noise.load_state_dict(state["noise"])
+        self.warmup.set_state(state["warmup_generator"])
+
+    def buffer_state(self) -> dict[str, Any]:
+        """``{"rows": (size, 2O + A + 3) float32}``, ``ROW_KEYS`` columns (one device read)."""
+        return {"rows": self.replay.rows()}
+
+    def load_buffer_state(self, state: dict[str, Any] | None) -> None:
+        """The saved rows (after ``load_state_dict``), or None: an empty replay (a new warm-up follows)."""
+        self.replay.load_rows(None if state is None else state["rows"])
+
+    def close(self) -> None:
+        """Waits for a background compilation and the device (the envs are cached per process and stay)."""
+        if self._precompiling is not None:
+            self._precompiling.join()
+            self._precompiling = None
+        self._sync()
+
+
+def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
+    """``VectorFactory`` of the torch agent: the MJX envs (``cached_mjx_env``: one per shape in a process), the agent
+    and the trainer.
+
+    Raises:
+        ConfigError: ``agent.buffer_device_type=cpu`` (the replay rows live on the agent's device, with the envs),
+            ``agent.device_type`` naming a device that torch or JAX cannot use, or a strict categorical-target
+            backend that cannot run here; before any env step.
+    """
+    if cfg.agent.buffer_device_type == "cpu":
+        raise ConfigError("invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx the torch agent "
+                          "keeps the replay rows on its device, with the envs; use auto or cuda")
+    try:  # the agent's device and JAX's view of it, before any env work
+        jax_device_for(local_device(resolve_device(cfg.agent.device_type)))
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"invalid value {cfg.agent.device_type!r} for 'agent.device_type': {exc}") from None
+    env_cfg = cfg.env
+    train_env = cached_mjx_env(env_cfg.env_name, int(cfg.num_train_envs), env_cfg.max_episode_steps,
+                            bool(env_cfg.rescale_action))
+    eval_env = cached_mjx_env(env_cfg.env_name, int(cfg.num_eval_envs), env_cfg.max_episode_steps,
+                           bool(env_cfg.rescale_action))
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (train_env.observation_size,), np.float32)
+    act_space = gym.spaces.Box(train_env.action_low, train_env.action_high, dtype=np.float32)
+    agent = strict_backend_as_config_error(make_agent, BackendUnavailable)(cfg, obs_space, act_space)
+    assert isinstance(agent, FlashSACAgent)
+    return TorchVectorTrainer(cfg, agent, train_env, eval_env)

@@ -1,0 +1,182 @@
+"""The JAX agent on MJX environments (``env.env_type=mjx``): the CLI end to end through ``agent_common.vector_loop``
+and ``agent_jax.vector``, exact resume after a shorter run and after a wall-clock stop, config errors, the device
+reward normaliser against the host one, and SIGTERM.
+
+MJX compiles take tens of seconds on a CPU, so every run here is in this process with one configuration (4
+halfcheetah envs, 50-step episodes, tiny networks): the training scan and the evaluation loop compile once (the
+programs are cached by the env object, which ``agent_jax.vector`` keeps per configuration) and the later runs
+reuse them. Skipped only when the ``mjx`` extra is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import types
+
+import numpy as np
+import pytest
+
+pytest.importorskip("brax", reason="the mjx extra is not installed (pip install -e \".[mjx]\")")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from agent_common.logger import read_eval_csv  # noqa: E402
+from agent_common.normalizer import RewardNormalizer  # noqa: E402
+from agent_common.vector_loop import StopSignals, interaction_steps_per_call  # noqa: E402
+from agent_jax.train import main  # noqa: E402
+from agent_jax.vector import normalizer_update  # noqa: E402
+from mjx_envs.env import FAST_COMPILE_ENV  # noqa: E402
+from tests.agent_test_utils import assert_nested_equal  # noqa: E402
+
+ENVS, STEPS = 4, 400  # 100 interaction steps; updates from step 16 (64 rows); 2 updates per step
+COMMON = ["env.env_type=mjx", "env.env_name=halfcheetah", "env.max_episode_steps=50", f"num_train_envs={ENVS}",
+          "num_eval_envs=2", "num_eval_episodes=2", "agent.buffer_min_length=64", "agent.sample_batch_size=32",
+          "agent.buffer_max_length=1000", "updates_per_interaction_step=2", "agent.critic_hidden_dim=16",
+          "agent.actor_hidden_dim=16", "agent.critic_num_blocks=1", "agent.actor_num_blocks=1",
+          "agent.critic_num_bins=11", "logging_per_interaction_step=10", "evaluation_per_interaction_step=50",
+          "save_checkpoint_per_interaction_step=50", "agent.learning_rate_warmup_step=0",
+          "agent.learning_rate_decay_step=200", "agent.categorical_target_backend=jax", "progress_bar=false",
+          "seed=5"]
+
+
+def _argv(*overrides: str) -> list[str]:
+    return [arg for value in overrides for arg in ("--overrides", value)]
+
+
+def _checkpoint(run_dir: str, env_step: int) -> dict[str, object]:
+    """A checkpoint's agent files, replay rows and loop state (minus what names the run: config, evaluations)."""
+    path = os.path.join(run_dir, "checkpoints", f"step{env_step}")
+    out: dict[str, object] = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            if name.endswith(".pkl"):
+                with open(os.path.join(root, name), "rb") as f:
+                    out[os.path.relpath(os.path.join(root, name), path)] = pickle.load(f)
+    state = out["loop_state.pkl"]
+    assert isinstance(state, dict)
+    for key in ("config_yaml", "last_eval_return", "last_eval_step"):
+        state.pop(key)
+    return out
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """The uninterrupted run: its directory and what it printed."""
+    run = str(tmp_path_factory.mktemp("mjx") / "full")
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(_argv(*COMMON, f"num_env_steps={STEPS}", f"save_path={run}"))
+    return run, code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fast_compile():
+    """XLA's backend optimisations off for these runs' programs (compiles several times faster on a CPU)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(FAST_COMPILE_ENV, "1")
+        yield
+
+
+def test_cli_run_end_to_end(full_run):
+    run, code, out, err = full_run
+    assert code == 0, err[-3000:]
+    assert "compute path: jax" in err and "MJX: one jitted lax.scan of 10 interaction steps per call" in err
+    assert "first update at env step 80:" in err  # the call of steps 11-20 (the first updates at step 16)
+    assert out.startswith(f"[completed] env_step={STEPS} ")
+    returns = read_eval_csv(os.path.join(run, "eval.csv"))
+    assert [step for step, _ in returns] == [0.0, 200.0, 400.0]
+    assert all(np.isfinite(value) for _, value in returns)
+    lengths = read_eval_csv(os.path.join(run, "eval.csv"), metric="avg_length")
+    assert [value for _, value in lengths] == [50.0, 50.0, 50.0]  # halfcheetah never terminates: the time limit
+    assert sorted(os.listdir(os.path.join(run, "checkpoints"))) == ["latest", "step200", "step400"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(os.path.join(run, "tb"))
+    acc.Reload()
+    scalars = acc.Tags()["scalars"]
+    for tag in ("critic/loss", "actor/loss", "temperature/value", "avg_return", "perf/env_steps_per_second",
+                "perf/updates_per_second", "perf/time_to_first_update_s"):
+        assert tag in scalars, tag
+    # 85 interaction steps with updates (16..100), 2 each; critic metrics of every update, actor of every other
+    final = _checkpoint(run, STEPS)
+    state = final["loop_state.pkl"]
+    assert (state["interaction_step"], state["num_updates"], state["replay_rows"]) == (100, 170, 400)
+    assert state["trainer"]["update_step"] == 170
+    assert final["replay_buffer.pkl"]["rows"].shape == (400, 2 * 17 + 6 + 3)
+    rows = final["replay_buffer.pkl"]["rows"]
+    assert np.abs(rows[:, 17:23]).max() <= 1.0 and rows[:, -1].sum() == 2 * ENVS  # truncated at 50, 100
+
+
+def test_resume_is_bitwise(full_run, tmp_path, capsys):
+    """A run that ends at its checkpoint (step 50) and one stopped by max_wall_seconds after its first call (step
+    10, still in the warm-up) both continue, resumed, to exactly the uninterrupted run's final state."""
+    run, code, _, _ = full_run
+    assert code == 0
+    short, stopped = str(tmp_path / "short"), str(tmp_path / "stopped")
+    assert main(_argv(*COMMON, f"num_env_steps={STEPS // 2}", f"save_path={short}")) == 0
+    assert main(_argv(*COMMON, f"num_env_steps={STEPS}", "max_wall_seconds=1e-6", f"save_path={stopped}")) == 0
+    assert "[budget] env_step=40 " in capsys.readouterr().out
+    assert main(_argv(f"agent_load_path={short}", f"num_env_steps={STEPS}")) == 0
+    assert main(_argv(f"agent_load_path={stopped}", "max_wall_seconds=null")) == 0
+    expected = _checkpoint(run, STEPS)
+    for resumed in (short, stopped):
+        assert_nested_equal(_checkpoint(resumed, STEPS), expected)
+        assert read_eval_csv(os.path.join(resumed, "eval.csv")) == read_eval_csv(os.path.join(run, "eval.csv"))
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("agent.buffer_device_type=cpu", "invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx"),
+    ("updates_per_interaction_step=1.5", "must be a whole number with env.env_type=mjx"),
+    ("agent.sample_batch_size=128", "the env count cannot fill the first batch"),
+])
+def test_config_errors_exit_2(override, message, tmp_path, capsys):
+    run = tmp_path / "run"
+    try:
+        code = main(_argv(*COMMON, f"save_path={run}", override))
+    except SystemExit as exc:  # errors found while parsing exit from the parser
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not run.exists()
+
+
+def test_device_normaliser_matches_the_host_one():
+    """The scan's float32 reward normaliser follows ``RewardNormalizer``'s rule (float64 there)."""
+    rng = np.random.default_rng(0)
+    host = RewardNormalizer(0.99, 5.0)
+    spec = types.SimpleNamespace(gamma=0.99)
+    f32 = jnp.float32
+    state = {"ret": jnp.zeros(3, f32), "ret_max": jnp.zeros((), f32), "ret_mean": jnp.zeros((), f32),
+             "ret_var": jnp.ones((), f32), "ret_count": jnp.zeros((), f32)}
+    step = jax.jit(lambda s, r, d: normalizer_update(types.SimpleNamespace(**s), r, d, spec))
+    for _ in range(200):
+        reward = rng.normal(1.0, 2.0, 3).astype(np.float32)
+        terminated, truncated = rng.random(3) < 0.05, rng.random(3) < 0.02
+        host.update(reward, terminated, truncated)
+        state = step(state, reward, jnp.asarray(terminated | truncated, f32))
+    np.testing.assert_allclose(np.asarray(state["ret"]), host.G, rtol=1e-5)
+    for name, value in (("ret_max", host.G_max), ("ret_mean", host.mean), ("ret_var", host.var),
+                        ("ret_count", host.count)):
+        np.testing.assert_allclose(float(state[name]), value, rtol=1e-4, err_msg=name)
+
+
+def test_steps_per_call_and_sigterm():
+    from agent_common.schema import build_config
+
+    def k(**values):
+        return interaction_steps_per_call(types.SimpleNamespace(interaction_steps_per_call=None, **values))
+
+    assert (k(logging_per_interaction_step=10), k(logging_per_interaction_step=488),
+            k(logging_per_interaction_step=64), k(logging_per_interaction_step=65)) == (10, 61, 64, 33)
+    assert interaction_steps_per_call(build_config({"interaction_steps_per_call": 7})) == 7
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested
+    assert signal.getsignal(signal.SIGTERM) == before
