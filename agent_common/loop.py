@@ -142,14 +142,14 @@ class TrainResult:
     steady_updates_per_second: float = float("nan")
 
 
-class _StopFlag:
+class StopFlag:
     """First SIGINT requests a clean stop at the end of the current step; a second one aborts immediately."""
 
     def __init__(self) -> None:
         self.requested = False
         self._previous: Any = None
 
-    def __enter__(self) -> _StopFlag:
+    def __enter__(self) -> StopFlag:
         import threading
 
         if threading.current_thread() is threading.main_thread():
@@ -505,7 +505,7 @@ def prepare_run_dir(cfg: Config, framework: str | None = None) -> None:
         ) from None
 
 
-def _kept_on_resume(cfg: Config) -> list[str]:
+def kept_on_resume(cfg: Config) -> list[str]:
     """The schedule keys whose values differ from what ``num_env_steps`` alone would derive (kept from the run)."""
     kept = []
     for key, derived in budget_defaults(cfg).items():
@@ -587,7 +587,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                 if checkpoint_step(newer) > resumed_step:  # the abandoned continuation (or a damaged checkpoint)
                     shutil.rmtree(newer, ignore_errors=True)
                     print(f"removed {newer}: newer than the checkpoint the run continues from", file=sys.stderr)
-            kept = _kept_on_resume(cfg)
+            kept = kept_on_resume(cfg)
             if kept and replicas.is_main:
                 print(
                     "the run's schedule and intervals are kept: " + "; ".join(kept)
@@ -639,7 +639,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
         precompile(loop.local_envs)  # the first updates' programs compile during the evaluation and the warm-up
     log_info(logger.first_step)
     if replicas.is_main:
-        _announce_compute_path(loop.agent)
+        announce_compute_path(loop.agent)
     timeline = UpdateTimeline(launch_time())
     if start_step == 0 and cfg.num_eval_episodes > 0:
         do_eval()
@@ -659,7 +659,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
         file=sys.stderr,
         mininterval=1.0,
     )
-    with _StopFlag() as stop:
+    with StopFlag() as stop:
         try:
             while loop.interaction_step < n_int:
                 loop.interaction_step += 1
@@ -687,7 +687,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                         update_time += update_seconds
                         first = timeline.record(time.monotonic(), updates_this_call + due, update_seconds)
                         if first and replicas.is_main:
-                            _report_first_update(logger, timeline, env_step, t_start)
+                            report_first_update(logger, timeline, env_step, t_start)
                     loop.num_updates += due
                     updates_this_call += due
                     window_updates += due
@@ -703,7 +703,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                         update_time += update_seconds
                         first = timeline.record(time.monotonic(), updates_this_call + 1, update_seconds)
                         if first and replicas.is_main:
-                            _report_first_update(logger, timeline, env_step, t_start)
+                            report_first_update(logger, timeline, env_step, t_start)
                         loop.meter.update(metrics)
                         loop.update_counter -= 1.0
                         loop.num_updates += 1
@@ -784,7 +784,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
     )
 
 
-def _announce_compute_path(agent: Agent) -> None:
+def announce_compute_path(agent: Agent) -> None:
     """Prints the agent's ``compile/path`` line (how it computes and why) once, on stderr; the TensorBoard text of
     the same key comes with the agent's other ``info()``."""
     path = agent.info().get("compile/path")
@@ -792,7 +792,7 @@ def _announce_compute_path(agent: Agent) -> None:
         tqdm.write(f"compute path: {path}", file=sys.stderr)
 
 
-def _report_first_update(logger: RunLogger, timeline: UpdateTimeline, env_step: int, train_start: float) -> None:
+def report_first_update(logger: RunLogger, timeline: UpdateTimeline, env_step: int, train_start: float) -> None:
     """The first update's line on stderr and its TensorBoard scalars (``perf/time_to_first_update_s``: from launch;
     ``perf/first_update_s``: the call itself)."""
     assert timeline.first_end is not None
@@ -805,12 +805,6 @@ def _report_first_update(logger: RunLogger, timeline: UpdateTimeline, env_step: 
     logger.log_scalars({"perf/time_to_first_update_s": timeline.time_to_first_update,
                         "perf/first_update_s": timeline.first_seconds}, env_step)
 
-
-# The pieces agent_common.vector_loop (the MJX driver) shares with this loop.
-StopFlag = _StopFlag
-announce_compute_path = _announce_compute_path
-kept_on_resume = _kept_on_resume
-report_first_update = _report_first_update
 
 
 def _summary(result: TrainResult, num_env_steps: int) -> str:
