@@ -42,6 +42,7 @@ __all__ = [
     "read_checkpoint_file",
     "recover_checkpoints",
     "resolve_checkpoint",
+    "load_newest",
     "warn",
     "write_checkpoint",
 ]
@@ -359,3 +360,27 @@ def write_checkpoint(run_dir: str, env_step: int, write: Callable[[str], None], 
             ) from exc
         raise
     return final, prune_checkpoints(run_dir, keep)
+
+
+def load_newest(path: str, load: Callable[[str], None]) -> str:
+    """Restores the newest usable checkpoint at ``path`` (a checkpoint dir or a run dir) with ``load(ckpt)`` and
+    returns it. From a run directory, a checkpoint whose ``load`` raises ``CheckpointError`` is skipped with a
+    warning naming it, and the next older complete one is tried.
+
+    Raises:
+        CheckpointError: no usable checkpoint; the message names the file and says what to do.
+    """
+    candidates = candidate_checkpoints(path)
+    failures = []
+    for ckpt in candidates:
+        try:
+            load(ckpt)
+            return ckpt
+        except CheckpointError as exc:
+            failures.append(str(exc))
+            if ckpt != candidates[-1]:
+                warn(f"skipping the checkpoint {ckpt}: {exc}; falling back to the previous one")
+    if len(candidates) == 1:
+        raise CheckpointError(f"{failures[0]}. Resume from another checkpoint (agent_load_path=<run dir> uses the "
+                              "newest complete one), or start a new run")
+    raise CheckpointError(f"no usable checkpoint under {path}: " + " | ".join(failures))

@@ -27,7 +27,6 @@ from agent_common.checkpoint import (
     DiskFullError,
     atomic_pickle,
     atomic_write_text,
-    candidate_checkpoints,
     checkpoint_dir,
     checkpoint_step,
     commit_checkpoint_dir,
@@ -36,10 +35,12 @@ from agent_common.checkpoint import (
     holds_run,
     is_disk_full,
     latest_checkpoint,
+    load_newest,
     prune_checkpoints,
     read_checkpoint_file,
     recover_checkpoints,
     warn,
+    write_checkpoint,
 )
 from agent_common.config import config_to_yaml, parse_args
 from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_states, step_env
@@ -250,27 +251,13 @@ class _Loop:
         run_dir = self.cfg.save_path or "."
         final = checkpoint_dir(run_dir, env_step)
         self.take_metrics()  # the metrics summed on the device go into the meter, which the checkpoint holds
-        tmp = final + ".tmp"
         if self.replicas.world_size > 1:
-            return self._save_replicated(tmp, final, env_step, with_buffer)
-        try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
-            self._write_checkpoint(tmp, env_step, with_buffer)
-            commit_checkpoint_dir(tmp, final)
-        except Exception as exc:
-            shutil.rmtree(tmp, ignore_errors=True)  # a half-written checkpoint must not keep the disk full
-            if is_disk_full(exc):
-                latest = latest_checkpoint(run_dir)
-                raise DiskFullError(
-                    f"disk full (No space left on device) while writing the checkpoint {final}: free space on that "
-                    f"disk, or move the run directory to another one, then resume with --overrides "
-                    f"agent_load_path={run_dir} (newest complete checkpoint: {latest})"
-                ) from exc
-            raise
+            return self._save_replicated(final + ".tmp", final, env_step, with_buffer)
+        final, pruned = write_checkpoint(run_dir, env_step,
+                                         lambda tmp: self._write_checkpoint(tmp, env_step, with_buffer),
+                                         self.cfg.keep_checkpoints)
         self.last_checkpoint_step = self.interaction_step
         self.last_checkpoint_has_buffer = os.path.exists(os.path.join(final, BUFFER_FILE))
-        pruned = prune_checkpoints(run_dir, self.cfg.keep_checkpoints)
         size = directory_size(final) / 2**20
         buffer = f", replay buffer {len(self.buffer)} rows" if self.last_checkpoint_has_buffer else ", no replay buffer"
         removed = f"; removed {', '.join(os.path.basename(p) for p in pruned)}" if pruned else ""
@@ -344,22 +331,7 @@ class _Loop:
         Raises:
             CheckpointError: no usable checkpoint; the message names the file and says what to do.
         """
-        candidates = candidate_checkpoints(path)
-        failures = []
-        for ckpt in candidates:
-            try:
-                self._load_checkpoint(ckpt)
-                return ckpt
-            except CheckpointError as exc:
-                failures.append(str(exc))
-                if ckpt != candidates[-1]:
-                    warn(f"skipping the checkpoint {ckpt}: {exc}; falling back to the previous one")
-        if len(candidates) == 1:
-            raise CheckpointError(
-                f"{failures[0]}. Resume from another checkpoint (agent_load_path=<run dir> uses the newest complete "
-                "one), or start a new run"
-            )
-        raise CheckpointError(f"no usable checkpoint under {path}: " + " | ".join(failures))
+        return load_newest(path, self._load_checkpoint)
 
     def _load_checkpoint(self, ckpt: str) -> None:
         state_dir = self.replicas.state_dir(ckpt)

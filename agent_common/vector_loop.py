@@ -35,11 +35,11 @@ from agent_common.checkpoint import (
     CheckpointError,
     atomic_pickle,
     atomic_write_text,
-    candidate_checkpoints,
     checkpoint_step,
     complete_checkpoints,
     directory_size,
     latest_checkpoint,
+    load_newest,
     read_checkpoint_file,
     recover_checkpoints,
     warn,
@@ -290,20 +290,7 @@ class _VectorRun:
         Raises:
             CheckpointError: no usable checkpoint; the message names the file and says what to do.
         """
-        candidates = candidate_checkpoints(path)
-        failures = []
-        for ckpt in candidates:
-            try:
-                self._load_checkpoint(ckpt)
-                return ckpt
-            except CheckpointError as exc:
-                failures.append(str(exc))
-                if ckpt != candidates[-1]:
-                    warn(f"skipping the checkpoint {ckpt}: {exc}; falling back to the previous one")
-        if len(candidates) == 1:
-            raise CheckpointError(f"{failures[0]}. Resume from another checkpoint (agent_load_path=<run dir> uses the "
-                                  "newest complete one), or start a new run")
-        raise CheckpointError(f"no usable checkpoint under {path}: " + " | ".join(failures))
+        return load_newest(path, self._load_checkpoint)
 
     def _load_checkpoint(self, ckpt: str) -> None:
         state_file = os.path.join(ckpt, LOOP_STATE_FILE)

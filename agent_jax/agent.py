@@ -25,6 +25,7 @@ from agent_jax.step import (
     DeviceRowStorage,
     create_device_replay,
     env_step,
+    metric_sums,
     policy_actions,
     policy_on_leaves,
     row_width,
@@ -387,13 +388,7 @@ class FlashSACAgent:
             device_sums, device_counts = jax.device_get((replay.metric_sum, replay.metric_count))
             sums, counts = sums + device_sums, counts + device_counts
             self._storage.replay = replay.replace(metric_sum=self._zeros_metrics(), metric_count=self._zeros_metrics())
-        out = {name: (float(s), int(c)) for name, s, c in zip(METRIC_NAMES, sums, counts, strict=True) if c > 0}
-        bad = [k for k, (v, _) in out.items() if not math.isfinite(v)]
-        if bad:
-            raise FloatingPointError(f"non-finite {', '.join(bad)} before update step {self.update_step}: "
-                                     f"{ {k: out[k][0] for k in bad} } (sums since the last logging step; check "
-                                     "observations/rewards for NaN/Inf)")
-        return out
+        return metric_sums(sums, counts, self.update_step)
 
     # ------------------------------------------------------------------------------------------------ save/load
     def _network_states(self) -> dict[str, dict[str, Any]]:
@@ -419,16 +414,16 @@ class FlashSACAgent:
         if self._pending is not None:
             names, values = self._pending
             pending = dict(zip(names, np.asarray(values), strict=True))  # {name: f32 scalar}
-        replay_key, metric_sums, metric_counts = self._replay_key, *self._metric_carry
+        replay_key, sums, counts = self._replay_key, *self._metric_carry
         if self._storage is not None:
             r = self._storage.replay
             replay_key, device_sums, device_counts = jax.device_get((r.key, r.metric_sum, r.metric_count))
-            metric_sums, metric_counts = metric_sums + device_sums, metric_counts + device_counts
+            sums, counts = sums + device_sums, counts + device_counts
         state = {"update_step": self.update_step, "rng": np.asarray(jax.device_get(self.state.rng)),
                  "pending_metrics": pending, "backend": self.ctx.backend,
                  "replay_key": np.asarray(replay_key, np.uint32),
-                 "step_metrics": {"names": METRIC_NAMES, "sums": np.asarray(metric_sums, np.float32),
-                                  "counts": np.asarray(metric_counts, np.float32)}}
+                 "step_metrics": {"names": METRIC_NAMES, "sums": np.asarray(sums, np.float32),
+                                  "counts": np.asarray(counts, np.float32)}}
         atomic_pickle(os.path.join(directory, AGENT_STATE_FILE), state)
 
     def load(self, directory: str, load_optimizer: bool = True) -> None:

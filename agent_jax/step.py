@@ -19,6 +19,7 @@ staging area fills, when a step with device work comes (before it) and before th
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import flax.struct
@@ -38,6 +39,7 @@ __all__ = [
     "create_device_replay",
     "env_step",
     "insert_rows",
+    "metric_sums",
     "policy_actions",
     "policy_on_leaves",
     "row_width",
@@ -147,6 +149,22 @@ def sample_batch(replay: DeviceReplay, batch_size: int, observation_dim: int,
     batch = Batch.from_flat(flat, observation_dim)
     batch = batch.replace(reward=batch.reward / reward_scale)  # (B,) as RewardNormalizer.normalize
     return replay.replace(key=key), batch, indices
+
+
+def metric_sums(sums: Any, counts: Any, update_step: int) -> dict[str, tuple[float, int]]:
+    """``{name: (sum, count)}`` of the metrics that updates reported (``METRIC_NAMES`` order in ``sums`` /
+    ``counts``).
+
+    Raises:
+        FloatingPointError: a non-finite sum (a non-finite loss in one of these updates), naming the metrics.
+    """
+    out = {name: (float(s), int(n)) for name, s, n in zip(METRIC_NAMES, sums, counts, strict=True) if n > 0}
+    bad = [k for k, (v, _) in out.items() if not math.isfinite(v)]
+    if bad:
+        raise FloatingPointError(f"non-finite {', '.join(bad)} before update step {update_step}: "
+                                 f"{ {k: out[k][0] for k in bad} } (sums since the last logging step; check "
+                                 "observations/rewards for NaN/Inf)")
+    return out
 
 
 def _add_metrics(replay: DeviceReplay, info: dict[str, Array]) -> DeviceReplay:

@@ -50,7 +50,15 @@ from agent_common.schema import Config, ConfigError
 from agent_common.vector_loop import interaction_steps_per_call
 from agent_jax.agent import FlashSACAgent, make_agent
 from agent_jax.state import AgentState, build_networks
-from agent_jax.step import METRIC_NAMES, DeviceReplay, create_device_replay, policy_actions, row_width, sample_batch
+from agent_jax.step import (
+    METRIC_NAMES,
+    DeviceReplay,
+    create_device_replay,
+    metric_sums,
+    policy_actions,
+    row_width,
+    sample_batch,
+)
 from agent_jax.update import UpdateContext, update_networks
 from mjx_envs.env import MjxEnvState, MjxVecEnv, cached_mjx_env, compiler_options
 
@@ -437,13 +445,7 @@ class JaxVectorTrainer:
         sums, counts = jax.device_get((replay.metric_sum, replay.metric_count))
         zeros = jax.device_put(np.zeros(len(METRIC_NAMES), np.float32), self.device)
         self.carry = self.carry.replace(replay=replay.replace(metric_sum=zeros, metric_count=zeros.copy()))
-        out = {name: (float(s), int(n)) for name, s, n in zip(METRIC_NAMES, sums, counts, strict=True) if n > 0}
-        bad = [k for k, (v, _) in out.items() if not math.isfinite(v)]
-        if bad:
-            raise FloatingPointError(f"non-finite {', '.join(bad)} before update step "
-                                     f"{int(self.carry.update_step)}: { {k: out[k][0] for k in bad} } (sums since "
-                                     "the last logging step; check observations/rewards for NaN/Inf)")
-        return out
+        return metric_sums(sums, counts, int(self.carry.update_step))
 
     def info(self) -> dict[str, float | str]:
         """The agent's ``info`` with the MJX program in ``compile/path``."""
