@@ -71,13 +71,17 @@ def measure(
         jax.block_until_ready(out if out is not None else carry[0])
 
     t0 = time.perf_counter()
-    sync(call(0))
+    first = call(0)
+    sync(first)
     compile_s = time.perf_counter() - t0
     seconds = [block_seconds(call, 1, sync) for _ in range(repeats)]
     med = statistics.median(seconds)
     return {
         "task": task, "num_envs": num_envs, "steps_per_call": steps, "repeats": repeats,
         "first_call_s": round(compile_s, 2), "seconds_per_call": seconds,
+        # the first call's sum of rewards and truncations: equal under two settings (XLA flags, say) that compute
+        # the same rollout
+        "first_call_checksum": float(first),
         "median_env_steps_per_s": num_envs * steps / med,
         "min_env_steps_per_s": num_envs * steps / max(seconds),
         "max_env_steps_per_s": num_envs * steps / min(seconds),
