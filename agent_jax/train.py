@@ -9,6 +9,7 @@ from agent_common.config import parse_args
 from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
 from agent_common.schema import Config
 from agent_common.vector_loop import VectorFactory
+from mjx_envs.recipe import DETERMINISTIC_FLAG, mjx_xla_flags
 
 __all__ = ["configure_xla", "main"]
 
@@ -19,14 +20,18 @@ def configure_xla(cfg: Config) -> None:
     ``deterministic=true`` -> ``--xla_gpu_deterministic_ops=true`` (CPU runs are deterministic anyway);
     ``num_threads=N`` -> XLA:CPU intra-op parallelism N (1 also turns off Eigen's thread pool).
     ``agent.device_type=cpu`` -> ``JAX_PLATFORMS=cpu``.
+    ``env.env_type=mjx`` -> MJX's solver loops on the device (``mjx_envs.recipe.mjx_xla_flags``).
     """
     flags = [os.environ.get("XLA_FLAGS", "")]
-    if cfg.deterministic:
-        flags.append("--xla_gpu_deterministic_ops=true")
     if cfg.num_threads is not None:
         flags.append(f"--xla_cpu_multi_thread_eigen={'false' if cfg.num_threads == 1 else 'true'}")
         flags.append(f"intra_op_parallelism_threads={cfg.num_threads}")
-    os.environ["XLA_FLAGS"] = " ".join(f for f in flags if f)
+    xla_flags = " ".join(f for f in flags if f)
+    if cfg.env.env_type == "mjx":
+        xla_flags = mjx_xla_flags(xla_flags, cfg.deterministic)
+    elif cfg.deterministic:
+        xla_flags = f"{xla_flags} {DETERMINISTIC_FLAG}".strip()
+    os.environ["XLA_FLAGS"] = xla_flags
     if cfg.agent.device_type == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import os
 import sys
 
+from agent_common.config import parse_args
 from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
+from agent_common.schema import Config
 from agent_common.vector_loop import VectorFactory
+from mjx_envs.recipe import mjx_xla_flags
 
-__all__ = ["main"]
+__all__ = ["configure_mjx_xla", "main"]
 
 
 def _factory() -> AgentFactory:
@@ -39,8 +42,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     if launch is None:
+        # validate first (exit 2 naming the key, before any work), then the XLA flags, then the shared CLI
+        configure_mjx_xla(parse_args(argv, framework="torch", prog="python -m agent_torch.train"))
         return run_cli(argv, "torch", _factory, make_vector_module=_vector_factory)
     return _main_replicated(argv)
+
+
+def configure_mjx_xla(cfg: Config) -> None:
+    """With ``env.env_type=mjx``, before any JAX work: ``XLA_FLAGS`` for the JAX side that steps the environments
+    (``mjx_envs.recipe.mjx_xla_flags``: MJX's solver loops on the device; deterministic ops with
+    ``deterministic=true``). Nothing when JAX is imported already (XLA may have read its flags)."""
+    if cfg.env.env_type == "mjx" and "jax" not in sys.modules:
+        os.environ["XLA_FLAGS"] = mjx_xla_flags(os.environ.get("XLA_FLAGS", ""), cfg.deterministic)
 
 
 def _main_replicated(argv: list[str]) -> int:
@@ -50,7 +63,6 @@ def _main_replicated(argv: list[str]) -> int:
     import torch.distributed as dist
 
     from agent_common.checkpoint import latest_checkpoint
-    from agent_common.config import parse_args
     from agent_torch.distributed import init_replicas
 
     cfg = parse_args(argv, framework="torch", prog="torchrun ... -m agent_torch.train")

@@ -128,4 +128,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    import os
+
+    from mjx_envs.recipe import mjx_xla_flags
+
+    # what MJX training runs with (its CLIs set it too); XLA_FLAGS="--xla_gpu_enable_command_buffer=" turns it off
+    os.environ["XLA_FLAGS"] = mjx_xla_flags(os.environ.get("XLA_FLAGS", ""))
     raise SystemExit(main())

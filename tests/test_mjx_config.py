@@ -4,7 +4,9 @@ recipe. Nothing here imports JAX or Brax: the extra's presence is faked where a 
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from agent_common import schema
 from agent_common.config import parse_overrides
 from agent_common.schema import MJX_TASKS, ConfigError, build_config, check_training_run
-from mjx_envs.recipe import GPU_RECIPE, TORCH_AMP, gpu_recipe
+from mjx_envs.recipe import DETERMINISTIC_FLAG, DEVICE_LOOPS_FLAG, GPU_RECIPE, TORCH_AMP, gpu_recipe, mjx_xla_flags
 
 REPO = Path(__file__).resolve().parent.parent
 MJX = {"env.env_type": "mjx", "env.env_name": "halfcheetah"}
@@ -125,3 +127,32 @@ def test_docs_show_the_gpu_recipe():
     block = text.split("<!-- mjx-recipe:begin -->", 1)[1].split("<!-- mjx-recipe:end -->", 1)[0]
     shown = re.findall(r"--overrides (\S+)", block)
     assert shown == [GPU_RECIPE[0], "env.env_name=halfcheetah", *GPU_RECIPE[1:], TORCH_AMP]
+
+
+def test_mjx_xla_flags():
+    """MJX processes get the device-loop flag (and deterministic ops on request), once, unless the user's XLA_FLAGS
+    already choose the command-buffer types."""
+    assert mjx_xla_flags("") == DEVICE_LOOPS_FLAG
+    assert mjx_xla_flags("--a=1", deterministic=True) == f"--a=1 {DEVICE_LOOPS_FLAG} {DETERMINISTIC_FLAG}"
+    assert mjx_xla_flags("--xla_gpu_enable_command_buffer=") == "--xla_gpu_enable_command_buffer="
+    assert mjx_xla_flags(mjx_xla_flags("", True), True) == f"{DEVICE_LOOPS_FLAG} {DETERMINISTIC_FLAG}"
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("env", [MJX, {}])
+def test_cli_xla_flags(framework, env, monkeypatch, extra_installed):
+    """Both CLIs set the MJX flags before JAX starts, and only for MJX runs."""
+    import agent_jax.train
+    import agent_torch.train
+
+    monkeypatch.setenv("XLA_FLAGS", "--a=1")
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    cfg = build_config({**env, "deterministic": True}, framework)
+    if framework == "jax":
+        agent_jax.train.configure_xla(cfg)
+    else:
+        monkeypatch.delitem(sys.modules, "jax", raising=False)  # as in a fresh CLI process (restored after)
+        agent_torch.train.configure_mjx_xla(cfg)
+    flags = os.environ["XLA_FLAGS"].split()
+    assert flags[0] == "--a=1" and (DEVICE_LOOPS_FLAG in flags) == bool(env)
+    assert (DETERMINISTIC_FLAG in flags) == (bool(env) or framework == "jax")
