@@ -51,6 +51,11 @@ Agent interface (what ``loop.train`` calls; both frameworks implement it identic
         The metrics of ``step`` since the last call (read at logging steps and checkpoints).
     ``agent.precompile_step(num_envs)`` (optional too)
         Called once before the initial evaluation: starts compiling the first updates' programs in the background.
+    Optional for any agent:
+    ``agent.policy_snapshot() -> (obs: (E, O) float32) -> (E, A) float32``
+        The deterministic policy as it is now (``act(obs, None)``), unchanged by later updates and callable from
+        another thread; with it the loop's background initial evaluation runs alongside the updates, without it
+        the loop waits for that evaluation before its first call into the agent.
 
 Checkpoint layout: ``<save_path>/checkpoints/step<env_step>/{agent/, config.yaml, loop_state.pkl, replay_buffer.pkl,
 COMPLETE}``; ``agent_load_path`` accepts the step directory or the run directory (its newest complete checkpoint,

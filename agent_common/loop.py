@@ -9,6 +9,7 @@ import random
 import shutil
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -70,6 +71,10 @@ __all__ = [
 # Independent RNG streams, all derived from cfg.seed (spawn keys keep them uncorrelated).
 _NOISE_STREAM, _BUFFER_STREAM, _WARMUP_STREAM = 1, 2, 3
 _AGREE_EVERY = 16  # interaction steps between the replicas' agreements on stopping early (one small collective)
+BACKGROUND_INITIAL_EVALUATION = True
+"""Whether ``train`` runs the step-0 evaluation on a background thread while training starts (``_Loop.
+start_initial_evaluation``); False runs it first, before training. The run is the same either way (tests compare
+the two)."""
 
 
 class Agent(Protocol):
@@ -119,8 +124,9 @@ class TrainResult:
         last_eval_return: the run's latest evaluation return (also from before a resume; nan if none).
         last_eval_step: the env step of that evaluation (-1 if none).
         time_to_first_update: wall seconds from the process's launch to the end of this call's first update
-            (imports, environment and agent construction, the initial evaluation, the random-action warm-up and the
-            first update with any compilation it triggers included; nan without an update).
+            (imports, environment and agent construction, the random-action warm-up, the first update with any
+            compilation it triggers, and whatever part of the initial evaluation the first update waits for,
+            included; nan without an update).
         first_update_seconds: how long that first ``agent.update`` call took.
         steady_updates_per_second: updates per wall second over the second half of the time between the first
             update's end and the last update (``UpdateTimeline.steady_rate``; nan with too few updates).
@@ -170,6 +176,62 @@ class StopFlag:
             file=sys.stderr,
             flush=True,
         )
+
+
+class _EvaluationCancelled(Exception):
+    """Raised inside a background evaluation's policy call once the main thread has cancelled it."""
+
+
+class _BackgroundEvaluation:
+    """One evaluation running on a thread of its own, for the main thread to poll, wait for or cancel.
+
+    Args:
+        run: ``run(cancelled) -> metrics``, the evaluation; ``cancelled()`` turns true when ``cancel`` is called, and
+            ``run`` should then raise ``_EvaluationCancelled``.
+        interaction_step: the interaction step the evaluation belongs to (where its result is logged).
+        overlaps_updates: whether it may still run while the agent updates (it evaluates a snapshot of the policy);
+            otherwise the loop waits for it before the agent's first call.
+    """
+
+    def __init__(self, run: Callable[[Callable[[], bool]], dict[str, float]], interaction_step: int,
+                 overlaps_updates: bool) -> None:
+        self.interaction_step = interaction_step
+        self.overlaps_updates = overlaps_updates
+        self._cancel = threading.Event()
+        self._metrics: dict[str, float] | None = None
+        self._error: BaseException | None = None
+
+        def target() -> None:
+            try:
+                self._metrics = run(self._cancel.is_set)
+            except BaseException as exc:  # noqa: BLE001  re-raised in the main thread by ``result``
+                self._error = exc
+
+        self._thread = threading.Thread(target=target, name="flashsac-initial-eval", daemon=True)
+        self._thread.start()
+
+    def done(self) -> bool:
+        """Whether the evaluation has finished (or failed); a cheap check."""
+        return not self._thread.is_alive()
+
+    def result(self) -> dict[str, float]:
+        """Waits for the evaluation (interruptibly: Ctrl-C still reaches the main thread) and returns its metrics.
+
+        Raises:
+            BaseException: whatever the evaluation raised, re-raised here with its traceback.
+        """
+        while self._thread.is_alive():
+            self._thread.join(0.05)
+        if self._error is not None:
+            raise self._error
+        assert self._metrics is not None
+        return self._metrics
+
+    def cancel(self) -> None:
+        """Stops the evaluation at its next policy call and waits for the thread; any error of it is dropped (the
+        caller is already handling one of its own)."""
+        self._cancel.set()
+        self._thread.join()
 
 
 def _seed_globals(seed: int) -> None:
@@ -437,6 +499,41 @@ class _Loop:
         """Deterministic evaluation on the eval env."""
         return evaluate(lambda obs: self.agent.act(obs, None), self.eval_envs, self.cfg.num_eval_episodes)
 
+    def start_initial_evaluation(self) -> _BackgroundEvaluation | None:
+        """Starts the step-0 evaluation on a background thread, or returns None where it must run in the caller.
+
+        The evaluation steps only the eval env and draws from no RNG the training uses, so what it returns and the
+        eval env's state after it do not depend on when it runs, as long as it sees the step-0 policy. An agent
+        with ``policy_snapshot()`` hands over a deterministic policy bound to a copy of its current actor, so the
+        evaluation may run alongside the updates. Without one, the evaluation calls ``agent.act`` and must be over
+        before the loop's first call into the agent (the first policy action or update); it runs in the background
+        only where the main thread makes no framework calls until then (one process, the host replay buffer: the
+        warm-up is host work), and is otherwise left to the caller.
+        """
+        if not BACKGROUND_INITIAL_EVALUATION:
+            return None
+        snapshot = getattr(self.agent, "policy_snapshot", None)
+        if callable(snapshot):
+            policy: Callable[[np.ndarray], np.ndarray] = snapshot()
+        elif not self.fused and self.replicas.world_size == 1:
+            agent = self.agent
+
+            def policy(observation: np.ndarray) -> np.ndarray:
+                return agent.act(observation, None)
+        else:
+            return None
+        envs, episodes = self.eval_envs, self.cfg.num_eval_episodes
+
+        def run(cancelled: Callable[[], bool]) -> dict[str, float]:
+            def act(observation: np.ndarray) -> np.ndarray:
+                if cancelled():
+                    raise _EvaluationCancelled
+                return policy(observation)
+
+            return evaluate(act, envs, episodes)
+
+        return _BackgroundEvaluation(run, self.interaction_step, overlaps_updates=callable(snapshot))
+
     def close(self) -> None:
         """Closes the envs."""
         self.train_envs.close()
@@ -517,6 +614,11 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
     checkpoint is written every ``save_checkpoint_per_interaction_step``, at the end, on Ctrl-C (first press) and when
     ``max_wall_seconds`` is reached.
 
+    The step-0 evaluation runs on a background thread while training starts (``_Loop.start_initial_evaluation``) and
+    is logged at env step 0 once it has finished; the loop waits for it before an agent without ``policy_snapshot``
+    is first called, before any later evaluation or checkpoint, and at the end, and raises its error, so the run is
+    the one with the evaluation first (``BACKGROUND_INITIAL_EVALUATION``).
+
     A resume (``agent_load_path``) first repairs the run's checkpoints after a crash (``recover_checkpoints``), loads
     the newest usable checkpoint, and cuts the run's eval.csv and TensorBoard history back to that checkpoint's
     step, so nothing is logged twice.
@@ -579,16 +681,28 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
         loop.close()
         raise
     evaluations: list[tuple[int, dict[str, float]]] = []
+    initial_eval: _BackgroundEvaluation | None = None  # the step-0 evaluation while it runs in the background
+
+    def log_eval(metrics: dict[str, float], interaction_step: int) -> None:
+        env_step = interaction_step * loop.num_envs
+        logger.log_eval(metrics, env_step)
+        evaluations.append((env_step, metrics))
+        loop.last_eval_step = interaction_step
+        loop.last_eval_return = metrics["avg_return"]
+
+    def finish_initial_eval() -> None:
+        """Waits for the background step-0 evaluation, if one runs, and logs it (its error is raised here)."""
+        nonlocal initial_eval
+        if initial_eval is not None:
+            metrics = initial_eval.result()  # still pending if this raises: the run's ``finally`` ends it
+            log_eval(metrics, initial_eval.interaction_step)
+            initial_eval = None
 
     def do_eval() -> None:
         if not replicas.is_main:  # replica 0 alone evaluates
             return
-        metrics = loop.evaluate()
-        env_step = loop.interaction_step * loop.num_envs
-        logger.log_eval(metrics, env_step)
-        evaluations.append((env_step, metrics))
-        loop.last_eval_step = loop.interaction_step
-        loop.last_eval_return = metrics["avg_return"]
+        finish_initial_eval()  # evaluations are logged in step order, and this one steps the same eval env
+        log_eval(loop.evaluate(), loop.interaction_step)
 
     def log_info(step: int) -> dict[str, float]:
         scalars: dict[str, float] = {}
@@ -600,6 +714,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
         return scalars
 
     def save(with_buffer: bool = False) -> str:
+        finish_initial_eval()  # the checkpoint holds the eval env's state and the latest evaluation
         line = loop.save(with_buffer=with_buffer)
         if replicas.is_main:
             tqdm.write(line, file=sys.stderr)
@@ -613,8 +728,10 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
     if replicas.is_main:
         announce_compute_path(loop.agent)
     timeline = UpdateTimeline(launch_time())
-    if start_step == 0 and cfg.num_eval_episodes > 0:
-        do_eval()
+    if start_step == 0 and cfg.num_eval_episodes > 0 and replicas.is_main:
+        initial_eval = loop.start_initial_evaluation()  # None: it runs here, before training
+        if initial_eval is None:
+            do_eval()
     n_int = loop.num_interaction_steps
     status = "completed"
     last_ckpt: str | None = None
@@ -634,6 +751,9 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
     with StopFlag() as stop:
         try:
             while loop.interaction_step < n_int:
+                if initial_eval is not None and (initial_eval.done() or (
+                        not initial_eval.overlaps_updates and loop.buffer.can_sample())):
+                    finish_initial_eval()  # logged once done; waited for before an agent without a snapshot acts
                 loop.interaction_step += 1
                 step = loop.interaction_step
                 env_step = step * loop.num_envs
@@ -650,6 +770,8 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                 loop.normalizer.update(result.reward, result.terminated, result.truncated)
                 loop.observation = result.reset_observation  # (E, O)
                 window_env_steps += loop.num_envs
+                if initial_eval is not None and not initial_eval.overlaps_updates and loop.buffer.can_sample():
+                    finish_initial_eval()  # the first update changes the policy the evaluation acts with
                 if loop.fused:  # one agent call: store, update(s), next action (metrics stay on the device)
                     due = loop.due_updates()
                     t0 = time.perf_counter()
@@ -720,6 +842,11 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                 if over_budget:
                     status = "budget"
                     break
+            if initial_eval is not None:
+                if status != "completed" and not initial_eval.done():
+                    tqdm.write("waiting for the initial evaluation to finish: the checkpoint holds its result and "
+                               "the eval env", file=sys.stderr)
+                finish_initial_eval()
             if updates_this_call > 1 and math.isfinite(timeline.steady_rate()):
                 logger.log_scalars({"perf/steady_updates_per_second": timeline.steady_rate()},
                                    loop.interaction_step * loop.num_envs)
@@ -732,6 +859,8 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
             elif loop.last_checkpoint_step != loop.interaction_step:
                 last_ckpt = save()
         finally:
+            if initial_eval is not None:  # the run failed or was aborted while the evaluation ran
+                initial_eval.cancel()
             bar.close()
             logger.close()
             loop.close()

@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import flax.serialization
@@ -58,6 +59,17 @@ def resolve_device(device_type: str) -> jax.Device:
         except RuntimeError:
             raise RuntimeError("agent.device_type=cuda but JAX sees no GPU (use agent.device_type=auto)") from None
     return jax.devices("cpu")[0]
+
+
+def _act_on_leaves(actor_def: Any, leaves: tuple[jax.Array, ...], treedef: Any, observation: np.ndarray,
+                   noise: np.ndarray | None) -> np.ndarray:
+    """``FlashSACAgent.act`` on given actor leaves: (E, O) observations and (E, A) noise or None -> (E, A) numpy."""
+    obs = np.asarray(observation, dtype=np.float32)  # (E, O)
+    eps = None if noise is None else np.asarray(noise, dtype=np.float32)  # (E, A)
+    action = policy_on_leaves(leaves, obs, eps, actor_def=actor_def, treedef=treedef,
+                              deterministic=noise is None)  # (E, A)
+    action.copy_to_host_async()
+    return np.asarray(action, dtype=np.float32)
 
 
 def _to_numpy(tree: Any) -> Any:
@@ -172,13 +184,26 @@ class FlashSACAgent:
         # numpy in, as for the update: jit copies it to the parameters' device. The evaluation calls this once per
         # env step with one row, so the host work per call is kept small: the actor's leaves are flattened once per
         # new state, and the deterministic call sends no noise.
-        obs = np.asarray(observation, dtype=np.float32)  # (E, O)
-        eps = None if noise is None else np.asarray(noise, dtype=np.float32)  # (E, A)
         leaves, treedef = self.actor_leaves()
-        action = policy_on_leaves(leaves, obs, eps, actor_def=self._actor_def, treedef=treedef,
-                                  deterministic=noise is None)  # (E, A)
-        action.copy_to_host_async()
-        return np.asarray(action, dtype=np.float32)
+        return _act_on_leaves(self._actor_def, leaves, treedef, observation, noise)
+
+    def policy_snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
+        """The deterministic policy as it is now: an ``observation -> act(observation, None)`` function bound to a
+        copy of the actor's current params and BN statistics.
+
+        Later updates do not change it (they donate the state's buffers, so the copy is what keeps these values), and
+        it reads no agent state, so another thread may call it while training goes on: the training loop runs the
+        initial evaluation with it in the background. Its actions are bitwise those of ``act(observation, None)``
+        at the time of the snapshot.
+        """
+        leaves, treedef = self.actor_leaves()
+        copies = tuple(jax.device_put(leaf, leaf.sharding, may_alias=False) for leaf in leaves)
+        actor_def = self._actor_def
+
+        def policy(observation: np.ndarray) -> np.ndarray:
+            return _act_on_leaves(actor_def, copies, treedef, observation, None)
+
+        return policy
 
     def actor_leaves(self) -> tuple[tuple[jax.Array, ...], Any]:
         """The actor's (params, batch_stats) as flat leaves and their treedef (``agent_jax.step.policy_on_leaves``

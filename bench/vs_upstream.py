@@ -19,7 +19,8 @@ row reports what it reached).
 
 What each row reports, from the process's own output:
     time to first update  wall seconds from the launch of the process to the end of its first update (the imports,
-                          the initial evaluation, the random-action steps and the first update's compilation count).
+                          the initial evaluation as far as the first update waits for it, the random-action steps
+                          and the first update's compilation count).
                           This project's agents print it (``time_to_first_update=``). Upstream prints a tqdm bar of
                           interaction steps: the launcher timestamps each bar refresh as it arrives, and the first
                           refresh past step ``buffer_min_length + 1`` follows the first update (its resolution is the
@@ -344,11 +345,11 @@ def report(out_dir: str, res: dict[str, Any]) -> str:
              f"{cfg['time_limit_s']:.0f} s. Versions: torch {env.get('torch')}, jax {env.get('jax')}, Python "
              f"{env['python']}; upstream checkout {cfg['upstream_dir']} ({cfg['upstream_commit']}).", ""]
     lines += table(res)
-    lines += ["", "Time to first update: launch to the end of the first update (imports, the initial evaluation, the "
-              "random-action steps and any compilation included); upstream's is read off its progress bar (0.5 s "
-              "resolution). First update: that update's own duration, compilation or graph capture included "
-              "(upstream: from its bar's last refresh before it, an upper bound). Steady updates/s: the second half "
-              "of the time after the first update."]
+    lines += ["", "Time to first update: launch to the end of the first update (imports, the initial evaluation as "
+              "far as the first update waits for it, the random-action steps and any compilation included); "
+              "upstream's is read off its progress bar (0.5 s resolution). First update: that update's own duration, "
+              "compilation or graph capture included (upstream: from its bar's last refresh before it, an upper "
+              "bound). Steady updates/s: the second half of the time after the first update."]
     if cfg["upstream_dtype_fix"]:
         lines += ["", "**Upstream ran with `--upstream-dtype-fix`**: `bench/upstream_launch.py` wrapped upstream's "
                   "`_compute_categorical_td_target` at import time to cast reward, done and entropy to the log-probs' "

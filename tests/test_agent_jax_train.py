@@ -189,6 +189,21 @@ def test_same_seed_same_actions_and_losses():
     assert np.all(np.abs(actions_a[0]) <= 1.0)
 
 
+def test_policy_snapshot_keeps_the_policy_it_was_taken_from():
+    """``policy_snapshot()`` acts bitwise as ``act(obs, None)`` did when it was taken, also after updates, which
+    donate the state's buffers and change the actor (the loop's background initial evaluation relies on it)."""
+    agent = _agent(0)
+    obs = _batch(9)["observation"][:3]
+    before = agent.act(obs, None)
+    policy = agent.policy_snapshot()
+    for i in range(2):
+        agent.update(_batch(i))
+    agent.flush_metrics()
+    assert not np.array_equal(agent.act(obs, None), before)
+    np.testing.assert_array_equal(policy(obs), before)
+    np.testing.assert_array_equal(agent.policy_snapshot()(obs), agent.act(obs, None))
+
+
 def test_checkpoint_round_trip(tmp_path):
     """save -> load into an agent built with another seed restores every array, the counters, the key and the
     pending metrics; both then continue identically. Optimiser state is optional; mismatched shapes are named."""

@@ -402,3 +402,174 @@ def test_jax_resume_from_the_warm_up_is_exact(tmp_path, monkeypatch):
                                                "next_action", "buffer")}
             state_b = {k: state_b[k] for k in state_a}
         assert_nested_equal(state_a, state_b, name)
+
+
+# ------------------------------------------------------------------------------------ background initial evaluation
+def _scalar_logs(run_dir) -> dict[str, list[tuple[int, float]]]:
+    """TensorBoard scalars by tag (the perf/ timings left out)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]
+            if not tag.startswith("perf/")}
+
+
+def _held_evaluation(monkeypatch, release_at_step: int) -> dict[str, object]:
+    """Holds the background evaluation until the loop calls its ``release_at_step``-th env step; returns what it saw:
+    whether it ran off the main thread and the env steps the loop had called when it began and ended."""
+    import threading
+    import time
+
+    from agent_common import loop as loop_module
+
+    seen: dict[str, object] = {}
+    steps = [0]
+    release = threading.Event()
+    real_step_env, real_evaluate = loop_module.step_env, loop_module.evaluate
+
+    def counting_step_env(envs, action):
+        steps[0] += 1
+        if steps[0] == release_at_step:
+            release.set()
+        return real_step_env(envs, action)
+
+    def held_evaluate(act, envs, num_episodes):
+        if threading.current_thread() is threading.main_thread():
+            return real_evaluate(act, envs, num_episodes)
+        assert release.wait(60), "the loop never reached the step that releases the evaluation"
+        seen.update(background=True, began=steps[0])
+
+        def slow_act(observation):
+            time.sleep(0.002)  # the loop goes on meanwhile
+            return act(observation)
+
+        metrics = real_evaluate(slow_act, envs, num_episodes)
+        seen["ended"] = steps[0]
+        return metrics
+
+    monkeypatch.setattr(loop_module, "step_env", counting_step_env)
+    monkeypatch.setattr(loop_module, "evaluate", held_evaluate)
+    return seen
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_background_initial_evaluation_equals_the_sequential_run(tmp_path, monkeypatch, framework):
+    """The step-0 evaluation on its background thread, held until training is under way (JAX: after 5 updates,
+    which donate the state its policy snapshot was copied from; torch, without a snapshot: during the warm-up, and
+    waited for before the first update), gives the run of the evaluation first: the same evaluations, eval.csv
+    (the step-0 row first), TensorBoard scalars, checkpoints and loop state."""
+    from agent_common import loop as loop_module
+    from tests.agent_test_utils import assert_nested_equal
+
+    if framework == "torch":
+        overrides, factory, release_at = list(TINY), make_agent, 10
+        load = functools.partial(torch.load, weights_only=False)
+    else:
+        from agent_jax.agent import make_agent as factory  # type: ignore[assignment]
+
+        overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + ["agent.buffer_max_length=64"]
+        release_at, load = 20, checkpoint_module.load_pickle
+    overrides += ["num_eval_episodes=2", "evaluation_per_interaction_step=30",
+                  "save_checkpoint_per_interaction_step=30"]
+    first, background = tmp_path / "first", tmp_path / "background"
+    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", False)
+    expected = train(load_config([*overrides, f"save_path={first}"], framework), factory)
+    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", True)
+    seen = _held_evaluation(monkeypatch, release_at)
+    result = train(load_config([*overrides, f"save_path={background}"], framework), factory)
+    assert seen["background"] and seen["began"] >= release_at
+    if framework == "torch":
+        assert seen["ended"] <= 15  # the first update (step 15) waited for it
+    assert result.evaluations == expected.evaluations and [s for s, _ in result.evaluations] == [0, 30, 60]
+    assert (result.last_eval_return, result.last_eval_step) == (expected.last_eval_return, expected.last_eval_step)
+    assert (background / "eval.csv").read_text() == (first / "eval.csv").read_text()
+    assert _eval_steps(background) == [0.0, 30.0, 60.0]
+    assert _scalar_logs(background) == _scalar_logs(first)
+    for step in ("step30", "step60"):
+        a, b = first / "checkpoints" / step, background / "checkpoints" / step
+        for name in sorted(os.listdir(a / "agent")):
+            state_a, state_b = load(str(a / "agent" / name)), load(str(b / "agent" / name))
+            assert_nested_equal(state_a, state_b, f"{step}/{name}")
+        loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
+        loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+        loop_a.pop("config_yaml"), loop_b.pop("config_yaml")  # names the run directory
+        assert_nested_equal(loop_a, loop_b, f"{step}/loop_state")
+
+
+def test_a_stop_while_the_initial_evaluation_runs_waits_for_it(tmp_path, monkeypatch, capsys):
+    """A run stopped (Ctrl-C) at its third step, while the step-0 evaluation still runs in the background, waits for
+    it: the checkpoint holds its result and the eval env after it, as when it runs first."""
+    import signal
+    import threading
+    import time
+
+    from agent_common import loop as loop_module
+    from tests.agent_test_utils import assert_nested_equal
+
+    calls, stopping = [], threading.Event()
+    real_step_env, real_evaluate = loop_module.step_env, loop_module.evaluate
+
+    def interrupt_at_step_3(envs, action):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # the loop's first-press handler: stop after this step, save
+            stopping.set()
+        return real_step_env(envs, action)
+
+    def slow_evaluate(act, envs, num_episodes):
+        assert threading.current_thread() is not threading.main_thread()
+        assert stopping.wait(30)
+        time.sleep(0.5)  # still running when the loop stops
+        return real_evaluate(act, envs, num_episodes)
+
+    monkeypatch.setattr(loop_module, "step_env", interrupt_at_step_3)
+    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", False)
+    expected = train(load_config([*TINY, f"save_path={tmp_path / 'first'}"], "torch"), make_agent)
+    calls.clear()
+    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", True)
+    monkeypatch.setattr(loop_module, "evaluate", slow_evaluate)
+    capsys.readouterr()
+    result = train(load_config([*TINY, f"save_path={tmp_path / 'background'}"], "torch"), make_agent)
+    assert "waiting for the initial evaluation to finish" in capsys.readouterr().err
+    assert result.status == expected.status == "interrupted" and result.env_step == expected.env_step == 3
+    assert result.evaluations == expected.evaluations and result.evaluations[0][0] == 0
+    loop_a = checkpoint_module.load_pickle(os.path.join(expected.checkpoint, "loop_state.pkl"))
+    loop_b = checkpoint_module.load_pickle(os.path.join(result.checkpoint, "loop_state.pkl"))
+    assert loop_b["last_eval_step"] == 0 and loop_b["last_eval_return"] == expected.evaluations[0][1]["avg_return"]
+    loop_a.pop("config_yaml"), loop_b.pop("config_yaml")
+    assert_nested_equal(loop_a, loop_b, "loop_state")
+    assert _eval_steps(tmp_path / "background") == [0.0]
+
+
+def test_an_error_in_the_background_initial_evaluation_surfaces(tmp_path, monkeypatch):
+    """The step-0 evaluation's exception is raised by ``train`` in the main thread, with its own type and message,
+    at the start of the loop's next step (it fails during the loop's second env step, which waits for that)."""
+    import threading
+    import time
+
+    from agent_common import loop as loop_module
+
+    stepping, failed, calls = threading.Event(), threading.Event(), []
+    real_step_env = loop_module.step_env
+
+    def broken_evaluate(act, envs, num_episodes):
+        assert stepping.wait(30)
+        act(envs.reset()[0])  # the policy runs off the main thread
+        failed.set()
+        raise ValueError("the evaluation env broke")
+
+    def step_env(envs, action):
+        calls.append(1)
+        if len(calls) == 2:
+            stepping.set()
+            assert failed.wait(30)
+            time.sleep(0.2)  # the thread has ended
+        return real_step_env(envs, action)
+
+    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", True)
+    monkeypatch.setattr(loop_module, "evaluate", broken_evaluate)
+    monkeypatch.setattr(loop_module, "step_env", step_env)
+    with pytest.raises(ValueError, match="the evaluation env broke"):
+        train(load_config([*TINY, f"save_path={tmp_path / 'r'}"], "torch"), make_agent)
+    assert len(calls) == 2 and not (tmp_path / "r" / "checkpoints").exists()
