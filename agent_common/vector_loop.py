@@ -384,9 +384,11 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
     evaluations: list[tuple[int, dict[str, float]]] = []
 
     def do_eval() -> None:
+        t0 = time.perf_counter()
         metrics = trainer.evaluate(cfg.num_eval_episodes)
         env_step = run.interaction_step * num_envs
         logger.log_eval(metrics, env_step)
+        logger.log_scalars({"perf/eval_seconds": time.perf_counter() - t0}, env_step)  # its share of the wall clock
         evaluations.append((env_step, metrics))
         run.last_eval_step = run.interaction_step
         run.last_eval_return = metrics["avg_return"]

@@ -9,7 +9,8 @@ Sections
                 (every variant's blocks in turn, so all variants see the same machine state), ``jit_loop`` (a
                 jitted loop of dependent calls: device time per call in JAX), ``capture_cuda_graph``.
     statistics  ``bootstrap_ci`` (percentile bootstrap, stratified over groups such as tasks).
-    runs        ``tensorboard_scalars``, ``steady_rates`` (a training run's TensorBoard scalars, its steady rates).
+    runs        ``tensorboard_events`` / ``tensorboard_scalars``, ``steady_rates`` (a training run's TensorBoard
+                scalars with or without their wall times, its steady rates).
     reports     ``write_results`` (results.json + results.md), ``json_block``, ``fmt``, ``speedup_plot``,
                 ``section_markers``, ``replace_readme_section`` (the generated sections of README.md).
     recipe      upstream's CPU-sim HalfCheetah recipe (``UPSTREAM_RECIPE``, ``make_recipe``), configs built from
@@ -229,15 +230,28 @@ def bootstrap_ci(strata: Sequence[np.ndarray], statistic, reps: int = BOOTSTRAP_
     return float(statistic(pooled[None, :], axis=1)[0]), float(low), float(high)
 
 
-def tensorboard_scalars(log_dir: str, tags: Sequence[str] | None = None) -> dict[str, list[tuple[int, float]]]:
-    """tag -> [(step, value)] of the scalar events in the TensorBoard folder ``log_dir`` (``tags``: only these; a
-    tag without events is absent)."""
+def tensorboard_events(log_dir: str, tags: Sequence[str] | None = None
+                       ) -> tuple[float | None, dict[str, list[tuple[int, float, float]]]]:
+    """(the wall time of the first event, tag -> [(step, value, wall time)]) of the scalar events in the TensorBoard
+    folder ``log_dir`` (``tags``: only these; a tag without events is absent). Wall times are Unix seconds; the first
+    event is the event file's start (the writer's creation), None for a folder without events."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(log_dir, size_guidance={"scalars": 0})
     acc.Reload()
+    try:
+        start: float | None = float(acc.FirstEventTimestamp())
+    except ValueError:  # no events
+        start = None
     have = acc.Tags().get("scalars", [])
-    return {tag: [(e.step, float(e.value)) for e in acc.Scalars(tag)] for tag in have if tags is None or tag in tags}
+    return start, {tag: [(e.step, float(e.value), float(e.wall_time)) for e in acc.Scalars(tag)]
+                   for tag in have if tags is None or tag in tags}
+
+
+def tensorboard_scalars(log_dir: str, tags: Sequence[str] | None = None) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value)] of the scalar events in the TensorBoard folder ``log_dir`` (``tensorboard_events``
+    without the wall times)."""
+    return {tag: [(s, v) for s, v, _ in events] for tag, events in tensorboard_events(log_dir, tags)[1].items()}
 
 
 def steady_rates(run_dir: str) -> dict[str, float | int]:

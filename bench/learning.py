@@ -142,7 +142,7 @@ def collect_run(agent: str, run_dir: str, out: str) -> str:
     """Copies ``run_dir``'s eval.csv and config.yaml (and learning_curve.png) to ``out/<agent>/<task>/seed<s>/``."""
     if agent not in AGENTS:
         raise ValueError(f"agent: expected one of {AGENTS}, got {agent!r}")
-    config = _read_config(run_dir)
+    config = read_run_config(run_dir)
     task, seed = config["env"]["env_name"], int(config["seed"])
     dest = os.path.join(out, agent, task, f"seed{seed}")
     os.makedirs(dest, exist_ok=True)
@@ -155,7 +155,8 @@ def collect_run(agent: str, run_dir: str, out: str) -> str:
     return dest
 
 
-def _read_config(run_dir: str) -> dict:
+def read_run_config(run_dir: str) -> dict:
+    """A run directory's ``config.yaml`` (the resolved config the CLI wrote) as nested dicts."""
     import yaml  # a dependency of omegaconf
 
     path = os.path.join(run_dir, "config.yaml")

@@ -23,6 +23,7 @@ in one pip call so that mujoco and mujoco-mjx share one ``mujoco/`` folder, only
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -79,9 +80,8 @@ def measure(
     return {
         "task": task, "num_envs": num_envs, "steps_per_call": steps, "repeats": repeats,
         "first_call_s": round(compile_s, 2), "seconds_per_call": seconds,
-        # the first call's sum of rewards and truncations: equal under two settings (XLA flags, say) that compute
-        # the same rollout
-        "first_call_checksum": float(first),
+        # rewards + truncations summed over the first call: equal for equal seeds and numerics (XLA_FLAGS variants)
+        "first_call_sum": float(first),
         "median_env_steps_per_s": num_envs * steps / med,
         "min_env_steps_per_s": num_envs * steps / max(seconds),
         "max_env_steps_per_s": num_envs * steps / min(seconds),
@@ -92,18 +92,18 @@ def measure(
 
 def markdown(res: dict[str, Any], env_counts: list[int]) -> str:
     lines = ["# MJX batched step: env steps/s", "",
-             f"{res['environment'].get('gpu') or 'CPU'}; {res['args']}", "",
-             "| envs | steps per call | first call (compile) s | median s per call | env steps/s median [min, max] |",
-             "|---|---|---|---|---|"]
+             f"{res['environment'].get('gpu') or 'CPU'}; {res['args']}; XLA_FLAGS={res.get('xla_flags')!r}", "",
+             "| envs | steps per call | first call (compile) s | median s per call | env steps/s median [min, max] | "
+             "first-call sum |", "|---|---|---|---|---|---|"]
     for n in env_counts:
         r = res.get(f"envs_{n}")
         if isinstance(r, dict):
             lines.append(f"| {n} | {r['steps_per_call']} | {r['first_call_s']} | "
                          f"{fmt(statistics.median(r['seconds_per_call']), '.4g')} | "
                          f"{r['median_env_steps_per_s']:,.0f} [{r['min_env_steps_per_s']:,.0f}, "
-                         f"{r['max_env_steps_per_s']:,.0f}] |")
+                         f"{r['max_env_steps_per_s']:,.0f}] | {fmt(r.get('first_call_sum'), '.6g')} |")
         elif r is not None:
-            lines.append(f"| {n} | failed: see results.json | | | |")
+            lines.append(f"| {n} | failed: see results.json | | | | |")
     return "\n".join(lines + [""] + json_block("environment", res["environment"]))
 
 
@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.repeats < 1 or min(args.envs) < 1:
         parser.error(f"--steps, --repeats and --envs must be >= 1, got {args.steps}, {args.repeats}, {args.envs}")
-    res: dict[str, Any] = {"environment": environment(), "args": vars(args)}
+    res: dict[str, Any] = {"environment": environment(), "args": vars(args),
+                           "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
     def write(r: dict[str, Any]) -> None:
         print(write_results(args.out, r, markdown(r, args.envs)), flush=True)

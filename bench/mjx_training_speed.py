@@ -14,17 +14,22 @@ compilation), no replay rows in the checkpoint, the strict fused target (``--bac
 Per run: the process wall time, the CLI's result line (whole loop: the first env-step and update compilations
 included) and its time to the first update, and the steady state: the median over the TensorBoard logging windows
 after the first one with updates (``bench.common.steady_rates``). ``DIR/results.json`` and ``DIR/results.md`` are
-rewritten after every run, so a time-out keeps what ran.
+rewritten after every run, so a time-out keeps what ran. ``--budget-s`` bounds all runs together (a run that would
+start with less than ``--min-run-s`` left is recorded as skipped); ``--cache-dir`` gives the runs a persistent JAX
+compilation cache (the torch agent's env step is a JAX program too), so runs of a configuration compiled before, e.g.
+by ``bench.gpu_mjx``'s parallel warm-up, load their programs instead of compiling them.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
 import time
 
+from agent_jax.compilation_cache import jax_cache_env
 from bench.common import environment, fmt, steady_rates, write_results
 from bench.paired_training import PAIRS, merge_overrides, timed_run, train_command
 from bench.training_speed import parse_result_line
@@ -79,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--timeout-s", type=float, default=150.0, help="per training process")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="all runs: each run's timeout is cut to what is left, and none starts with less than "
+                         "--min-run-s left (it is recorded as skipped)")
+    ap.add_argument("--min-run-s", type=float, default=30.0)
+    ap.add_argument("--cache-dir", default=None,
+                    help="persistent JAX compilation cache of the runs (agent_jax.compilation_cache.jax_cache_env), "
+                         "e.g. one that a parallel warm-up filled")
     a = ap.parse_args(argv)
     if min(a.envs) < 1 or a.warmup_steps < 1 or a.log_every < 1:
         ap.error(f"--envs, --warmup-steps and --log-every must be >= 1, got {a.envs}, {a.warmup_steps}, "
@@ -91,15 +103,21 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     config = {"framework": a.framework, "task": a.task, "envs": a.envs, "steps": a.steps,
               "warmup_steps": a.warmup_steps, "log_every": a.log_every, "backend": backend, "seed": a.seed,
-              "overrides": a.overrides}
+              "overrides": a.overrides, "cache_dir": a.cache_dir, "budget_s": a.budget_s}
     runs: list[dict] = []
     t0 = time.perf_counter()
+    cache_env = jax_cache_env(os.path.abspath(a.cache_dir)) if a.cache_dir else None
     for num_envs in a.envs:
         tag = f"{a.framework}-{num_envs}"
         run_dir = os.path.join(out, "runs", tag)
         extra = overrides(a.framework, a.task, num_envs, a.steps, a.warmup_steps, a.log_every, a.overrides)
         cmd = train_command(a.framework, backend, a.seed, num_envs * a.steps, run_dir, extra)
-        rec = timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s)
+        left = math.inf if a.budget_s is None else a.budget_s - (time.perf_counter() - t0)
+        if left < a.min_run_s:
+            print(f"  {tag}: skipped ({left:.0f} s of the budget left)", flush=True)
+            runs.append({"num_envs": num_envs, "returncode": "skipped", "wall_s": 0.0, "cmd": " ".join(cmd)})
+            continue
+        rec = timed_run(cmd, os.path.join(out, "logs", tag + ".log"), min(a.timeout_s, left), cache_env)
         rec.update(num_envs=num_envs, run_dir=run_dir)
         if rec["returncode"] == 0:
             with open(rec["log"]) as f:

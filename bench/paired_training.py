@@ -33,8 +33,8 @@ import numpy as np
 from agent_jax.compilation_cache import jax_cache_env
 from bench.common import REPO, bootstrap_ci, environment, write_results
 
-__all__ = ["DEFAULT_OVERRIDES", "PAIRS", "main", "merge_overrides", "pair_saving_percent", "run_pair", "timed_run",
-           "summarize_savings"]
+__all__ = ["DEFAULT_OVERRIDES", "PAIRS", "child_env", "main", "merge_overrides", "pair_saving_percent", "run_pair",
+           "timed_run", "summarize_savings"]
 
 # framework -> (training module, reference backend, kernel backend)
 PAIRS = {"torch": ("agent_torch.train", "torch", "triton"), "jax": ("agent_jax.train", "jax", "pallas")}
@@ -100,11 +100,18 @@ def warmup_steps(extra: list[str]) -> int:
     return int(str(values[-1]).replace("_", "")) + 50 if values else 10_050
 
 
+def child_env(extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a benchmark's child process: this one's, unbuffered, ``extra_env`` added, and the repository
+    first on ``PYTHONPATH``."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
 def timed_run(cmd: list[str], log_path: str, timeout_s: float, extra_env: dict[str, str] | None = None) -> dict:
     """Run one training process; wall-clock from start to exit (the whole end-to-end run, imports and compiles
     included, identical for both sides of a pair)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
-    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = child_env(extra_env)
     t0 = time.perf_counter()
     try:
         with open(log_path, "w") as log:

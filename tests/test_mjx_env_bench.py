@@ -54,4 +54,6 @@ def test_measure_and_report(tmp_path):
     res = {"environment": {"gpu": None}, "args": {"envs": [8, 16]}, "envs_8": row, "envs_16": "FAILED: boom"}
     text = mjx_env_speed.markdown(res, [8, 16])
     assert "| 8 | 5 |" in text and "| 16 | failed: see results.json |" in text
+    assert row["first_call_sum"] == mjx_env_speed.measure("stand-in", 8, steps=5, repeats=1, make_env=_CountingEnv)[
+        "first_call_sum"]  # deterministic: the check that an XLA_FLAGS variant computes the same
     json.dumps(res)  # what write_results stores
