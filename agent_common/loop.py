@@ -698,6 +698,13 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
             log_eval(metrics, initial_eval.interaction_step)
             initial_eval = None
 
+    def sync_initial_eval() -> None:
+        """Logs the background step-0 evaluation once it has finished; for an agent without a snapshot, waits for it
+        as soon as the agent will be called (the buffer can sample: the first policy action and update)."""
+        if initial_eval is not None and (initial_eval.done() or (
+                not initial_eval.overlaps_updates and loop.buffer.can_sample())):
+            finish_initial_eval()
+
     def do_eval() -> None:
         if not replicas.is_main:  # replica 0 alone evaluates
             return
@@ -751,9 +758,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
     with StopFlag() as stop:
         try:
             while loop.interaction_step < n_int:
-                if initial_eval is not None and (initial_eval.done() or (
-                        not initial_eval.overlaps_updates and loop.buffer.can_sample())):
-                    finish_initial_eval()  # logged once done; waited for before an agent without a snapshot acts
+                sync_initial_eval()  # before this step's policy action
                 loop.interaction_step += 1
                 step = loop.interaction_step
                 env_step = step * loop.num_envs
@@ -770,8 +775,7 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                 loop.normalizer.update(result.reward, result.terminated, result.truncated)
                 loop.observation = result.reset_observation  # (E, O)
                 window_env_steps += loop.num_envs
-                if initial_eval is not None and not initial_eval.overlaps_updates and loop.buffer.can_sample():
-                    finish_initial_eval()  # the first update changes the policy the evaluation acts with
+                sync_initial_eval()  # before this step's first update
                 if loop.fused:  # one agent call: store, update(s), next action (metrics stay on the device)
                     due = loop.due_updates()
                     t0 = time.perf_counter()
