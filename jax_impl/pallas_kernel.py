@@ -1,16 +1,16 @@
 """Fused, deterministic Pallas kernel (lowered through Triton) for FlashSAC's categorical TD target: the kernel and
 its `pallas_call` only (gate, self-test and registration: jax_impl/ops.py).
 
-The algorithm (SPEC.md section 8: min-Q scan, positions and pile sizes, the window scan of interior sources checked
-on the exact fp32 b, the full-row pass with the written row-sum tree, piles and two-hot last), the fp32 operation
-order (section 3) and the NaN policy (section 6) are those of the Triton kernel
-`triton_kernels/categorical_td_target.py`, statement for statement, with the same pinned launch configuration
-(`shared_spec.launch_config.kernel_config`) and
-runtime row strides. Every float row sum is the fixed tree of `_row_sum`, no product is contracted into an FMA (R, and
-`mul.rn.f32` for g * j on the GPU), and exp is the same inline PTX in both kernels: `exp_mode="ex2"`
-(default) emits `ex2.approx.ftz.f32(x * fp32(log2 e))`; `exp_mode="libdevice"` uses `jnp.exp` (not bitwise with the
-Triton kernel). So the two kernels agree bit for bit on the same GPU (H200: every configuration of
-`bench/gpu_bitwise.py`), and no result depends on the tile shape.
+The algorithm (SPEC.md section 8: min-Q scan and row scalars, the full-row pass with the probabilities staged in the
+output row and the edge atoms' exact fixed-point sums, the unrolled window scan of interior atoms with hat weights on
+the exact fp32 b, two-hot of g == 0 rows and NaN rows last), the fp32 operation order (section 3) and the NaN policy
+(section 6) are those of the Triton kernel `triton_kernels/categorical_td_target.py`, statement for statement, with
+the same pinned launch configuration (`shared_spec.launch_config.kernel_config`) and runtime row strides. The row sums
+are integer sums (exact in any order), products are never left to a compiler's contraction (R, `mul.rn.f32` and
+`fma.rn.f32`), and exp is the same inline PTX in both kernels: `exp_mode="ex2"` (default) emits
+`ex2.approx.ftz.f32(x * fp32(log2 e))`; `exp_mode="libdevice"` uses `jnp.exp` (not bitwise with the Triton kernel).
+So the two kernels agree bit for bit on the same GPU (`bench/gpu_bitwise.py`), and no result depends on the tile
+shape or on how a compiler lays tensors out in registers.
 
 Everything Pallas-Triton specific lives behind `_pallas_forward` (one function), so another lowering (Mosaic GPU,
 jax-triton) can be added later without touching callers.
@@ -32,10 +32,18 @@ from shared_spec.support import BAND_MIN_DISCOUNT, CategoricalSupport
 
 __all__ = ["DEFAULT_EXP_MODE", "EXP_MODES", "G_BAND_MIN", "launch", "trace_count"]
 
-# Rows with 0 < g < G_BAND_MIN use the full source range (W = N) instead of the band estimate (SPEC.md 8).
+# Rows with 0 < g < G_BAND_MIN scan the whole row instead of the estimated window (SPEC.md 8).
 G_BAND_MIN = BAND_MIN_DISCOUNT
 # Window margin in units of N / g source steps (the Triton kernel's WINDOW_MARGIN; SPEC.md 8).
 WINDOW_MARGIN = 2.0**-18
+# Window steps every row takes, unrolled (the Triton kernel's UNROLL).
+UNROLL = 3
+# The exact sums' split and join (the Triton kernel's HALF and inline PTX).
+HALF = 19
+_LO_ASM = "{ .reg .b64 q; cvt.rzi.s64.f32 q, $1; cvt.u32.u64 $0, q; and.b32 $0, $0, 524287; }"
+_HI_ASM = "{ .reg .b64 q; cvt.rzi.s64.f32 q, $1; shr.u64 q, q, 19; cvt.u32.u64 $0, q; }"
+_JOIN_ASM = ("{ .reg .b64 a, b; cvt.u64.u32 a, $1; shl.b64 a, a, 19; cvt.u64.u32 b, $2; add.s64 a, a, b; "
+             "cvt.rn.f32.s64 $0, a; }")
 EXP_MODES = ("ex2", "libdevice")
 DEFAULT_EXP_MODE = "ex2"
 # Flat int32 offsets: E * B * N (+ the one-past-the-end sentinel) must fit; larger inputs are split over rows.
@@ -49,26 +57,34 @@ def trace_count() -> int:
     return _trace_count[0]
 
 
+def _asm(text: str, args: list, constraints: str) -> jax.Array:
+    """One fp32 PTX instruction per element (the Triton kernel's `tl.inline_asm_elementwise`, pack=1)."""
+    shape = jnp.broadcast_shapes(*(x.shape for x in args))
+    (y,) = plt.elementwise_inline_asm(text, args=[jnp.broadcast_to(x, shape) for x in args], constraints=constraints,
+                                      pack=1, result_shape_dtypes=[jax.ShapeDtypeStruct(shape, jnp.float32)])
+    return y
+
+
 def _round(x: jax.Array) -> jax.Array:
     """Identity on non-NaN values; stops FMA contraction of the product `x` into a following add (SPEC.md 3)."""
     return jnp.where(x != x, 0.0, x)
 
 
-def _line(c: jax.Array, g: jax.Array, j: jax.Array, interpret: bool) -> jax.Array:
-    """c + R(g * j) in fp32 (SPEC.md 3); on the GPU the product is the Triton kernel's mul.rn.f32 (an explicit
-    rounding modifier is never contracted into an FMA), in interpret mode R (XLA on CPU contracts too)."""
-    jf = j.astype(jnp.float32)
+def _line(c: jax.Array, g: jax.Array, jf: jax.Array, interpret: bool) -> jax.Array:
+    """c + R(g * j) in fp32 for a float source index jf (SPEC.md 3); on the GPU the product is the Triton kernel's
+    mul.rn.f32 (an explicit rounding modifier is never contracted into an FMA), in interpret mode R (XLA on CPU
+    contracts too)."""
     if interpret:
         return c + _round(g * jf)
-    (y,) = plt.elementwise_inline_asm("mul.rn.f32 $0, $1, $2;", args=[jnp.broadcast_to(g, jf.shape), jf],
-                                      constraints="=f,f,f", pack=1,
-                                      result_shape_dtypes=[jax.ShapeDtypeStruct(jf.shape, jnp.float32)])
-    return c + y
+    return c + _asm("mul.rn.f32 $0, $1, $2;", [g, jf], "=f,f,f")
 
 
-def _positions(c: jax.Array, g: jax.Array, j: jax.Array, N: int, interpret: bool) -> jax.Array:
-    """b_j = min(max(c + R(g * j), 0), N - 1) in fp32, the one formula every implementation uses."""
-    return jnp.minimum(jnp.maximum(_line(c, g, j, interpret), 0.0), N * 1.0 - 1.0)
+def _fma(a: jax.Array, b: jax.Array, acc: jax.Array, interpret: bool) -> jax.Array:
+    """acc + a * b: fma.rn.f32 on the GPU (the Triton kernel's instruction); in interpret mode the product is rounded
+    first, as in the Triton interpreter."""
+    if interpret:
+        return acc + _round(a * b)
+    return _asm("fma.rn.f32 $0, $1, $2, $3;", [a, b, acc], "=f,f,f,f")
 
 
 def _exp(x: jax.Array, exp_mode: str, interpret: bool) -> jax.Array:
@@ -79,28 +95,72 @@ def _exp(x: jax.Array, exp_mode: str, interpret: bool) -> jax.Array:
         return jnp.exp(x)
     if interpret:
         return jax.pure_callback(np.exp, jax.ShapeDtypeStruct(x.shape, jnp.float32), x)
-    y = x * np.float32(_LOG2E)
-    (out,) = plt.elementwise_inline_asm("ex2.approx.ftz.f32 $0, $1;", args=[y], constraints="=f,f", pack=1,
-                                        result_shape_dtypes=[jax.ShapeDtypeStruct(y.shape, jnp.float32)])
-    return out
+    return _asm("ex2.approx.ftz.f32 $0, $1;", [x * np.float32(_LOG2E)], "=f,f")
 
 
-def _row_sum(x: jax.Array, BR: int, BLOCK_N: int) -> jax.Array:
-    """Row sums in the Triton kernel's fixed tree: each level adds the second half of the lanes to the first, lane by
-    lane (x[i] + x[i + H]); jnp.split of a power-of-2 axis lowers to Triton's reshape + split, as tl.split does."""
-    width = BLOCK_N
-    while width > 1:
-        width //= 2
-        first, second = jnp.split(x, 2, axis=1)
-        x = first + second
-    return x  # (BR, 1)
+def _rcp(x: jax.Array, interpret: bool) -> jax.Array:
+    """1 / x for the window estimates only: rcp.approx.ftz.f32 on the GPU, as in the Triton kernel."""
+    if interpret:
+        return 1.0 / x
+    return _asm("rcp.approx.ftz.f32 $0, $1;", [x], "=f,f")
+
+
+def _pow2(e: jax.Array) -> jax.Array:
+    """2**e as fp32 for an int32 array e in [-126, 127], exactly (the exponent field written directly)."""
+    return jax.lax.bitcast_convert_type((e + 127) << 23, jnp.float32)
+
+
+def _split_np(x) -> tuple[np.ndarray, np.ndarray]:
+    q = np.asarray(x).astype(np.int64)
+    return (q & ((1 << HALF) - 1)).astype(np.int32), (q >> HALF).astype(np.int32)
+
+
+def _join_np(hi, lo) -> np.ndarray:
+    return ((np.asarray(hi).astype(np.int64) << HALF) + np.asarray(lo).astype(np.int64)).astype(np.float32)
+
+
+def _fixed_sum(x: jax.Array, inv_scale: jax.Array, interpret: bool) -> jax.Array:
+    """The Triton kernel's exact row sum: sum_j trunc(x_j) * inv_scale for terms 0 <= x_j < 2**(31 - log2 BLOCK_N +
+    HALF), each integer split into its low HALF bits and the rest, each part summed in int32, the total rounded once
+    to fp32. The split and the join are the Triton kernel's inline PTX on the GPU (a jnp cast would clamp first) and
+    the same int64 numpy arithmetic in interpret mode (through host callbacks: JAX has no int64 without x64)."""
+    if interpret:
+        i32 = jax.ShapeDtypeStruct(x.shape, jnp.int32)
+        lo, hi = jax.pure_callback(_split_np, (i32, i32), x)
+    else:
+        lo, hi = (_asm_i32(text, x) for text in (_LO_ASM, _HI_ASM))
+    lo = jnp.sum(lo, axis=1, keepdims=True, dtype=jnp.int32)
+    hi = jnp.sum(hi, axis=1, keepdims=True, dtype=jnp.int32)
+    if interpret:
+        total = jax.pure_callback(_join_np, jax.ShapeDtypeStruct(hi.shape, jnp.float32), hi, lo)
+    else:
+        total = _asm(_JOIN_ASM, [hi, lo], "=f,r,r")
+    return total * inv_scale
+
+
+def _asm_i32(text: str, x: jax.Array) -> jax.Array:
+    """One PTX instruction block per element from an fp32 to an int32 value."""
+    (y,) = plt.elementwise_inline_asm(text, args=[x], constraints="=r,f", pack=1,
+                                      result_shape_dtypes=[jax.ShapeDtypeStruct(x.shape, jnp.int32)])
+    return y
+
+
+def _to_int(x: jax.Array, interpret: bool) -> jax.Array:
+    """float -> int32 by truncation for in-range values: cvt.rzi.s32.f32 on the GPU (a jnp cast would clamp first)."""
+    return x.astype(jnp.int32) if interpret else _asm_i32("cvt.rzi.s32.f32 $0, $1;", x)
+
+
+def _hat(b: jax.Array, kp1: jax.Array, km1: jax.Array) -> jax.Array:
+    """The hat weight of position b at atom k, min(clamp((k + 1) - b), clamp(b - (k - 1))): the Triton kernel's
+    formula, 1 - f or f bit for bit inside (k - 1, k + 1) and 0 outside (SPEC.md 8)."""
+    return jnp.minimum(jnp.minimum(jnp.maximum(kp1 - b, 0.0), 1.0), jnp.minimum(jnp.maximum(b - km1, 0.0), 1.0))
 
 
 # Runtime strides (an int32 input) instead of compile-time constants: the Triton kernel receives its row strides as
 # unspecialised runtime integers, so Triton's axis analysis sees the same (unknown) divisibility and contiguity of
-# every pointer in both kernels, hence the same coalescing, register layouts and reduction trees. The last two are
-# the flat offsets of the first target row in q and lp (the row-offset form; a torch view's storage offset is the
-# same thing, folded into the Triton kernel's base pointers).
+# every pointer in both kernels, hence the same coalescing and register layouts. The last two are the flat offsets of
+# the first target row in q and lp (the row-offset form; a torch view's storage offset is the same thing, folded into
+# the Triton kernel's base pointers).
 STRIDE_NAMES = ("q_e", "q_b", "lp_e", "lp_b", "row", "out_b", "q_0", "lp_0")
 
 
@@ -115,14 +175,14 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     """One program: BR rows x BLOCK_N lanes (destination atoms k); the statements of the Triton kernel, in order.
 
     Refs are whole flat arrays (no BlockSpec): gamma (1,) f32; strides (8,) int32 (STRIDE_NAMES); q (E*R,) f32;
-    lp (E*R*N,) f32/bf16/f16; r, d, s (B,) f32; out (B*N,) f32. Target row i of critic e reads q[q_0 + e * q_e +
-    i * q_b] and lp[lp_0 + e * lp_e + i * lp_b + j] (R = B and q_0 = lp_0 = 0 unless the caller passed a row
-    offset). Only these integer offsets see R and the offset: the float arithmetic is the same for all of them.
-    Per-row quantities are (BR, 1) tensors in the layout of the (BR, BLOCK_N) tiles, as in the Triton kernel.
-    In interpret mode masked lanes and rows address a one-past-the-end sentinel, which the interpret-mode scatter
-    drops (a masked store is a read-modify-write scatter there: an in-bounds masked lane, e.g. column 101..127 of
-    row r = column 0..26 of row r + 1, would write stale data). On the GPU masked lanes are never dereferenced, so
-    the raw offsets are kept.
+    lp (E*R*N,) f32/bf16/f16; r, d, s (B,) f32; out (B*N,) f32 (also the staging row of the probabilities). Target
+    row i of critic e reads q[q_0 + e * q_e + i * q_b] and lp[lp_0 + e * lp_e + i * lp_b + j] (R = B and
+    q_0 = lp_0 = 0 unless the caller passed a row offset). Only these integer offsets see R and the offset: the float
+    arithmetic is the same for all of them. Per-row quantities are (BR, 1) tensors in the layout of the (BR, BLOCK_N)
+    tiles, as in the Triton kernel; rows past B read row B - 1 and are never stored. In interpret mode masked lanes
+    address a one-past-the-end sentinel, which the interpret-mode scatter drops (a masked store is a read-modify-write
+    scatter there: an in-bounds masked lane, e.g. column 101..127 of row r = column 0..26 of row r + 1, would write
+    stale data). On the GPU masked lanes are never dereferenced, so the raw offsets are kept.
     """
 
     def addr(off, mask, sentinel):
@@ -135,98 +195,116 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     pid = pl.program_id(0)
     rows = pid * BR + jnp.arange(BR, dtype=jnp.int32)[:, None]  # (BR, 1)
     row_ok = rows < B
+    rows = jnp.minimum(rows, B - 1)
     k = jnp.arange(BLOCK_N, dtype=jnp.int32)[None, :]  # (1, BLOCK_N) destination atom (= source of the full pass)
     lane_ok = k < N
     kf = k.astype(f32)
+    km1 = kf - 1.0
+    kp1 = kf + 1.0
 
     # 1. Min-mean critic (strict < scan: ties -> the first critic) and the row scalars.
-    best = plt.load(q_ref.at[addr(q_0 + rows * q_b, row_ok, E * R)], mask=row_ok, other=0.0)  # (BR, 1)
+    best = plt.load(q_ref.at[q_0 + rows * q_b])  # (BR, 1)
     sel = jnp.zeros((BR, 1), jnp.int32)
     bad = best != best
     for e in range(1, E):
-        qe = plt.load(q_ref.at[addr(q_0 + e * q_e + rows * q_b, row_ok, E * R)], mask=row_ok, other=0.0)
+        qe = plt.load(q_ref.at[q_0 + e * q_e + rows * q_b])
         bad = bad | (qe != qe)
         take = qe < best
         best = jnp.where(take, qe, best)
         sel = jnp.where(take, e, sel)
-    row_off = addr(rows * row_stride, row_ok, B)
-    r = plt.load(r_ref.at[row_off], mask=row_ok, other=0.0)
-    d = plt.load(d_ref.at[row_off], mask=row_ok, other=0.0)
-    s = plt.load(s_ref.at[row_off], mask=row_ok, other=0.0)
+    row_off = rows * row_stride
+    r = plt.load(r_ref.at[row_off])
+    d = plt.load(d_ref.at[row_off])
+    s = plt.load(s_ref.at[row_off])
     g = gamma * (1.0 - d)
     h_raw = g * (min_v - s)
     c_raw = ((r - min_v) + h_raw) * inv_delta
     c = _round(((r - min_v) + _round(h_raw)) * inv_delta)  # (BR, 1)
-    bad = bad | (r != r) | (s != s) | (c_raw != c_raw) | ~((d >= 0.0) & (d <= 1.0))
+    # A NaN reward or shift makes c_raw NaN (g * NaN is NaN for every g), so c_raw's test covers them (SPEC.md 6).
+    bad = bad | (c_raw != c_raw) | ~((d >= 0.0) & (d <= 1.0))
     bad = bad | ~((g >= 0.0) & (g < inf))
     row_base = lp_0 + sel * lp_e + rows * lp_b  # (BR, 1) flat offset of the selected critic's row
-    sentinel = E * R * N
+    # Rows with g == 0 (and invalid rows, overwritten in step 4) place every source at b = -1, the low edge.
+    live = ~bad & (g > 0.0)
+    gl = jnp.where(live, g, 0.0)
+    cs = jnp.where(live, c, -1.0)
 
-    # 2. Positions of the sources (lane = source j) and the sizes of the two clamped piles.
-    m2 = row_ok & lane_ok  # (BR, BLOCK_N)
-    b = _positions(c, g, k, N, interpret)
-    lp = plt.load(lp_ref.at[addr(row_base + k, m2, sentinel)], mask=m2, other=-inf)  # issued early, used in step 4
-    done = g == 0.0  # (BR, 1) every b_j equals clamp(c): a two-hot of the total mass
-    at_lo = (b == 0.0) & lane_ok  # the low pile
-    at_hi = (b == N - 1.0) & lane_ok  # the high pile
-    # Integer counts are exact in any order (the float sums are taken in step 4).
-    n_lo = jnp.sum(at_lo.astype(jnp.int32), axis=1, keepdims=True)  # (BR, 1) the interior is [n_lo, N - n_hi)
-    n_hi = jnp.sum(at_hi.astype(jnp.int32), axis=1, keepdims=True)
+    # 2. The full-row pass (lane = source j): one load and one exp per element, staged in the output row (gathered by
+    #    the window steps after the barrier); the edge atoms' exact sums (fixed point from the row maximum, two int32
+    #    part sums).
+    lp = plt.load(lp_ref.at[addr(row_base + k, lane_ok, E * R * N)], mask=lane_ok, other=-inf).astype(f32)
+    p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
+    out_row = rows * out_b  # (BR, 1)
+    plt.store(out_ref.at[addr(out_row + k, lane_ok, B * N)], p, mask=lane_ok)
+    if not interpret:  # interpret mode runs the program's statements in order: nothing to wait for
+        plt.debug_barrier()
+    b = _line(cs, gl, kf, interpret)  # unclamped positions
+    w_lo = jnp.minimum(jnp.maximum(1.0 - b, 0.0), 1.0)
+    w_hi = jnp.minimum(jnp.maximum(b - (N - 2.0), 0.0), 1.0)
+    m_bits1 = jnp.max(jax.lax.bitcast_convert_type(p, jnp.int32) & 0x7FFFFFFF, axis=1)  # (BR,) bits of max p
+    m_bits = m_bits1[:, None]
+    bad = bad | (m_bits >= 0x7F800000)  # a NaN or +inf probability
+    FIX = 32 - BLOCK_N.bit_length() + HALF  # max p scales to [2**(FIX - 1), 2**FIX): 43 bits at N = 101
+    shift = jnp.minimum(FIX - 1 - ((m_bits >> 23) - 127), 126)
+    scale = _pow2(shift)
+    inv_scale = _pow2(-shift)
+    ps = p * scale  # exact
+    if interpret:
+        ps = jnp.where(ps < inf, ps, 0.0)  # as in the Triton kernel's interpret mode (the row is NaN anyway)
+    e_lo = _fixed_sum(ps * w_lo, inv_scale, interpret)  # (BR, 1)
+    e_hi = _fixed_sum(ps * w_hi, inv_scale, interpret)
+    # The total mass can overflow fp32 only if max p >= 2**(127 - log2 BLOCK_N); only then is it summed (lax.cond:
+    # the Triton kernel's branch).
+    bad = jax.lax.cond((jnp.max(m_bits1) >> 23) >= 254 - BLOCK_N.bit_length(),
+                       lambda bad: bad | ~(_fixed_sum(ps, inv_scale, interpret) < inf), lambda bad: bad, bad)
 
-    # 3. Interior sources feeding atom k: t_lo < b_j < t_hi, t_lo = max(k - 1, 0), t_hi = min(k + 1, N - 1), scanned
-    #    over the window [j0, j1) in ascending j, keeping exactly the sources that pass the test on the exact b_j.
-    g_ok = ~bad & row_ok & (g > 0.0)
-    band = g_ok & (g >= G_BAND_MIN)
-    inv_g = 1.0 / jnp.where(band, g, 1.0)  # only used for the window
-    cb = jnp.where(band, c, 0.0)
-    t_lo = jnp.maximum(kf - 1.0, 0.0)  # (1, BLOCK_N)
-    t_hi = jnp.minimum(kf + 1.0, N - 1.0)
-    eps = (N * WINDOW_MARGIN) * inv_g  # (BR, 1) in source steps; far above the fp32 error of the estimates
-    j0 = jnp.minimum(jnp.maximum(jnp.floor((t_lo - cb) * inv_g - eps) + 1.0, 0.0), N * 1.0).astype(jnp.int32)
-    j1 = jnp.minimum(jnp.maximum(jnp.ceil((t_hi - cb) * inv_g + eps), 0.0), N * 1.0).astype(jnp.int32)
-    dense = g_ok & ~band
-    j0 = jnp.where(band, jnp.maximum(j0, n_lo), jnp.where(dense, n_lo, 0))
-    j1 = jnp.where(band, jnp.minimum(j1, N - n_hi), jnp.where(dense, N - n_hi, 0))
-    j1 = jnp.where(lane_ok, j1, j0)  # lanes past N: empty windows
-    n_w = jnp.max(jnp.max(j1 - j0, axis=1), axis=0)
-    km1 = kf - 1.0
+    # 3. Interior atoms 1 <= k <= N - 2: the window [j0, j0 + W) of sources, gathered from the staged row in ascending
+    #    j, each adding p_j times its hat weight (the window's other sources add +0).
+    acc = jnp.zeros((BR, BLOCK_N), f32)
+    if N > 2:
+        band = live & (g >= G_BAND_MIN) & (g <= 1.0)  # g > 1 (a gamma above 1): the whole row
+        inv_g = _rcp(jnp.where(band, g, 1.0), interpret)  # only used for the window
+        eps = (N * WINDOW_MARGIN) * inv_g  # (BR, 1) in source steps; far above the fp32 error of the estimates
+        n_win = jnp.where(band, jnp.minimum(jnp.ceil(2.0 * inv_g + 2.0 * eps), N * 1.0),
+                          jnp.where(live, N * 1.0, UNROLL * 1.0))  # (BR, 1) W >= UNROLL
+        cb = jnp.where(band, c, 0.0)
+        jf0 = jnp.ceil((km1 - cb) * inv_g - eps)  # (BR, BLOCK_N) first source of the window
+        jf0 = jnp.minimum(jnp.maximum(jf0, 0.0), N - n_win)  # dense rows: 0
+        ptr = out_row + _to_int(jf0, interpret)
 
-    def run_step(w, acc):
-        j = j0 + w  # (BR, BLOCK_N) source index
-        ok = j < j1
-        lpj = plt.load(lp_ref.at[addr(row_base + j, ok, sentinel)], mask=ok, other=-inf)
-        pj = _exp(lpj.astype(f32), exp_mode, interpret)
-        # Unclamped b: outside [0, N - 1] it fails the test below exactly as the clamped value (a pile) does.
-        bj = _line(c, g, j, interpret)
-        keep = ok & (bj > t_lo) & (bj < t_hi)
-        # l_j = k: weight 1 - f_j = 1 - (b_j - k); l_j = k - 1: weight f_j = b_j - (k - 1) (both subtractions exact)
-        wt = jnp.where(bj >= kf, 1.0 - (bj - kf), bj - km1)
-        # The select between the product and 0 keeps the product rounded (no FMA into acc), as in the Triton kernel.
-        return acc + jnp.where(keep, pj * wt, 0.0)
+        def step(w, acc, pj):
+            # Unclamped b: a pile source gets weight 0 at every interior atom.
+            return _fma(pj, _hat(_line(cs, gl, jf0 + w, interpret), kp1, km1), acc, interpret)
 
-    acc = jax.lax.fori_loop(0, n_w, run_step, jnp.zeros((BR, BLOCK_N), f32))  # traced bound: scf.for on the GPU
+        for w in range(UNROLL):
+            acc = step(w, acc, plt.load(out_ref.at[ptr + w]))
+        # The remaining steps' bound from g alone (every row's W or more; a row's loads past its W are masked).
+        gw = gamma * (1.0 - plt.load(d_ref.at[row_off]))
+        gb = (gw >= G_BAND_MIN) & (gw <= 1.0)  # as band
+        inv_gw = _rcp(jnp.where(gb, gw, 1.0), interpret)
+        n_wb = jnp.where(gb, jnp.ceil(2.0 * inv_gw + (2 * N * WINDOW_MARGIN) * inv_gw),
+                         jnp.where(gw > 0.0, N * 1.0, UNROLL * 1.0))
+        n_w = jnp.max(jnp.minimum(n_wb, N * 1.0)).astype(jnp.int32)
 
-    # 4. The full-row pass (lane = source j; after the loop so that p is not live through it): one exp per element
-    #    of the row loaded in step 2. Pile sums and total mass in the fixed tree; piles, the two-hot of g == 0 rows,
-    #    NaN rows; store.
-    if lp.dtype == f32:
-        p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
-    else:  # as in the Triton kernel: lp + 0 only turns -0 into +0 (same exp); keeps 16-bit rows in the lane layout
-        lp = lp.astype(f32)
-        p = _exp(jnp.where(acc == acc, lp, lp + 0.0), exp_mode, interpret)
-    p_lo = jnp.where(done, 0.0, _row_sum(jnp.where(at_lo, p, 0.0), BR, BLOCK_N))
-    p_hi = jnp.where(done, 0.0, _row_sum(jnp.where(at_hi, p, 0.0), BR, BLOCK_N))
-    p_all = _row_sum(p, BR, BLOCK_N)
-    bad = bad | ~(p_all < inf)  # a NaN or +inf log-prob makes the total NaN or +inf
+        def more(w, acc):
+            ok = w < n_win
+            pj = plt.load(out_ref.at[addr(ptr + w, ok, B * N)], mask=ok, other=0.0)
+            return step(w.astype(f32), acc, pj)
+
+        acc = jax.lax.fori_loop(UNROLL, n_w, more, acc)  # traced bound: scf.for on the GPU
+
+    # 4. Edges, the two-hot of g == 0 rows (total mass e_lo at b* = clamp(c)), NaN rows; store.
+    done = ~live
     b_star = jnp.minimum(jnp.maximum(c, 0.0), N - 1.0)  # (BR, 1)
-    l_star = jnp.floor(b_star)
-    f_star = b_star - l_star
-    w_star = jnp.where(kf == l_star, 1.0 - f_star, jnp.where(kf == l_star + 1.0, f_star, 0.0))
-    acc = acc + jnp.where(k == 0, p_lo, 0.0)
-    acc = acc + jnp.where(k == N - 1, p_hi, 0.0)
-    acc = acc + jnp.where(done & ~bad, p_all * w_star, 0.0)
+    acc = jnp.where(done, e_lo * _hat(b_star, kp1, km1), acc)
+    lo = jnp.where(done, e_lo * jnp.minimum(jnp.maximum(1.0 - b_star, 0.0), 1.0), e_lo)  # (BR, 1)
+    hi = jnp.where(done, e_lo * jnp.minimum(jnp.maximum(b_star - (N - 2.0), 0.0), 1.0), e_hi)
+    acc = jnp.where(k == 0, lo, jnp.where(k == N - 1, hi, acc))
     acc = jnp.where(bad, jnp.nan, acc)
-    plt.store(out_ref.at[addr(rows * out_b + k, m2, B * N)], acc, mask=m2)
+    if not interpret:
+        plt.debug_barrier()  # every window gather is done before the row is overwritten
+    m2 = row_ok & lane_ok
+    plt.store(out_ref.at[addr(out_row + k, m2, B * N)], acc, mask=m2)
 
 
 def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret: bool, block_rows: int | None,
