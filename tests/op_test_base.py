@@ -66,6 +66,18 @@ class OpTests:
         assert not np.isnan(np.delete(got, 2, axis=0)).any()
         assert np.array_equal(np.isnan(got), np.isnan(R.categorical_td_target(**x, gamma=0.99)))
 
+    def test_large_finite_log_probs_overflow_only_the_sum(self):
+        # SPEC.md 6.5 with every exp finite: 101 x exp(87) overflows float32 (NaN row), 101 x exp(80) does not (the
+        # row follows the arithmetic, scaled up by e**80).
+        x = make_inputs(6, kind="random", seed=14)
+        sel = np.argmin(x["next_qs"], axis=0)
+        x["next_log_probs"][sel[1], 1] = 87.0
+        x["next_log_probs"][sel[3], 3] += np.float32(80.0)
+        got, want = self.run(x, 0.99), R.categorical_td_target(**x, gamma=0.99)
+        assert np.isnan(got[1]).all() and np.array_equal(np.isnan(got), np.isnan(want))
+        assert np.abs(got[3] - want[3]).max() <= atol_vs_float64(101) * want[3].sum()
+        assert max_abs_error(np.delete(got, [1, 3], axis=0), np.delete(want, [1, 3], axis=0)) <= atol_vs_float64(101)
+
     @pytest.mark.parametrize("gamma", [0.01, 0.07])
     def test_small_discount(self, gamma):
         # g < 1/16 leaves the banded path (SPEC.md 8); still exact.

@@ -1,12 +1,12 @@
 """The two interpreted kernels (Triton interpreter, Pallas interpret mode) compute the same bits on CPU.
 
-Both kernels perform the same fp32 operations in the same order (SPEC.md section 8: fixed row-sum tree, ascending
-window scan) and, in interpret mode, take exp from the same function (numpy's float32 exp; the Pallas kernel calls it
-through a host callback). One difference is left, and it is the reason for the only tolerance here: XLA on CPU
-flushes subnormal numbers to zero in its arithmetic and numpy does not, so an output whose value sits at the
-subnormal scale (a sum holding a product below 2**-126) can differ, by less than 2**-125 in absolute value. Every
-other element must be bitwise identical. On the GPU both kernels flush alike (ex2.approx.ftz) and are compared bit
-for bit by bench/gpu_bitwise.py.
+Both kernels perform the same fp32 operations in the same order (SPEC.md section 8: exact integer edge sums,
+ascending window scan) and, in interpret mode, take exp and the fixed-point split from the same functions (numpy;
+the Pallas kernel calls them through host callbacks). One difference is left, and it is the reason for the only
+tolerance here: XLA on CPU flushes subnormal numbers to zero in its arithmetic and numpy does not, so an output whose
+value sits at the subnormal scale (a sum holding a product below 2**-126) can differ, by less than 2**-125 in
+absolute value. Every other element must be bitwise identical. On the GPU both kernels flush alike (ex2.approx.ftz)
+and are compared bit for bit by bench/gpu_bitwise.py.
 """
 
 from __future__ import annotations
@@ -63,11 +63,14 @@ def test_interpreted_kernels_agree_bitwise(B, N, E, kind, gamma, strided):
 
 
 def test_tile_shape_does_not_change_the_bits():
-    """The reduction order is per row and written in the kernel: rows per program change nothing."""
-    from jax_impl import ops as pk
+    """Every row sum is exact and the window sums are per lane: rows per program change nothing (the Triton kernel
+    here; the Pallas kernel's twin is in tests/test_jax_pallas.py)."""
+    from torch_impl.reference import support_constants
+    from triton_kernels import categorical_td_target_kernel, launch
 
-    x = make_inputs(21, 101, 2, seed=3, kind="mixed")
-    args = [jnp.asarray(x[k]) for k in ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
-    a = np.asarray(pk.categorical_td_target_pallas(*args, 0.99, block_rows=1))
-    b = np.asarray(pk.categorical_td_target_pallas(*args, 0.99, block_rows=8))
+    x = make_inputs(21, 101, 2, seed=3, kind="nonfinite")
+    args = [torch.from_numpy(x[k]) for k in ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
+    mv, inv_delta = support_constants(101, -5.0, 5.0)
+    a, b = (launch(categorical_td_target_kernel, *args, 0.99, mv, inv_delta, config={"BR": br}).numpy()
+            for br in (1, 8))
     assert np.array_equal(a.view(np.int32), b.view(np.int32))

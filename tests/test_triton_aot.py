@@ -19,9 +19,7 @@ def test_compiles_for_sm90_without_spills(args):
     assert reports
     for r in reports:
         assert r["cubin_bytes"] > 0
-        if r["N"] <= 1024:  # N = 4096 (16 warps, 128 registers a thread) spills a few hundred bytes
-            assert r["spill_bytes"] == 0, r
+        assert r["spill_bytes"] == 0, r
         assert r["registers"] <= 128, r  # keeps occupancy: the pinned config runs many resident warps per SM
-        if r["N"] <= 128:
-            # One warp per row: the only shared-memory round trip is the cross-lane part of the fixed row-sum tree.
-            assert r["barriers"] <= 1, r
+        # One barrier: the block barrier around the probabilities staged in the output row (SPEC.md 8).
+        assert r["barriers"] <= 1, r
