@@ -75,6 +75,7 @@ def test_commands_start_then_resume(tmp_path):
     assert cmd[1:3] == ["-m", "agent_jax.train"]
     args = cmd[4::2]
     assert "env.env_name=Hopper-v4" in args and "seed=1000" in args and "num_env_steps=100000" in args
+    assert not any(a.startswith("agent.buffer_device_type=") for a in args)  # the agent's default loop
     assert f"save_path={spec.run_dir(str(tmp_path))}" in args and args[-2:] == ["max_wall_seconds=500",
                                                                                 f"save_path={spec.run_dir(str(tmp_path))}"]
     os.makedirs(spec.run_dir(str(tmp_path)))
