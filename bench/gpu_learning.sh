@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The learning runs (python -m bench.learning) on a lent GPU machine, across chained device calls of at most 10
+# minutes each while the machine stays warm (a machine is held for 30 minutes at most, and its files are lost when it
+# is given back, so a run that is to count must finish within one hold; unfinished runs are checkpointed and resumed
+# by the next `start` on the same machine):
+#
+#   bash bench/gpu_learning.sh start      # install the carried wheels, start `bench.learning run` detached
+#   bash bench/gpu_learning.sh wait       # poll until it ends or LIMIT s (default 570) have passed; prints progress
+#   bash bench/gpu_learning.sh collect    # copy every run's eval.csv / config.yaml into $OUT/learning (small files)
+#
+# Environment: AGENTS (default torch,jax), TASKS (HalfCheetah-v4), SEEDS (0,1000,2000,3000,4000), STEPS (100000),
+# PER_GPU (4), GPUS (0), BUDGET (the runner's budget in seconds, default 1500: each run checkpoints and exits in it),
+# ROOT (/tmp/learning), OVERRIDES (space-separated KEY=VALUE for every run). Carry `.whl` (gymnasium, mujoco, omegaconf and their dependencies as cp312 wheels).
+# Then commit $OUT/learning as bench/results/learning-<gpu>-<date>/ and run
+#   python -m bench.learning report bench/results/learning-* --readme
+set -u
+PHASE=${1:?usage: gpu_learning.sh start|wait|collect}
+ROOT=${ROOT:-/tmp/learning}
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=/tmp/site:$PWD
+case $PHASE in
+  start)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    mkdir -p "$ROOT"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$ROOT/gpu.txt" 2>&1
+    extra=()
+    for kv in ${OVERRIDES:-}; do extra+=(--overrides "$kv"); done
+    setsid python3 -m bench.learning run --root "$ROOT" --agents "${AGENTS:-torch,jax}" --tasks "${TASKS:-HalfCheetah-v4}" \
+      --seeds "${SEEDS:-0,1000,2000,3000,4000}" --num-env-steps "${STEPS:-100000}" --gpus "${GPUS-0}" \
+      --per-gpu "${PER_GPU:-4}" --budget-s "${BUDGET:-1500}" "${extra[@]}" >> "$ROOT/runner.log" 2>&1 < /dev/null &
+    echo $! > "$ROOT/runner.pid"
+    sleep 5; cat "$ROOT/runner.log"
+    ;;
+  wait)
+    pid=$(cat "$ROOT/runner.pid")
+    for _ in $(seq 1 "$(( ${LIMIT:-570} / 30 ))"); do
+      kill -0 "$pid" 2> /dev/null || break
+      sleep 30
+    done
+    tail -20 "$ROOT/runner.log"
+    for log in "$ROOT"/*/*/seed*.log; do echo "$log: $(grep -o 'env_step=[0-9]*' "$log" | tail -1)"; done
+    kill -0 "$pid" 2> /dev/null && echo "runner still running" || echo "runner ended"
+    ;;
+  collect)
+    python3 -m bench.learning collect --root "$ROOT" --out "$OUT/learning" && cp "$ROOT/gpu.txt" "$ROOT/runner.log" \
+      "$OUT/learning/"
+    ;;
+  *) echo "unknown phase $PHASE" >&2; exit 2 ;;
+esac
