@@ -19,7 +19,7 @@ from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
 from agent_common.schema import Config, target_entropy
 from agent_jax import parallel
 from agent_jax.compilation_cache import compute_path
-from agent_jax.packing import PackedTree, packed, unpacked
+from agent_jax.packing import PackedTree, host_unpack, packed, unpacked
 from agent_jax.state import AgentState, build_networks, create_agent_state
 from agent_jax.step import (
     METRIC_NAMES,
@@ -416,8 +416,14 @@ class FlashSACAgent:
         return metric_sums(sums, counts, self.update_step)
 
     # ------------------------------------------------------------------------------------------------ save/load
-    def _network_states(self) -> dict[str, dict[str, Any]]:
-        s = self.state
+    def _host_state(self) -> AgentState:
+        """The training state as numpy arrays; a packed state is unpacked on the host (no device program)."""
+        if self._state is None and self._packed is not None:
+            return host_unpack(self._packed)
+        return jax.device_get(self.state)
+
+    def _network_states(self, s: AgentState | None = None) -> dict[str, dict[str, Any]]:
+        s = self.state if s is None else s
         out: dict[str, dict[str, Any]] = {}
         for name, net in (("actor", s.actor), ("critic", s.critic), ("temperature", s.temperature)):
             out[name] = {"params": net.params, "batch_stats": net.batch_stats, "opt_state": net.opt_state,
@@ -433,7 +439,8 @@ class FlashSACAgent:
         pending metrics.
         """
         os.makedirs(directory, exist_ok=True)
-        for name, tree in self._network_states().items():
+        host = self._host_state()
+        for name, tree in self._network_states(host).items():
             atomic_pickle(os.path.join(directory, f"{name}.pkl"), _to_numpy(tree))
         pending = None
         if self._pending is not None:
@@ -444,7 +451,7 @@ class FlashSACAgent:
             r = self._storage.replay
             replay_key, device_sums, device_counts = jax.device_get((r.key, r.metric_sum, r.metric_count))
             sums, counts = sums + device_sums, counts + device_counts
-        state = {"update_step": self.update_step, "rng": np.asarray(jax.device_get(self.state.rng)),
+        state = {"update_step": self.update_step, "rng": np.asarray(host.rng),
                  "pending_metrics": pending, "backend": self.ctx.backend,
                  "replay_key": np.asarray(replay_key, np.uint32),
                  "step_metrics": {"names": METRIC_NAMES, "sums": np.asarray(sums, np.float32),

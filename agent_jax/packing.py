@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["MODES", "Layout", "PackedTree", "pack", "pack_like", "packed", "unpack", "unpacked"]
+__all__ = ["MODES", "Layout", "PackedTree", "host_unpack", "pack", "pack_like", "packed", "unpack", "unpacked"]
 
 MODES: tuple[str, ...] = ("all", "matrices")
 
@@ -124,18 +124,32 @@ def pack(tree: Any, mode: str = "matrices") -> PackedTree:
     return pack_like(tree, _layout(tree, mode))
 
 
-def unpack(packed_tree: PackedTree) -> Any:
-    """The tree a ``PackedTree`` holds (slices and reshapes of its buffers; bitwise the packed values)."""
-    layout = packed_tree.layout
+def _unflatten(layout: Layout, buffers: Any, separate: Any, take: Any) -> Any:
+    """The tree of ``layout`` with each packed leaf ``take(buffer, start, stop).reshape(shape)``."""
     leaves = []
     for entry in layout.entries:
         if entry.group < 0:
-            leaves.append(packed_tree.separate[entry.offset])
+            leaves.append(separate[entry.offset])
             continue
         size = int(np.prod(entry.shape, dtype=np.int64))
-        flat = jax.lax.slice_in_dim(packed_tree.buffers[entry.group], entry.offset, entry.offset + size)
-        leaves.append(flat.reshape(entry.shape))
+        leaves.append(take(buffers[entry.group], entry.offset, entry.offset + size).reshape(entry.shape))
     return jax.tree_util.tree_unflatten(layout.treedef, leaves)
+
+
+def unpack(packed_tree: PackedTree) -> Any:
+    """The tree a ``PackedTree`` holds (slices and reshapes of its buffers; bitwise the packed values)."""
+    return _unflatten(packed_tree.layout, packed_tree.buffers, packed_tree.separate, jax.lax.slice_in_dim)
+
+
+def host_unpack(packed_tree: PackedTree) -> Any:
+    """The tree a ``PackedTree`` holds, as numpy arrays: one device-to-host copy of the buffers, sliced on the host.
+
+    Bitwise ``jax.device_get(unpacked(packed_tree))``, without compiling or running a device program (a checkpoint
+    of a packed state costs no compilation).
+    """
+    buffers, separate = jax.device_get((packed_tree.buffers, packed_tree.separate))
+    return _unflatten(packed_tree.layout, [np.asarray(b) for b in buffers], [np.asarray(x) for x in separate],
+                      lambda buf, start, stop: buf[start:stop])
 
 
 @functools.partial(jax.jit, static_argnames=("mode",))

@@ -258,6 +258,14 @@ def write_chunk(replay: DeviceReplay, chunk: Array, count: Array) -> DeviceRepla
                           size=jnp.minimum(replay.size + count, capacity))
 
 
+READ_CHUNK_ROWS = 1 << 16  # rows per device-to-host chunk of ``DeviceRowStorage.read``
+
+
+@functools.partial(jax.jit, static_argnames=("num_rows",))
+def _row_chunk(rows: Array, start: Array, num_rows: int) -> Array:
+    return jax.lax.dynamic_slice_in_dim(rows, start, num_rows)
+
+
 class DeviceRowStorage:
     """``agent_common.buffer.RowStorage`` over a ``DeviceReplay``. ``write`` stages the new rows on the host; they go
     to the device either with the agent's next ``env_step`` that does device work (the newest write, in the same
@@ -325,9 +333,20 @@ class DeviceRowStorage:
         self.staged = self._newest = 0
 
     def read(self, size: int) -> np.ndarray:
-        """The first ``size`` rows, (size, W) float32 numpy."""
+        """The first ``size`` rows, (size, W) float32 numpy.
+
+        Read in chunks of a fixed ``READ_CHUNK_ROWS`` rows (one compiled slice program for every size: a slice of
+        ``size`` rows would compile a new program at each checkpoint, as the buffer grows).
+        """
         self.flush()
-        return np.asarray(jax.device_get(self.replay.rows[:size]), dtype=np.float32)
+        chunk = min(READ_CHUNK_ROWS, self.capacity)
+        starts = [min(begin, self.capacity - chunk) for begin in range(0, size, chunk)]  # the last one ends in range
+        blocks = jax.device_get([_row_chunk(self.replay.rows, np.int32(start), num_rows=chunk) for start in starts])
+        out = np.empty((size, self.width), np.float32)
+        for begin, start, block in zip(range(0, size, chunk), starts, blocks, strict=True):
+            n = min(chunk, size - begin)
+            out[begin:begin + n] = block[begin - start:begin - start + n]
+        return out
 
     def load(self, rows: np.ndarray, index: int) -> None:
         """Replaces the rows (positions 0 .. len(rows) - 1) and the ring index; keeps the key and the metrics."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +13,7 @@ import pytest
 from agent_common.config import load_config
 from agent_jax import agent as agent_module
 from agent_jax.agent import FlashSACAgent
-from agent_jax.packing import MODES, PackedTree, pack, pack_like, packed, unpack, unpacked
+from agent_jax.packing import MODES, PackedTree, host_unpack, pack, pack_like, packed, unpack, unpacked
 from tests.agent_test_utils import ACT_DIM, ACT_SPACE, NUM_ENVS, OBS_SPACE, random_transition, replay_buffer
 
 TINY = ["agent.actor_hidden_dim=16", "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1",
@@ -44,6 +47,33 @@ def test_the_agent_state_round_trips_bitwise_and_dispatches_as_few_leaves(mode):
         assert not any("opt_state" in n for n in names)
     else:
         assert p.separate == ()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_host_unpack_is_the_device_unpack_in_numpy(mode):
+    state = _agent().state
+    p = packed(state, mode=mode)
+    host = host_unpack(p)
+    assert all(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves(host))
+    _assert_trees_bitwise(host, jax.device_get(unpacked(p)))
+
+
+def test_saving_a_packed_state_keeps_it_packed_and_writes_what_the_unpacked_state_writes(tmp_path):
+    agent = _agent()
+    buffer = replay_buffer(64, agent.replay_storage(64))
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        t = random_transition(rng)
+        buffer.add(*t)
+        agent.step(t[5], rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32), 1, 1.0)
+    assert agent._state is None and agent._packed is not None
+    agent.save(str(tmp_path / "packed"))
+    assert agent._state is None  # the checkpoint unpacked nothing on the device
+    agent.state  # noqa: B018  (unpacks on the device)
+    agent.save(str(tmp_path / "unpacked"))
+    for name in sorted(os.listdir(tmp_path / "packed")):
+        with open(tmp_path / "packed" / name, "rb") as a, open(tmp_path / "unpacked" / name, "rb") as b:
+            _assert_trees_bitwise(pickle.load(a), pickle.load(b))
 
 
 def test_a_tree_that_does_not_fit_the_layout_is_refused_naming_the_argument():

@@ -14,6 +14,7 @@ import pytest
 
 from agent_common.buffer import ROW_KEYS, flat_batch
 from agent_common.config import load_config
+from agent_jax import step as step_module
 from agent_jax.agent import FlashSACAgent
 from agent_jax.step import (
     METRIC_NAMES,
@@ -61,6 +62,17 @@ def test_device_rows_match_the_host_buffer_through_a_ring_wrap_and_round_trip():
     assert int(other._storage.replay.index) == 0 and int(other._storage.replay.size) == 10
     with pytest.raises(RuntimeError, match="agent's storage"):
         device.sample(4)
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 20, 23])
+def test_reading_the_device_rows_in_fixed_chunks_returns_the_first_rows(monkeypatch, size):
+    monkeypatch.setattr(step_module, "READ_CHUNK_ROWS", 8)  # 23 rows: two whole chunks and one ending at the capacity
+    replay = create_device_replay(23, 5, np.zeros(2, np.uint32), jax.devices("cpu")[0])
+    rows = np.arange(23 * 5, dtype=np.float32).reshape(23, 5)
+    storage = DeviceRowStorage(replay.replace(rows=jax.numpy.asarray(rows)), observation_dim=1)
+    got = storage.read(size)
+    assert got.shape == (size, 5) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, rows[:size])
 
 
 @pytest.mark.parametrize(("num_envs", "staging_rows"), [(2, 7), (3, 4096), (3, 5), (4, 3)])
