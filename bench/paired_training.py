@@ -11,9 +11,12 @@ its wall-clock is measured around the process (start to exit), so nothing depend
 training loop's own wall time, printed by the CLI (``[completed] ... wall=...s``), is reported beside it (the process
 time adds imports, environment creation and, for JAX, loading executables from the compilation cache). Within a
 pair the two runs use the same seed and overrides; the order alternates between repeats (reference first, then
-kernel first) so a warm-cache or thermal drift does not favour one side. Before the pairs, one untimed short run per
+kernel first) so a warm-cache or thermal drift does not favour one side. Before the pairs, one untimed run per
 backend (``--no-warm-up`` skips it) fills Triton's on-disk kernel cache and a persistent JAX compilation cache under
-``--out`` that every JAX run uses, so the pairs time training rather than first-time compilation. The saving of a
+``--out`` that every JAX run uses, so the pairs time training rather than first-time compilation. The warm-up has
+the pairs' ``--num-env-steps``: the JAX programs hold the LR schedule's horizon (from ``num_env_steps``) as
+constants, so a shorter run compiles other programs (an H200 run with a 1,050-step warm-up recompiled for 6.7-6.9 s
+in its first pair). The saving of a
 pair is 100 * (t_reference - t_kernel) / t_reference percent; per framework the report gives every pair, the mean,
 median, range and percentile-bootstrap 95% intervals of the mean and of the median (`summarize_savings`).
 The seed project reported 6 paired torch/Triton runs over 3 seeds: mean 3.23%, median 2.39%, range -2.26%..+9.87%.
@@ -91,13 +94,6 @@ def train_command(framework: str, backend: str, seed: int, num_env_steps: int, r
     overrides = [f"num_env_steps={num_env_steps}", f"seed={seed}", f"agent.categorical_target_backend={backend}",
                  "agent.categorical_target_strict=true", f"save_path={run_dir}", "progress_bar=false", *extra]
     return [sys.executable, "-m", module] + [arg for o in overrides for arg in ("--overrides", o)]
-
-
-def warmup_steps(extra: list[str]) -> int:
-    """Env steps of a warm-up run: 50 past ``agent.buffer_min_length`` (so both update variants and the evaluation
-    compile), from the merged overrides."""
-    values = [o.split("=", 1)[1] for o in extra if o.split("=", 1)[0].strip() == "agent.buffer_min_length"]
-    return int(str(values[-1]).replace("_", "")) + 50 if values else 10_050
 
 
 def child_env(extra_env: dict[str, str] | None = None) -> dict[str, str]:
@@ -230,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         for fw in frameworks:
             for backend in PAIRS[fw][1:]:
                 tag = f"warmup-{fw}-{backend}"
-                cmd = train_command(fw, backend, seeds[0], warmup_steps(a.overrides), os.path.join(out, "runs", tag),
+                cmd = train_command(fw, backend, seeds[0], a.num_env_steps, os.path.join(out, "runs", tag),
                                a.overrides)
                 env = jax_cache_env(os.path.join(out, "jax_cache")) if fw == "jax" else None
                 run = timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s, env)

@@ -10,7 +10,9 @@ and the end, logging every ``--log-every`` steps and the strict kernel backends 
 the JAX agent with its default device replay (``agent.buffer_device_type=auto``: one jitted call per env step);
 ``--torch-overrides`` / ``--jax-overrides`` add or replace keys for one side (e.g. ``agent.buffer_device_type=cuda``
 for torch's device buffer). Round r runs torch then JAX for even r, JAX then torch for odd r, so drift does not
-favour one side; an untimed warm-up run per framework first fills the Triton and JAX compilation caches.
+favour one side; an untimed warm-up run per framework first fills the Triton and JAX compilation caches. It has
+the timed runs' length: the JAX programs hold the LR schedule's horizon (from ``num_env_steps``) as constants, so a
+shorter warm-up compiles other programs (on the H200 JAX round 0 then recompiled for 7.4 s).
 
 Per run it reports the CLI's own whole-loop numbers (``env_steps/s``, ``updates/s`` of the result line, warm-up and
 start-up of the loop included) and the steady state: the median over the TensorBoard logging windows
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     warm_ups = []
     if a.warm_up:  # untimed: fills the compilation caches, so the timed runs measure training
         for fw in FRAMEWORKS:
-            r = run(fw, f"warmup-{fw}", a.buffer_min_length + 2 * a.log_every)
+            r = run(fw, f"warmup-{fw}", a.num_env_steps)  # the same programs as the timed runs
             warm_ups.append({k: r[k] for k in ("tag", "returncode", "wall_s")})
     runs: list[dict] = []
     config = {"rounds": a.rounds, "seed": a.seed, "num_env_steps": a.num_env_steps,

@@ -38,3 +38,18 @@ def test_both_clis_on_a_tiny_recipe(tmp_path):
     assert res["summary"]["jax"]["steady_updates_per_second"]["n"] == 1
     assert res["jax_over_torch_steady_updates"]["n"] == 1
     assert os.path.exists(out / "results.md") and "JAX / torch steady updates/s" in (out / "results.md").read_text()
+
+
+def test_warm_up_runs_have_the_timed_runs_length(tmp_path, monkeypatch):
+    # the JAX programs hold the LR schedule's horizon (num_env_steps) as constants: a shorter warm-up compiles others
+    import bench.training_speed as ts
+
+    cmds = []
+
+    def fake_run(cmd, log_path, timeout_s, extra_env=None):
+        cmds.append(cmd)
+        return {"cmd": " ".join(cmd), "returncode": 1, "wall_s": 1.0, "log": log_path, "log_tail": ""}
+
+    monkeypatch.setattr(ts, "timed_run", fake_run)
+    ts.main(["--out", str(tmp_path), "--rounds", "1", "--num-env-steps", "7000", "--buffer-min-length", "2000"])
+    assert len(cmds) == 4 and all("num_env_steps=7000" in c for c in cmds)
