@@ -4,8 +4,8 @@
     python -m bench.sass_count --kernel triton --N 101 256 --dtype bf16 --lines
     python -m bench.sass_count --dump /tmp/sass     # also writes <kernel>_N<N>.sass / .ptx / .ttir there
 
-No GPU is needed (and none is used): the Triton kernel is compiled with `triton.compile(ASTSource(...),
-target=GPUTarget("cuda", 90, 32))`, the signature of `triton_kernels.aot`; the Pallas kernel is traced with
+No GPU is needed (and none is used): the Triton kernel is compiled by `triton_kernels.aot.compile_kernel` (sm_90,
+the pinned configuration); the Pallas kernel is traced with
 `jax.jit(...).trace(...).lower(lowering_platforms=("cuda",))` under JAX_PLATFORMS=cpu, its Triton IR (the
 `mhlo.backend_config` "ir" bytecode of the `pallas_call` custom call) is printed as text with jaxlib's Triton dialect
 and compiled with the same pip Triton (XLA's bundled Triton may schedule differently: this counts the IR, not XLA's
@@ -38,19 +38,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
-from shared_spec.launch_config import kernel_config  # noqa: E402
+from triton_kernels.aot import BIN, compile_kernel  # noqa: E402
 
-BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-_INT_ARGS = ("q_stride_e", "q_stride_b", "lp_stride_e", "lp_stride_b", "r_stride", "d_stride", "s_stride",
-             "out_stride_b", "B")
 _JNP_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def _sass(ptx: str, num_warps: int) -> tuple[str, str]:
-    """ptxas (sm_90a) + nvdisasm -c -gi: (ptxas -v output, SASS text)."""
-    del num_warps
+def _sass(ptx: str) -> tuple[str, str]:
+    """ptxas (sm_90a, with line info) + nvdisasm -c -gi: (ptxas -v output, SASS text)."""
     with tempfile.TemporaryDirectory() as tmp:
         p, cub = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         with open(p, "w") as f:
@@ -64,17 +59,8 @@ def _sass(ptx: str, num_warps: int) -> tuple[str, str]:
 
 
 def triton_kernel(N: int, E: int, dtype: str) -> dict:
-    from triton_kernels.categorical_td_target import categorical_td_target_kernel as kern
-
-    cfg = kernel_config(1 << 20, N, interpret=False)
-    sig = {"q_ptr": "*fp32", "lp_ptr": f"*{dtype}", "r_ptr": "*fp32", "d_ptr": "*fp32", "s_ptr": "*fp32",
-           "out_ptr": "*fp32", "gamma": "fp32", "min_v": "fp32", "inv_delta": "fp32", "lp_stride_n": "constexpr",
-           "E": "constexpr", "N": "constexpr", "BLOCK_N": "constexpr", "BR": "constexpr"}
-    sig.update({n: "i32" for n in _INT_ARGS})
-    src = ASTSource(fn=kern, signature={k: sig[k] for k in kern.arg_names},
-                    constexprs={"lp_stride_n": 1, "E": E, "N": N, "BLOCK_N": cfg["BLOCK_N"], "BR": cfg["BR"]})
-    c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
-    info, sass = _sass(c.asm["ptx"], cfg["num_warps"])
+    c = compile_kernel(N, E, 90, lp_dtype=dtype)[0]
+    info, sass = _sass(c.asm["ptx"])
     return {"ptx": c.asm["ptx"], "ttir": c.asm["ttir"], "info": info, "sass": sass,
             "src": "triton_kernels/categorical_td_target.py"}
 
@@ -124,7 +110,7 @@ def pallas_kernel(N: int, E: int, dtype: str) -> dict:
         with open(path, "w") as f:
             f.write(ttir)
         c = triton.compile(path, target=GPUTarget("cuda", 90, 32), options={"num_warps": nw})
-    info, sass = _sass(c.asm["ptx"], nw)
+    info, sass = _sass(c.asm["ptx"])
     return {"ptx": c.asm["ptx"], "ttir": ttir, "info": info, "sass": sass, "src": "jax_impl/pallas_kernel.py"}
 
 

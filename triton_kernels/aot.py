@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import tempfile
+from typing import Any
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -23,18 +24,21 @@ from triton.compiler import ASTSource
 from shared_spec.launch_config import kernel_config
 from triton_kernels.categorical_td_target import categorical_td_target_kernel
 
-__all__ = ["compile_for_target"]
+__all__ = ["BIN", "compile_for_target", "compile_kernel"]
 
 _INT_ARGS = ("q_stride_e", "q_stride_b", "lp_stride_e", "lp_stride_b", "r_stride", "d_stride", "s_stride",
              "out_stride_b", "B")
 
 
-def compile_for_target(N: int = 101, E: int = 2, arch: int = 90, BR: int | None = None,
-                       num_warps: int | None = None, lp_dtype: str = "fp32") -> dict:
-    """Compile to PTX + cubin for `sm_<arch>` and read ptxas's resource usage.
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")  # the bundled ptxas, nvdisasm
+
+
+def compile_kernel(N: int = 101, E: int = 2, arch: int = 90, BR: int | None = None, num_warps: int | None = None,
+                   lp_dtype: str = "fp32") -> tuple[Any, int, int]:
+    """The kernel compiled by Triton for `sm_<arch>` with the pinned (or given) configuration, on any machine.
 
     Returns:
-        {"arch", "N", "E", "BR", "num_warps", "registers", "spill_bytes", "barriers", "ptx_lines"}.
+        (Triton's compiled kernel, with ``asm["ttir" | "ptx" | "cubin"]``; BR; num_warps).
     """
     cfg = kernel_config(1 << 20, N, interpret=False)
     BR = cfg["BR"] if BR is None else BR
@@ -46,14 +50,23 @@ def compile_for_target(N: int = 101, E: int = 2, arch: int = 90, BR: int | None 
     order = categorical_td_target_kernel.arg_names
     src = ASTSource(fn=categorical_td_target_kernel, signature={k: sig[k] for k in order},
                     constexprs={"lp_stride_n": 1, "E": E, "N": N, "BLOCK_N": cfg["BLOCK_N"], "BR": BR})
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps}), BR, num_warps
+
+
+def compile_for_target(N: int = 101, E: int = 2, arch: int = 90, BR: int | None = None,
+                       num_warps: int | None = None, lp_dtype: str = "fp32") -> dict:
+    """Compile to PTX + cubin for `sm_<arch>` and read ptxas's resource usage.
+
+    Returns:
+        {"arch", "N", "E", "BR", "num_warps", "registers", "spill_bytes", "barriers", "ptx_lines"}.
+    """
+    compiled, BR, num_warps = compile_kernel(N, E, arch, BR, num_warps, lp_dtype)
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "k.ptx")
         with open(ptx, "w") as f:
             f.write(compiled.asm["ptx"])
-        info = subprocess.run([ptxas, f"-arch=sm_{arch}a", "-v", ptx, "-o", os.path.join(tmp, "k.cubin")],
-                              capture_output=True, text=True, check=True).stderr
+        info = subprocess.run([os.path.join(BIN, "ptxas"), f"-arch=sm_{arch}a", "-v", ptx, "-o",
+                               os.path.join(tmp, "k.cubin")], capture_output=True, text=True, check=True).stderr
     regs = re.search(r"Used (\d+) registers", info)
     spill = re.search(r"(\d+) bytes spill stores", info)
     bars = re.search(r"used (\d+) barriers", info)
