@@ -6,12 +6,12 @@
 #
 #   bash bench/gpu_learning.sh start      # install the carried wheels, start `bench.learning run` detached
 #   bash bench/gpu_learning.sh wait       # poll until it ends or LIMIT s (default 570) have passed; prints progress
-#   bash bench/gpu_learning.sh collect    # copy every run's eval.csv / config.yaml into $OUT/learning (small files)
+#   bash bench/gpu_learning.sh collect    # every run's eval.csv / config.yaml / console log as $OUT/learning.tgz
 #
 # Environment: AGENTS (default torch,jax), TASKS (HalfCheetah-v4), SEEDS (0,1000,2000,3000,4000), STEPS (100000),
 # PER_GPU (4), GPUS (0), BUDGET (the runner's budget in seconds, default 1500: each run checkpoints and exits in it),
 # ROOT (/tmp/learning), OVERRIDES (space-separated KEY=VALUE for every run). Carry `.whl` (gymnasium, mujoco, omegaconf and their dependencies as cp312 wheels).
-# Then commit $OUT/learning as bench/results/learning-<gpu>-<date>/ and run
+# Then unpack learning.tgz, commit its learning/ as bench/results/learning-<gpu>-<date>/ and run
 #   python -m bench.learning report bench/results/learning-* --readme
 set -u
 PHASE=${1:?usage: gpu_learning.sh start|wait|collect}
@@ -41,8 +41,14 @@ case $PHASE in
     kill -0 "$pid" 2> /dev/null && echo "runner still running" || echo "runner ended"
     ;;
   collect)
-    python3 -m bench.learning collect --root "$ROOT" --out "$OUT/learning" && cp "$ROOT/gpu.txt" "$ROOT/runner.log" \
-      "$OUT/learning/"
+    # $OUT returns at most 8 files, 2 folders down: the collected tree (and each run's console log) goes back as one
+    # archive, learning.tgz, holding learning/<agent>/<task>/seed<s>/ and learning/logs/.
+    rm -rf "$ROOT/collected" && python3 -m bench.learning collect --root "$ROOT" --out "$ROOT/collected/learning" || exit
+    mkdir -p "$ROOT/collected/learning/logs" && cp "$ROOT/gpu.txt" "$ROOT/runner.log" "$ROOT/collected/learning/"
+    for log in "$ROOT"/*/*/seed*.log; do
+      rel=${log#"$ROOT"/}; cp "$log" "$ROOT/collected/learning/logs/${rel//\//_}"
+    done
+    tar czf "$OUT/learning.tgz" -C "$ROOT/collected" learning && ls -l "$OUT/learning.tgz"
     ;;
   *) echo "unknown phase $PHASE" >&2; exit 2 ;;
 esac
