@@ -37,7 +37,7 @@ case $PHASE in
       sleep 30
     done
     tail -20 "$ROOT/runner.log"
-    for log in "$ROOT"/*/*/seed*.log; do echo "$log: $(grep -o 'env_step=[0-9]*' "$log" | tail -1)"; done
+    for log in "$ROOT"/*/*/seed*.log; do echo "$log: $(grep -o 'checkpoints/step[0-9]*\|env_step=[0-9]*' "$log" | tail -1)"; done
     kill -0 "$pid" 2> /dev/null && echo "runner still running" || echo "runner ended"
     ;;
   collect)
