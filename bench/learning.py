@@ -7,9 +7,8 @@ returns.
     python -m bench.learning report bench/results/<folder> [more folders] [--readme]
 
 ``run`` trains every (agent, task, seed) through the agents' own CLIs with upstream's CPU-sim recipe
-(``bench.common.UPSTREAM_RECIPE`` with each agent's default replay placement; eval every 100k steps unless
-overridden), several runs per GPU at once. Each run
-gets ``max_wall_seconds`` from the remaining budget, so it checkpoints (buffer included) and exits cleanly in time;
+(``bench.common.UPSTREAM_RECIPE`` with each agent's default replay placement; evaluation every 20k steps, for the
+curves, unless overridden), several runs per GPU at once. Each run gets ``max_wall_seconds`` from the remaining budget, so it checkpoints (buffer included) and exits cleanly in time;
 the next invocation resumes every unfinished run (``agent_load_path=<run dir>``) and starts the ones not begun. A
 run is finished when its eval.csv holds an evaluation at ``num_env_steps``.
 
@@ -84,7 +83,7 @@ def train_command(spec: RunSpec, root: str, num_env_steps: int, wall_seconds: fl
     # step, the torch agent's host buffer), so the runs measure the loops users run.
     recipe = [o for o in UPSTREAM_RECIPE if not o.startswith(("env.env_name=", "agent.buffer_device_type="))]
     settings = [*recipe, f"env.env_name={spec.task}", f"seed={spec.seed}", f"num_env_steps={num_env_steps}",
-                "evaluation_per_interaction_step=100_000", "progress_bar=false", *overrides,
+                "evaluation_per_interaction_step=20_000", "progress_bar=false", *overrides,
                 f"max_wall_seconds={max(int(wall_seconds), 1)}"]
     if os.path.isfile(os.path.join(run_dir, "config.yaml")):
         settings = [f"agent_load_path={run_dir}", f"max_wall_seconds={max(int(wall_seconds), 1)}"]
