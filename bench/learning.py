@@ -8,8 +8,9 @@ returns.
 
 ``run`` trains every (agent, task, seed) through the agents' own CLIs with upstream's CPU-sim recipe
 (``bench.common.UPSTREAM_RECIPE`` with each agent's default replay placement; evaluation every 20k steps, for the
-curves, unless overridden), several runs per GPU at once. Each run gets ``max_wall_seconds`` from the remaining budget, so it checkpoints (buffer included) and exits cleanly in time;
-the next invocation resumes every unfinished run (``agent_load_path=<run dir>``) and starts the ones not begun. A
+curves, unless overridden), several runs per GPU at once. Each run gets ``max_wall_seconds`` from the remaining
+budget, so it checkpoints (buffer included) and exits cleanly in time; the next invocation resumes every unfinished
+run (``agent_load_path=<run dir>``) and starts the ones not begun. A
 run is finished when its eval.csv holds an evaluation at ``num_env_steps``.
 
 ``collect`` copies each run's eval.csv and config.yaml with a run.json (agent, task, seed, source) into
