@@ -50,8 +50,9 @@ def _line(c, g, jf):
     if _INTERPRET:
         return c + _round(g * jf)
     else:
-        return c + tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [tl.broadcast_to(g, jf.shape), jf],
-                                             dtype=tl.float32, is_pure=True, pack=1)
+        g, jf = tl.broadcast(g, jf)  # (BR, 1) and (1, BLOCK_N) in the full-row pass: both to (BR, BLOCK_N)
+        return c + tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [g, jf], dtype=tl.float32,
+                                             is_pure=True, pack=1)
 
 
 @triton.jit
