@@ -9,7 +9,8 @@ import pytest
 
 
 @pytest.mark.parametrize("args", [["--N", "2", "101", "1024", "4096"], ["--N", "101", "--E", "3", "--dtype", "bf16"],
-                                  ["--N", "51", "--dtype", "fp16"]])
+                                  ["--N", "51", "--dtype", "fp16"],
+                                  ["--N", "101", "1024", "--rpp", "1", "2", "16"]])  # tiles per program (SPEC.md 8)
 def test_compiles_for_sm90_without_spills(args):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the JIT, not the interpreter
     out = subprocess.run([sys.executable, "-m", "triton_kernels.aot", "--arch", "90", *args], env=env,
@@ -23,3 +24,7 @@ def test_compiles_for_sm90_without_spills(args):
         assert r["registers"] <= 128, r  # keeps occupancy: the pinned config runs many resident warps per SM
         # One barrier: the block barrier around the probabilities staged in the output row (SPEC.md 8).
         assert r["barriers"] <= 1, r
+    if "--rpp" in args:
+        assert [r["RPP"] for r in reports] == [1, 2, 16] * 2
+        # At most 64 registers at N = 101 with the tile loop too: an SM still holds 32 one-warp programs.
+        assert all(r["registers"] <= 64 for r in reports if r["N"] == 101), reports
