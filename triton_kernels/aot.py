@@ -25,7 +25,7 @@ from triton.compiler import ASTSource
 from shared_spec.launch_config import kernel_config
 from triton_kernels.categorical_td_target import categorical_td_target_kernel
 
-__all__ = ["BIN", "compile_for_target", "compile_kernel"]
+__all__ = ["BIN", "compile_for_target", "compile_kernel", "sass_text"]
 
 _INT_ARGS = ("q_stride_e", "q_stride_b", "lp_stride_e", "lp_stride_b", "r_stride", "d_stride", "s_stride",
              "out_stride_b", "B")
@@ -35,9 +35,11 @@ BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
 
 
 def compile_kernel(N: int = 101, E: int = 2, arch: int = 90, BR: int | None = None, num_warps: int | None = None,
-                   lp_dtype: str = "fp32", RPP: int | None = None, B: int = 1 << 20) -> tuple[Any, int, int, int]:
+                   lp_dtype: str = "fp32", RPP: int | None = None, B: int = 1 << 20,
+                   kernel: Any = None) -> tuple[Any, int, int, int]:
     """The kernel compiled by Triton for `sm_<arch>` with the pinned configuration at B rows (or the given BR,
-    num_warps, RPP), on any machine.
+    num_warps, RPP), on any machine. kernel: another JIT function with this signature (a baseline kernel file's; one
+    without the RPP parameter is compiled without it).
 
     Returns:
         (Triton's compiled kernel, with ``asm["ttir" | "ttgir" | "ptx" | "cubin"]``; BR; num_warps; RPP).
@@ -50,11 +52,28 @@ def compile_kernel(N: int = 101, E: int = 2, arch: int = 90, BR: int | None = No
            "out_ptr": "*fp32", "gamma": "fp32", "min_v": "fp32", "inv_delta": "fp32", "lp_stride_n": "constexpr",
            "E": "constexpr", "N": "constexpr", "BLOCK_N": "constexpr", "BR": "constexpr", "RPP": "constexpr"}
     sig.update({name: "i32" for name in _INT_ARGS})
-    order = categorical_td_target_kernel.arg_names
-    src = ASTSource(fn=categorical_td_target_kernel, signature={k: sig[k] for k in order},
-                    constexprs={"lp_stride_n": 1, "E": E, "N": N, "BLOCK_N": cfg["BLOCK_N"], "BR": BR, "RPP": RPP})
+    fn = categorical_td_target_kernel if kernel is None else kernel
+    order = fn.arg_names
+    constexprs = {"lp_stride_n": 1, "E": E, "N": N, "BLOCK_N": cfg["BLOCK_N"], "BR": BR, "RPP": RPP}
+    src = ASTSource(fn=fn, signature={k: sig[k] for k in order},
+                    constexprs={k: v for k, v in constexprs.items() if k in order})
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
     return compiled, BR, num_warps, RPP
+
+
+def sass_text(compiled: Any, arch: int = 90) -> str:
+    """The SASS instructions of a compiled kernel (bundled ptxas for sm_<arch>a, then nvdisasm), one per line,
+    without addresses or line information: two kernels with equal text run the same instructions."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        subprocess.run([os.path.join(BIN, "ptxas"), f"-arch=sm_{arch}a", ptx, "-o", cubin], capture_output=True,
+                       check=True)
+        text = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", cubin], capture_output=True, text=True,
+                              check=True).stdout
+    return "\n".join(re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", line).split(";")[0].strip()
+                     for line in text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line))
 
 
 def compile_for_target(N: int = 101, E: int = 2, arch: int = 90, BR: int | None = None,

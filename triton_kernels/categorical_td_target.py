@@ -338,6 +338,9 @@ def categorical_td_target_kernel(
     pid = tl.program_id(0)
     # Every per-row quantity is a (BR, 1) tensor in the same 2-D layout as the (BR, BLOCK_N) tiles. Rows past B (the
     # last tile) read row B - 1 and are never stored, so no scalar load needs a row mask.
+    if RPP == 1:  # rows before the lanes, as in the one-tile kernel: RPP = 1 compiles to that kernel's SASS
+        rows = pid * BR + tl.arange(0, BR)[:, None]  # (BR, 1)
+        rows64 = tl.minimum(rows, B - 1).to(tl.int64)
     k = tl.arange(0, BLOCK_N)[None, :]  # (1, BLOCK_N) destination atom (also the source index of the full-row pass)
     lane_ok = k < N
     kf = k.to(tl.float32)
@@ -345,8 +348,6 @@ def categorical_td_target_kernel(
     kp1 = kf + 1.0
     if RPP == 1:
         # 1. Min-mean critic and the row scalars.
-        rows = pid * BR + tl.arange(0, BR)[:, None]  # (BR, 1)
-        rows64 = tl.minimum(rows, B - 1).to(tl.int64)
         sel, bad = _select(_load_means(q_ptr, q_stride_e, q_stride_b, rows64, E), E, BR)
         r = tl.load(r_ptr + rows64 * r_stride).to(tl.float32)
         d = tl.load(d_ptr + rows64 * d_stride).to(tl.float32)
