@@ -126,8 +126,15 @@ def _self_test_once(platform: str, dtype_name: str, E: int, N: int, interpret: b
         got = np.asarray(pallas_kernel.launch(*args, 0.99, interpret=interpret, exp_mode=exp_mode))
         want = np.asarray(jax.jit(categorical_td_target_reference, static_argnums=(6, 7))(
             *args, jnp.float32(0.99), -5.0, 5.0))
+        # On the GPU also the tile loop that large B runs (RPP > 1; B = 19 is a small B): it must compile and give
+        # the same bits (interpret mode: tests/test_kernel_bitwise.py).
+        tiles = None if interpret else np.asarray(pallas_kernel.launch(*args, 0.99, interpret=False,
+                                                                      exp_mode=exp_mode, rows_per_program=2))
     if got.shape != want.shape or got.dtype != np.float32:
         return f"self-test: output {got.dtype}{got.shape}, expected float32{want.shape}"
+    if tiles is not None and not np.array_equal(np.where(np.isnan(tiles), -1, tiles.view(np.int32)),
+                                                np.where(np.isnan(got), -1, got.view(np.int32))):
+        return "self-test: 2 tiles per program give other bits than 1"
     if not np.array_equal(np.isnan(got), np.isnan(want)):
         return "self-test: NaN rows differ from the jnp reference"
     ok = ~np.isnan(want)
