@@ -32,8 +32,13 @@ _MAX_COMPILED = 256
 _LAUNCHER_API = ("run", "function", "packed_metadata", "launch_metadata")  # used of a compiled kernel
 
 
+_CONSTEXPRS = ("E", "N", "BLOCK_N", "BR", "RPP")  # the kernel's constexpr parameters, in order
+
+
 def _takes_rpp(launcher) -> bool:
     """Whether the kernel has the RPP parameter (this package's kernel; a baseline kernel file may predate it)."""
+    if launcher is categorical_td_target_kernel:  # the eager path: no attribute lookups
+        return True
     fn = getattr(launcher, "kernel", launcher)  # torch.library.wrap_triton's wrapper holds the JIT function
     return fn is categorical_td_target_kernel or "RPP" in getattr(fn, "arg_names", ("RPP",))
 
@@ -60,9 +65,14 @@ def launch(launcher, next_qs, next_log_probs, reward, terminated, next_alpha_log
     cfg = _config(B, N, False) if fast else kernel_config(B, N, INTERPRET)
     if config:
         cfg = dict(cfg, **config)
-    rpp = cfg["RPP"] if _takes_rpp(launcher) else None
-    if rpp is None and (config or {}).get("RPP", 1) != 1:
-        raise ValueError("this kernel has no RPP parameter: it runs one tile per program")
+    if _takes_rpp(launcher):
+        rpp = cfg["RPP"]
+        constexprs = (E, N, cfg["BLOCK_N"], cfg["BR"], rpp)
+    else:  # a kernel without RPP: one tile per program
+        if config and config.get("RPP", 1) != 1:
+            raise ValueError("this kernel has no RPP parameter: it runs one tile per program")
+        rpp = None
+        constexprs = (E, N, cfg["BLOCK_N"], cfg["BR"])
     out = torch.empty((B, N), dtype=torch.float32, device=next_log_probs.device)
     rows = cfg["BR"] * (rpp or 1)
     grid = ((B + rows - 1) // rows,)  # plain integer ceil division: triton.cdiv costs ~2 us per call
@@ -74,11 +84,8 @@ def launch(launcher, next_qs, next_log_probs, reward, terminated, next_alpha_log
             next_alpha_log_pi, next_alpha_log_pi.stride(0),
             out, out.stride(0),
             B, gamma, min_v, inv_delta)
-    constexprs = {"E": E, "N": N, "BLOCK_N": cfg["BLOCK_N"], "BR": cfg["BR"]}
-    if rpp is not None:
-        constexprs["RPP"] = rpp
     if not fast:
-        launcher[grid](*args, **constexprs, num_warps=cfg["num_warps"])
+        launcher[grid](*args, **dict(zip(_CONSTEXPRS, constexprs, strict=False)), num_warps=cfg["num_warps"])
         return out
     drv = driver.active
     device = drv.get_current_device()
@@ -91,7 +98,7 @@ def launch(launcher, next_qs, next_log_probs, reward, terminated, next_alpha_log
            terminated.data_ptr() & 15, next_alpha_log_pi.data_ptr() & 15, out.data_ptr() & 15)
     hit = _COMPILED.get(key)
     if hit is None or hit[0] is not launcher:  # first launch of this signature: Triton compiles (or loads) and runs it
-        compiled = launcher[grid](*args, **constexprs, num_warps=cfg["num_warps"])
+        compiled = launcher[grid](*args, **dict(zip(_CONSTEXPRS, constexprs, strict=False)), num_warps=cfg["num_warps"])
         if hasattr(compiled, "result"):  # an asynchronous compilation's future
             compiled = compiled.result()
         if len(_COMPILED) >= _MAX_COMPILED:
@@ -101,7 +108,7 @@ def launch(launcher, next_qs, next_log_probs, reward, terminated, next_alpha_log
         return out
     compiled = hit[1]
     stream = drv.get_current_stream(device)
-    bound = (*args, *constexprs.values())  # every kernel parameter in order, constexprs included
+    bound = (*args, *constexprs)  # every kernel parameter in order, constexprs included
     enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
     if getattr(enter, "calls", True) or getattr(leave, "calls", True):  # a profiler's hooks: give them the metadata
         metadata = compiled.launch_metadata(grid, stream, *bound)
