@@ -13,9 +13,10 @@ MAX_N, MAX_E = 4096, 16
 # programs (small B keeps one tile per program: it needs every program it can get), up to GPU_MAX_RPP, for rows of at
 # most GPU_RPP_MAX_BLOCK_N lanes (one warp; wider rows use many more registers with RPP > 1 and keep one tile per
 # program). These are the knobs to set from the timings of `bench/gpu_bitwise.py --sweep BR:warps:RPP`;
-# GPU_MAX_RPP = 1 gives the one-tile kernel everywhere.
+# GPU_MAX_RPP = 1 gives the one-tile kernel everywhere, and stays the default until the sweep has run on a GPU:
+# the loop is checked bitwise in interpret mode and compiles for sm_90, but its speed is not measured yet.
 GPU_MIN_PROGRAMS = 16384
-GPU_MAX_RPP = 16
+GPU_MAX_RPP = 1
 GPU_RPP_MAX_BLOCK_N = 128
 
 

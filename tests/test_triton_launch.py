@@ -137,7 +137,7 @@ def test_a_compiled_kernel_without_the_launcher_api_is_never_cached(gpu_like):
 
 @pytest.mark.parametrize("B,config,programs,rpp", [
     (8, None, 8, 1),  # small B: one row per program
-    (1 << 20, None, (1 << 20) // 16, 16),  # large B: the pinned tiles per program (shared_spec.launch_config)
+    (1 << 20, {"RPP": 16}, (1 << 20) // 16, 16),  # large B at 16 tiles per program
     (1 << 20, {"RPP": 1}, 1 << 20, 1),  # RPP = 1: today's one-tile kernel
     (37, {"BR": 2, "RPP": 4}, 5, 4),  # ceil(37 / 8)
 ])
