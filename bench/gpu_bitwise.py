@@ -2,6 +2,8 @@
 
     python3 -m bench.gpu_bitwise --out <dir> [--skip-timing] [--rounds 5] [--baseline-kernel <path to a kernel .py>]
     python3 -m bench.gpu_bitwise --out <dir> --skip-timing --strided-only     # the row-offset cases only
+    python3 -m bench.gpu_bitwise --out <dir> --skip-bitwise --sweep 1:1:1,1:1:4,1:1:16 \
+        --baseline-kernel bench/baselines/categorical_td_target_v2.py            # launch configurations BR:warps:RPP
 
 Bitwise part (exits 1 if any configuration differs): the case matrix over input kinds (shared_spec.make_inputs),
 B in {1, 127, 512, 2048, 65536, 1048576}, N in {2, 51, 101, 256, 1024}, E in {1, 2, 5}, discounts 0, just below and
@@ -13,10 +15,13 @@ float64 spec, and the first 4096 rows against the float64 spec.
 
 Timing part (CUDA-graph replay of 20 calls for torch; for Pallas the device time per call, a jitted fori_loop of
 dependent calls minus the same loop without the kernel), in `--rounds` interleaved rounds in one process: upstream's
-compiled path (bench/upstream.py), an optional baseline kernel file (the previous kernel, same signature), the kernel
-under each launch configuration of a small sweep, and the Pallas kernel; plus the copy bandwidth measured in the same
-process and the bytes floor (one read of the selected critic's log-probs + one write of the output). Writes
-results.json and prints a table.
+compiled path (bench/upstream.py), an optional baseline kernel file (a previous kernel with the same signature, RPP
+optional: one without it runs one tile per program), the kernel under each launch configuration of a small sweep
+(`--sweep BR:num_warps[:RPP],...`: rows per tile, warps, tiles per program, RPP 1 if left out), and the Pallas kernel
+pinned and under the same configurations; plus the copy bandwidth measured in the same process and the bytes floor
+(one read of the selected critic's log-probs + one write of the output). Every Triton variant must give the pinned
+Triton kernel's bits, every Pallas variant the pinned Pallas kernel's, and the two pinned kernels the same bits
+(a failure is counted, and the exit status is 1). Writes results.json and prints a table.
 """
 
 from __future__ import annotations
@@ -46,12 +51,14 @@ def _cases(quick: bool, strided_only: bool = False) -> list[dict]:
         cases += [dict(B=B, kind=k) for k in kinds]
     cases += [dict(B=65536, kind=k) for k in ("random", "peaked", "mixed", "nonfinite")]
     cases += [dict(B=1_048_576, kind=k) for k in ("random", "peaked")]
+    # B not a multiple of the pinned tiles per program (RPP 4 and 16): the last program runs fewer tiles
+    cases += [dict(B=65536 + 37, kind="nonfinite"), dict(B=262_144 + 5, kind="mixed")]
     cases += [dict(B=2048, N=n, kind=k) for n in (2, 51, 256, 1024) for k in ("mixed", "nonfinite")]
     cases += [dict(B=2048, E=e, kind=k) for e in (1, 5) for k in ("mixed", "nonfinite")]
     cases += [dict(B=2048, gamma=g, kind="mixed") for g in (0.0, 0.0625 - 1e-6, 0.0625, 0.0625 + 1e-6, 0.5, 1.0)]
     cases += [dict(B=2048, dtype=dt, kind=k) for dt in ("bfloat16", "float16") for k in ("mixed", "nonfinite")]
     cases += [dict(B=2048, strided=True, kind=k) for k in ("mixed", "nonfinite")]
-    cases += [dict(B=65536, strided=True, kind="random")]
+    cases += [dict(B=65536, strided=True, kind="random"), dict(B=100_003, strided=True, kind="nonfinite")]
     cases += [dict(B=B, strided=True, kind="mixed") for B in (1, 127, 512)]
     cases += [dict(B=512, strided=True, N=n, kind="nonfinite") for n in (2, 51, 1024)]
     cases += [dict(B=512, strided=True, E=e, kind="mixed") for e in (1, 5)]
@@ -177,6 +184,24 @@ def _copy_bandwidth() -> float:
     return 2 * 4 * n / (t * 1e-6)
 
 
+def _bits(a: np.ndarray) -> np.ndarray:
+    """The fp32 bit patterns, NaN as -1 (NaN rows compared by position)."""
+    return np.where(np.isnan(a), -1, a.view(np.int32))
+
+
+def parse_sweep(text: str) -> list[tuple[int, int, int]]:
+    """"BR:num_warps[:RPP],..." -> [(BR, num_warps, RPP)] (RPP 1 when left out: one tile per program)."""
+    out = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        vals = [int(v) for v in item.split(":")]
+        if len(vals) not in (2, 3) or min(vals) < 1:
+            raise ValueError(f"sweep entry {item!r}: expected BR:num_warps or BR:num_warps:RPP, positive integers")
+        out.append((vals[0], vals[1], vals[2] if len(vals) == 3 else 1))
+    return out
+
+
 def _load_kernel_file(path: str):
     spec = importlib.util.spec_from_file_location("baseline_kernel_module", path)
     mod = importlib.util.module_from_spec(spec)
@@ -185,7 +210,7 @@ def _load_kernel_file(path: str):
     return mod.categorical_td_target_kernel
 
 
-def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep: list[tuple[int, int]],
+def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep: list[tuple[int, int, int]],
                dtype: str = "float32") -> dict:
     import jax
     import jax.numpy as jnp
@@ -203,8 +228,9 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
     sel, comp = upstream.compiled()
     base = _load_kernel_file(baseline_kernel) if baseline_kernel else None
     mv, inv_delta = support_constants(101, -5.0, 5.0)
-    out = dict(copy_bandwidth_bytes_per_s=bw, sizes={}, log_prob_dtype=dtype)
+    out = dict(copy_bandwidth_bytes_per_s=bw, sizes={}, log_prob_dtype=dtype, sweep=[list(s) for s in sweep])
     bws = [bw]
+    failures = 0
     for B in sizes:
         x = make_inputs(B, 101, 2, seed=3, kind="random")
         t = {k: torch.from_numpy(v).cuda() for k, v in x.items()}
@@ -215,16 +241,19 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
             variants["baseline_kernel"] = lambda: ops.launch(base, *args, GAMMA, mv, inv_delta,
                                                              config={"BR": 1, "num_warps": 1})
         pinned = kernel_config(B, 101, False)
-        variants[f"triton_pinned_BR{pinned['BR']}_w{pinned['num_warps']}"] = lambda: ops.launch(
+        pin = (pinned["BR"], pinned["num_warps"], pinned["RPP"])
+        variants[f"triton_pinned_BR{pin[0]}_w{pin[1]}_rpp{pin[2]}"] = lambda: ops.launch(
             categorical_td_target_kernel, *args, GAMMA, mv, inv_delta)
-        for br, nw in sweep:
-            if (br, nw) != (pinned["BR"], pinned["num_warps"]):
-                variants[f"triton_BR{br}_w{nw}"] = (lambda br=br, nw=nw: ops.launch(
-                    categorical_td_target_kernel, *args, GAMMA, mv, inv_delta, config={"BR": br, "num_warps": nw}))
-        ref = ops.launch(categorical_td_target_kernel, *args, GAMMA, mv, inv_delta)
-        for name, fn in variants.items():  # every kernel variant computes the same bits (tile-independent order)
-            if name.startswith("triton_"):
-                assert torch.equal(torch.nan_to_num(fn(), nan=-1.0), torch.nan_to_num(ref, nan=-1.0)), name
+        for br, nw, rpp in sweep:
+            if (br, nw, rpp) != pin:
+                variants[f"triton_BR{br}_w{nw}_rpp{rpp}"] = (lambda br=br, nw=nw, rpp=rpp: ops.launch(
+                    categorical_td_target_kernel, *args, GAMMA, mv, inv_delta,
+                    config={"BR": br, "num_warps": nw, "RPP": rpp}))
+        ref = _bits(ops.launch(categorical_td_target_kernel, *args, GAMMA, mv, inv_delta).cpu().numpy())
+        same = {}  # every variant computes the same bits (tile-independent order), the baseline kernel too
+        for name, fn in variants.items():
+            if name.startswith(("triton_", "baseline_")):
+                same[name] = bool(np.array_equal(_bits(fn().cpu().numpy()), ref))
         jx = [jnp.asarray(x[k]) for k in NAMES]
         jx[1] = jx[1].astype(getattr(jnp, dtype))
         # Pallas device time per call: a jitted fori_loop of K dependent calls minus the same loop without the
@@ -233,13 +262,24 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
         base_arr = jnp.ones((B, 101), jnp.float32)
         loop_args = (*jx, jnp.float32(GAMMA), base_arr)
 
-        def pallas_op(br, nw):
+        def pallas_op(br, nw, rpp):
             return lambda q, lp, r, d, s, g, base: pallas_ops.categorical_td_target_pallas(
-                q, lp, r, d, s, g, block_rows=br, num_warps=nw)
+                q, lp, r, d, s, g, block_rows=br, num_warps=nw, rows_per_program=rpp)
 
-        pallas_loops = {"pallas_pinned": jit_loop(pallas_op(None, None), K)}
-        for br, nw in sweep:
-            pallas_loops[f"pallas_BR{br}_w{nw}"] = jit_loop(pallas_op(br, nw), K)
+        pallas_loops = {"pallas_pinned": jit_loop(pallas_op(None, None, None), K)}
+        for br, nw, rpp in sweep:
+            pallas_loops[f"pallas_BR{br}_w{nw}_rpp{rpp}"] = jit_loop(pallas_op(br, nw, rpp), K)
+        # One call of each Pallas configuration: the pinned Pallas kernel gives the pinned Triton kernel's bits, and
+        # every configuration the pinned one's.
+        pal_ref = np.asarray(pallas_ops.categorical_td_target_pallas(*jx, GAMMA))
+        same["pallas_pinned_vs_triton_pinned"] = bool(np.array_equal(_bits(pal_ref), ref))
+        for br, nw, rpp in sweep:
+            got = np.asarray(pallas_ops.categorical_td_target_pallas(*jx, GAMMA, block_rows=br, num_warps=nw,
+                                                                      rows_per_program=rpp))
+            same[f"pallas_BR{br}_w{nw}_rpp{rpp}"] = bool(np.array_equal(_bits(got), _bits(pal_ref)))
+        failures += sum(not v for v in same.values())
+        if not all(same.values()):
+            print(f"B={B} BITS DIFFER: {[k for k, v in same.items() if not v]}", flush=True)
         empty_loop = jit_loop(lambda q, lp, r, d, s, g, base: base * g, K)
         for f in (*pallas_loops.values(), empty_loop):
             jax.block_until_ready(f(*loop_args))
@@ -263,12 +303,13 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
                 res[name].append(f())
         bws.append(_copy_bandwidth())  # re-measured beside every size; the floor uses the largest reading
         floor_us = (B * 101 * (t["next_log_probs"].element_size() + 4)) / max(bws) * 1e6
-        out["sizes"][B] = dict(floor_us=floor_us, pinned=pinned, pallas_loop_K=K, times={
+        out["sizes"][B] = dict(floor_us=floor_us, pinned=pinned, pallas_loop_K=K, same_bits=same, times={
             name: dict(median=statistics.median(v), min=min(v), max=max(v), all=v) for name, v in res.items()})
         line = " ".join(f"{n}={statistics.median(v):.1f}" for n, v in res.items())
         print(f"B={B} floor={floor_us:.1f}us {line}", flush=True)
     out["copy_bandwidth_readings_bytes_per_s"] = bws
     out["copy_bandwidth_bytes_per_s"] = max(bws)
+    out["failures"] = failures
     return out
 
 
@@ -283,7 +324,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--baseline-kernel", default=None)
     ap.add_argument("--sizes", default="512,2048,65536,1048576")
-    ap.add_argument("--sweep", default="1:1,2:2,4:4,8:4,16:8")
+    ap.add_argument("--sweep", default="1:1:1,1:1:2,1:1:4,1:1:16,2:2:1",
+                    help="launch configurations BR:num_warps[:RPP] timed beside the pinned one ('' for none)")
     ap.add_argument("--timing-dtype", default="float32", help="log-prob dtype of the timed inputs")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -304,9 +346,9 @@ def main() -> int:
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
     if not a.skip_timing:
-        sweep = [tuple(int(v) for v in s.split(":")) for s in a.sweep.split(",") if s]
-        res["timing"] = run_timing(a.rounds, a.baseline_kernel, [int(s) for s in a.sizes.split(",")], sweep,
-                                   a.timing_dtype)
+        res["timing"] = run_timing(a.rounds, a.baseline_kernel, [int(s) for s in a.sizes.split(",")],
+                                   parse_sweep(a.sweep), a.timing_dtype)
+        failures += res["timing"]["failures"]
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
     print("FAILED" if failures else "OK: bitwise identical everywhere", flush=True)

@@ -226,7 +226,8 @@ def timing(sizes, bandwidth: float) -> list[dict]:
 
 
 def config_sweep(sizes) -> list[dict]:
-    """Each (BR, num_warps) alone: correct vs the torch path, then timed under CUDA-graph replay."""
+    """Each (BR, num_warps) alone, one tile per program: correct vs the torch path, then timed under CUDA-graph
+    replay (tiles per program: `bench.gpu_bitwise --sweep BR:num_warps:RPP`)."""
     from triton.testing import do_bench_cudagraph
 
     rows = []
@@ -235,7 +236,7 @@ def config_sweep(sizes) -> list[dict]:
         args = (t["next_qs"], t["next_log_probs"], t["reward"], t["terminated"], t["next_alpha_log_pi"])
         ref = ours(t, "torch")
         for br, nw in ((1, 1), (2, 1), (1, 2), (2, 2), (4, 4), (8, 4)):
-            cfg = {"BR": br, "num_warps": nw}
+            cfg = {"BR": br, "num_warps": nw, "RPP": 1}
             out = launch(categorical_td_target_kernel, *args, GAMMA, -5.0, 10.0, config=cfg)
             err = (out - ref).abs().nan_to_num(nan=0.0).max().item()
             nan_ok = torch.equal(out.isnan(), ref.isnan())

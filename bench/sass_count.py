@@ -58,14 +58,14 @@ def _sass(ptx: str) -> tuple[str, str]:
     return info, sass
 
 
-def triton_kernel(N: int, E: int, dtype: str) -> dict:
-    c = compile_kernel(N, E, 90, lp_dtype=dtype)[0]
+def triton_kernel(N: int, E: int, dtype: str, rpp: int = 1) -> dict:
+    c = compile_kernel(N, E, 90, lp_dtype=dtype, RPP=rpp)[0]
     info, sass = _sass(c.asm["ptx"])
     return {"ptx": c.asm["ptx"], "ttir": c.asm["ttir"], "info": info, "sass": sass,
             "src": "triton_kernels/categorical_td_target.py"}
 
 
-def pallas_ttir(N: int, E: int, dtype: str, B: int = 37) -> tuple[str, int]:
+def pallas_ttir(N: int, E: int, dtype: str, B: int = 37, rpp: int = 1) -> tuple[str, int]:
     """The Pallas kernel's Triton IR (text) and num_warps, lowered for CUDA on a CPU-only JAX."""
     import jax
     import jax.numpy as jnp
@@ -79,8 +79,8 @@ def pallas_ttir(N: int, E: int, dtype: str, B: int = 37) -> tuple[str, int]:
     x = make_inputs(B, N=N, E=E)
     xs = [jnp.asarray(x[k]) for k in names]
     xs[1] = xs[1].astype(getattr(jnp, _JNP_DTYPES[dtype]))
-    low = jax.jit(lambda *a: pk.launch(*a[:5], a[5], interpret=False)).trace(*xs, jnp.float32(0.99)).lower(
-        lowering_platforms=("cuda",))
+    low = jax.jit(lambda *a: pk.launch(*a[:5], a[5], interpret=False, rows_per_program=rpp)).trace(
+        *xs, jnp.float32(0.99)).lower(lowering_platforms=("cuda",))
     found = []
 
     def walk(op):
@@ -103,8 +103,8 @@ def pallas_ttir(N: int, E: int, dtype: str, B: int = 37) -> tuple[str, int]:
     return re.sub(r"\"gpu.barrier\"\(\) <[^>]*> : \(\) -> \(\)", "gpu.barrier", text), int(nw)
 
 
-def pallas_kernel(N: int, E: int, dtype: str) -> dict:
-    ttir, nw = pallas_ttir(N, E, dtype)
+def pallas_kernel(N: int, E: int, dtype: str, rpp: int = 1) -> dict:
+    ttir, nw = pallas_ttir(N, E, dtype, rpp=rpp)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.ttir")
         with open(path, "w") as f:
@@ -161,18 +161,23 @@ def blocks(ins: list[dict]) -> list[dict]:
     return res
 
 
-def dynamic_path(bl: list[dict], loop_trips: int = 0) -> list[int]:
-    """Block indices executed at gamma = 0.99 (see the module docstring), loop bodies repeated loop_trips times."""
-    path, n, trips = [], 0, collections.Counter()
-    while n is not None and n < len(bl) and len(path) < 10 * len(bl):
+def dynamic_path(bl: list[dict], loop_trips: int = 0, tiles: int = 1) -> list[int]:
+    """Block indices executed at gamma = 0.99 (see the module docstring), loop bodies repeated loop_trips times.
+
+    tiles > 1 (a kernel with RPP = tiles): the tile loop's back edge (the unconditional backward branch) is taken
+    tiles - 1 times, and the loop's conditional EXIT ends the walk in the last tile."""
+    path, n, trips, tile = [], 0, collections.Counter(), 0
+    while n is not None and n < len(bl) and len(path) < 10 * len(bl) * tiles:
         b = bl[n]
         path.append(n)
         last = b["last"]
-        if last["op"] == "EXIT" and not b["cond"]:
+        if last["op"] == "EXIT" and (not b["cond"] or (tiles > 1 and tile == tiles - 1)):
             break
         if last["op"] == "BRA":
             t = b["target"]
             if not b["cond"]:
+                if tiles > 1 and t is not None and t <= n:  # the tile loop's back edge
+                    tile += 1
                 n = t
             elif t is not None and t > n:  # forward conditional: taken iff it skips the rare branch or the loop
                 skipped = bl[n + 1:t]
@@ -189,16 +194,18 @@ def dynamic_path(bl: list[dict], loop_trips: int = 0) -> list[int]:
     return path
 
 
-def report(name: str, k: dict, src_lines: list[str], lines: bool, loop_trips: int) -> dict:
+def report(name: str, k: dict, src_lines: list[str], lines: bool, loop_trips: int, rpp: int = 1) -> dict:
     ins = parse(k["sass"], k["src"])
     bl = blocks(ins)
-    path = dynamic_path(bl, loop_trips)
+    path = dynamic_path(bl, loop_trips, rpp)
     regs = re.search(r"Used (\d+) registers", k["info"])
     spill = re.search(r"(\d+) bytes spill stores", k["info"])
-    dyn = sum(len(bl[n]["ins"]) for n in path)
+    total = sum(len(bl[n]["ins"]) for n in path)
+    dyn = round(total / rpp)
+    tiles = f", a program of {rpp} tiles: {total} / {rpp}" if rpp > 1 else ""
     print(f"== {name}: static {len(ins)} instructions, {regs.group(1) if regs else '?'} registers, "
           f"{spill.group(1) if spill else 0} bytes spilled; dynamic estimate per thread per row "
-          f"(gamma = 0.99, {loop_trips} loop trips): {dyn}")
+          f"(gamma = 0.99, {loop_trips} loop trips{tiles}): {dyn}")
     on_path = set(path)
     for b in bl:
         lns = [i["line"] for i in b["ins"] if i["line"] and i["line"] > 0]
@@ -216,7 +223,8 @@ def report(name: str, k: dict, src_lines: list[str], lines: bool, loop_trips: in
         for ln in sorted(per, key=lambda x: (x is None, x or 0)):
             text = src_lines[ln - 1].strip()[:80] if ln and ln > 0 else "(no line / library)"
             print(f"    {ln!s:>5} {per[ln]:4d}  {text:80s} {dict(ops[ln].most_common(4))}")
-    return {"static": len(ins), "dynamic": dyn, "blocks": [len(b["ins"]) for b in bl], "path": path}
+    return {"static": len(ins), "dynamic": dyn, "dynamic_program": total, "blocks": [len(b["ins"]) for b in bl],
+            "path": path}
 
 
 def main() -> None:
@@ -227,16 +235,17 @@ def main() -> None:
     ap.add_argument("--dtype", choices=tuple(_JNP_DTYPES), default="fp32")
     ap.add_argument("--lines", action="store_true", help="also print the static count per source line")
     ap.add_argument("--loop-trips", type=int, default=0)
+    ap.add_argument("--rpp", type=int, default=1, help="tiles per program (1: the one-tile kernel)")
     ap.add_argument("--dump", default=None, help="folder for the SASS, PTX and Triton IR")
     a = ap.parse_args()
     sys.path.insert(0, os.getcwd())
     names = ("triton", "pallas") if a.kernel == "both" else (a.kernel,)
     for n in a.N:
         for name in names:
-            k = (triton_kernel if name == "triton" else pallas_kernel)(n, a.E, a.dtype)
+            k = (triton_kernel if name == "triton" else pallas_kernel)(n, a.E, a.dtype, a.rpp)
             with open(k["src"]) as f:
                 src_lines = f.read().splitlines()
-            report(f"{name} N={n} E={a.E} {a.dtype}", k, src_lines, a.lines, a.loop_trips)
+            report(f"{name} N={n} E={a.E} {a.dtype} RPP={a.rpp}", k, src_lines, a.lines, a.loop_trips, a.rpp)
             if a.dump:
                 os.makedirs(a.dump, exist_ok=True)
                 for ext in ("sass", "ptx", "ttir"):

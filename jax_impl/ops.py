@@ -89,7 +89,8 @@ def reset_self_tests() -> None:
 def categorical_td_target_pallas(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma,
                                  min_v: float = -5.0, max_v: float = 5.0, *, interpret: bool | None = None,
                                  block_rows: int | None = None, num_warps: int | None = None,
-                                 exp_mode: str | None = None, row_offset: int | None = None) -> jax.Array:
+                                 exp_mode: str | None = None, row_offset: int | None = None,
+                                 rows_per_program: int | None = None) -> jax.Array:
     """The registered "pallas" implementation: `pallas_kernel.launch` with this process's interpret rule and exp mode.
 
     Inputs are validated by jax_impl/dispatch.py; call through `jax_impl.categorical_td_target(backend="pallas")`.
@@ -97,7 +98,8 @@ def categorical_td_target_pallas(next_qs, next_log_probs, reward, terminated, ne
     Args:
         next_qs ... gamma, min_v, max_v, row_offset: as `pallas_kernel.launch`.
         interpret: None -> `interpret_mode()` (FLASHSAC_PALLAS_INTERPRET=1).
-        block_rows, num_warps: launch overrides; None -> the pinned configuration.
+        block_rows, num_warps, rows_per_program: launch overrides (BR, num_warps, RPP); None -> the pinned
+            configuration.
         exp_mode: None -> `exp_mode()` (the mode the self-test selected; default "ex2").
 
     Returns:
@@ -107,7 +109,7 @@ def categorical_td_target_pallas(next_qs, next_log_probs, reward, terminated, ne
                                 interpret=interpret_mode() if interpret is None else bool(interpret),
                                 block_rows=block_rows, num_warps=num_warps,
                                 exp_mode=_exp_mode_choice[0] if exp_mode is None else exp_mode,
-                                row_offset=row_offset)
+                                row_offset=row_offset, rows_per_program=rows_per_program)
 
 
 def _self_test_once(platform: str, dtype_name: str, E: int, N: int, interpret: bool, exp_mode: str) -> str | None:
@@ -124,8 +126,15 @@ def _self_test_once(platform: str, dtype_name: str, E: int, N: int, interpret: b
         got = np.asarray(pallas_kernel.launch(*args, 0.99, interpret=interpret, exp_mode=exp_mode))
         want = np.asarray(jax.jit(categorical_td_target_reference, static_argnums=(6, 7))(
             *args, jnp.float32(0.99), -5.0, 5.0))
+        # On the GPU also the tile loop that large B runs (RPP > 1; B = 19 is a small B): it must compile and give
+        # the same bits (interpret mode: tests/test_kernel_bitwise.py).
+        tiles = None if interpret else np.asarray(pallas_kernel.launch(*args, 0.99, interpret=False,
+                                                                      exp_mode=exp_mode, rows_per_program=2))
     if got.shape != want.shape or got.dtype != np.float32:
         return f"self-test: output {got.dtype}{got.shape}, expected float32{want.shape}"
+    if tiles is not None and not np.array_equal(np.where(np.isnan(tiles), -1, tiles.view(np.int32)),
+                                                np.where(np.isnan(got), -1, got.view(np.int32))):
+        return "self-test: 2 tiles per program give other bits than 1"
     if not np.array_equal(np.isnan(got), np.isnan(want)):
         return "self-test: NaN rows differ from the jnp reference"
     ok = ~np.isnan(want)

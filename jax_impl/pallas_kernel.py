@@ -3,9 +3,10 @@ its `pallas_call` only (gate, self-test and registration: jax_impl/ops.py).
 
 The algorithm (SPEC.md section 8: min-Q scan and row scalars, the full-row pass with the probabilities staged in the
 output row and the edge atoms' exact fixed-point sums, the unrolled window scan of interior atoms with hat weights on
-the exact fp32 b, two-hot of g == 0 rows and NaN rows last), the fp32 operation order (section 3) and the NaN policy
-(section 6) are those of the Triton kernel `triton_kernels/categorical_td_target.py`, statement for statement, with
-the same pinned launch configuration (`shared_spec.launch_config.kernel_config`) and runtime row strides. The row sums
+the exact fp32 b, two-hot of g == 0 rows and NaN rows last; RPP tiles per program, the next tile's loads issued while
+the current one is computed), the fp32 operation order (section 3) and the NaN policy (section 6) are those of the
+Triton kernel `triton_kernels/categorical_td_target.py`, statement for statement, with the same pinned launch
+configuration (`shared_spec.launch_config.kernel_config`) and runtime row strides. The row sums
 are integer sums (exact in any order), products are never left to a compiler's contraction (R, `mul.rn.f32` and
 `fma.rn.f32`), and exp is the same inline PTX in both kernels: `exp_mode="ex2"` (default) emits
 `ex2.approx.ftz.f32(x * fp32(log2 e))`; `exp_mode="libdevice"` uses `jnp.exp` (not bitwise with the Triton kernel).
@@ -171,8 +172,9 @@ def _strides(E: int, R: int, N: int, row_offset: int) -> np.ndarray:
 
 
 def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, *, B: int, R: int, E: int, N: int,
-               BLOCK_N: int, BR: int, min_v: float, inv_delta: float, exp_mode: str, interpret: bool):
-    """One program: BR rows x BLOCK_N lanes (destination atoms k); the statements of the Triton kernel, in order.
+               BLOCK_N: int, BR: int, RPP: int, min_v: float, inv_delta: float, exp_mode: str, interpret: bool):
+    """One program: RPP tiles of BR rows x BLOCK_N lanes (destination atoms k); the statements of the Triton kernel, in
+    order.
 
     Refs are whole flat arrays (no BlockSpec): gamma (1,) f32; strides (8,) int32 (STRIDE_NAMES); q (E*R,) f32;
     lp (E*R*N,) f32/bf16/f16; r, d, s (B,) f32; out (B*N,) f32 (also the staging row of the probabilities). Target
@@ -182,7 +184,8 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     tiles, as in the Triton kernel; rows past B read row B - 1 and are never stored. In interpret mode masked lanes
     address a one-past-the-end sentinel, which the interpret-mode scatter drops (a masked store is a read-modify-write
     scatter there: an in-bounds masked lane, e.g. column 101..127 of row r = column 0..26 of row r + 1, would write
-    stale data). On the GPU masked lanes are never dereferenced, so the raw offsets are kept.
+    stale data). On the GPU masked lanes are never dereferenced, so the raw offsets are kept. Every flat offset is
+    taken of a row clamped to B - 1, so it stays below E * R * N (< 2**31, `_pallas_forward` splits larger inputs).
     """
 
     def addr(off, mask, sentinel):
@@ -193,130 +196,193 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     q_e, q_b, lp_e, lp_b, row_stride, out_b, q_0, lp_0 = (stride_ref[i] for i in range(8))
     gamma = gamma_ref[0]
     pid = pl.program_id(0)
-    rows = pid * BR + jnp.arange(BR, dtype=jnp.int32)[:, None]  # (BR, 1)
-    row_ok = rows < B
-    rows = jnp.minimum(rows, B - 1)
     k = jnp.arange(BLOCK_N, dtype=jnp.int32)[None, :]  # (1, BLOCK_N) destination atom (= source of the full pass)
     lane_ok = k < N
     kf = k.astype(f32)
     km1 = kf - 1.0
     kp1 = kf + 1.0
 
-    # 1. Min-mean critic (strict < scan: ties -> the first critic) and the row scalars.
-    best = plt.load(q_ref.at[q_0 + rows * q_b])  # (BR, 1)
-    sel = jnp.zeros((BR, 1), jnp.int32)
-    bad = best != best
-    for e in range(1, E):
-        qe = plt.load(q_ref.at[q_0 + e * q_e + rows * q_b])
-        bad = bad | (qe != qe)
-        take = qe < best
-        best = jnp.where(take, qe, best)
-        sel = jnp.where(take, e, sel)
-    row_off = rows * row_stride
-    r = plt.load(r_ref.at[row_off])
-    d = plt.load(d_ref.at[row_off])
-    s = plt.load(s_ref.at[row_off])
-    g = gamma * (1.0 - d)
-    h_raw = g * (min_v - s)
-    c_raw = ((r - min_v) + h_raw) * inv_delta
-    c = _round(((r - min_v) + _round(h_raw)) * inv_delta)  # (BR, 1)
-    # A NaN reward or shift makes c_raw NaN (g * NaN is NaN for every g), so c_raw's test covers them (SPEC.md 6).
-    bad = bad | (c_raw != c_raw) | ~((d >= 0.0) & (d <= 1.0))
-    bad = bad | ~((g >= 0.0) & (g < inf))
-    row_base = lp_0 + sel * lp_e + rows * lp_b  # (BR, 1) flat offset of the selected critic's row
-    # Rows with g == 0 (and invalid rows, overwritten in step 4) place every source at b = -1, the low edge.
-    live = ~bad & (g > 0.0)
-    gl = jnp.where(live, g, 0.0)
-    cs = jnp.where(live, c, -1.0)
+    def load_means(rows):
+        # The E critic means of the (clamped) rows: loads only, so a prefetch does not wait for them.
+        qs = (plt.load(q_ref.at[q_0 + rows * q_b]),)
+        for e in range(1, E):
+            qs = qs + (plt.load(q_ref.at[q_0 + e * q_e + rows * q_b]),)
+        return qs
 
-    # 2. The full-row pass (lane = source j): one load and one exp per element, staged in the output row (gathered by
-    #    the window steps after the barrier); the edge atoms' exact sums (fixed point from the row maximum, two int32
-    #    part sums).
-    lp = plt.load(lp_ref.at[addr(row_base + k, lane_ok, E * R * N)], mask=lane_ok, other=-inf).astype(f32)
-    p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
-    out_row = rows * out_b  # (BR, 1)
-    plt.store(out_ref.at[addr(out_row + k, lane_ok, B * N)], p, mask=lane_ok)
-    if not interpret:  # interpret mode runs the program's statements in order: nothing to wait for
-        plt.debug_barrier()
-    b = _line(cs, gl, kf, interpret)  # unclamped positions
-    w_lo = jnp.minimum(jnp.maximum(1.0 - b, 0.0), 1.0)
-    w_hi = jnp.minimum(jnp.maximum(b - (N - 2.0), 0.0), 1.0)
-    m_bits1 = jnp.max(jax.lax.bitcast_convert_type(p, jnp.int32) & 0x7FFFFFFF, axis=1)  # (BR,) bits of max p
-    m_bits = m_bits1[:, None]
-    bad = bad | (m_bits >= 0x7F800000)  # a NaN or +inf probability
-    FIX = 32 - BLOCK_N.bit_length() + HALF  # max p scales to [2**(FIX - 1), 2**FIX): 43 bits at N = 101
-    shift = jnp.minimum(FIX - 1 - ((m_bits >> 23) - 127), 126)
-    scale = _pow2(shift)
-    inv_scale = _pow2(-shift)
-    ps = p * scale  # exact
-    if interpret:
-        ps = jnp.where(ps < inf, ps, 0.0)  # as in the Triton kernel's interpret mode (the row is NaN anyway)
-    e_lo = _fixed_sum(ps * w_lo, inv_scale, interpret)  # (BR, 1)
-    e_hi = _fixed_sum(ps * w_hi, inv_scale, interpret)
-    # The total mass can overflow fp32 only if max p >= 2**(127 - log2 BLOCK_N); only then is it summed (lax.cond:
-    # the Triton kernel's branch).
-    bad = jax.lax.cond((jnp.max(m_bits1) >> 23) >= 254 - BLOCK_N.bit_length(),
-                       lambda bad: bad | ~(_fixed_sum(ps, inv_scale, interpret) < inf), lambda bad: bad, bad)
+    def select(qs):
+        # Min-mean critic (strict < scan: ties -> the first critic) and the rows' NaN-mean flag.
+        best = qs[0]
+        sel = jnp.zeros((BR, 1), jnp.int32)
+        bad = best != best
+        for e in range(1, E):
+            qe = qs[e]
+            bad = bad | (qe != qe)
+            take = qe < best
+            best = jnp.where(take, qe, best)
+            sel = jnp.where(take, e, sel)
+        return sel, bad
 
-    # 3. Interior atoms 1 <= k <= N - 2: the window [j0, j0 + W) of sources, gathered from the staged row in ascending
-    #    j, each adding p_j times its hat weight (the window's other sources add +0).
-    acc = jnp.zeros((BR, BLOCK_N), f32)
-    if N > 2:
-        band = live & (g >= G_BAND_MIN) & (g <= 1.0)  # g > 1 (a gamma above 1): the whole row
-        inv_g = _rcp(jnp.where(band, g, 1.0), interpret)  # only used for the window
-        eps = (N * WINDOW_MARGIN) * inv_g  # (BR, 1) in source steps; far above the fp32 error of the estimates
-        n_win = jnp.where(band, jnp.minimum(jnp.ceil(2.0 * inv_g + 2.0 * eps), N * 1.0),
-                          jnp.where(live, N * 1.0, UNROLL * 1.0))  # (BR, 1) W >= UNROLL
-        cb = jnp.where(band, c, 0.0)
-        jf0 = jnp.ceil((km1 - cb) * inv_g - eps)  # (BR, BLOCK_N) first source of the window
-        jf0 = jnp.minimum(jnp.maximum(jf0, 0.0), N - n_win)  # dense rows: 0
-        ptr = out_row + _to_int(jf0, interpret)
+    def tile(lp, sel, bad, r, d, s, rows):
+        """Steps 1 (after the loads) to 4 for one tile (the Triton kernel's _tile): lp is the selected log-prob row,
+        or None (loaded here: the one-tile kernel, RPP = 1); stores the tile's rows < B."""
+        row_ok = rows < B
+        rows = jnp.minimum(rows, B - 1)
+        row_off = rows * row_stride
+        g = gamma * (1.0 - d)
+        h_raw = g * (min_v - s)
+        c_raw = ((r - min_v) + h_raw) * inv_delta
+        c = _round(((r - min_v) + _round(h_raw)) * inv_delta)  # (BR, 1)
+        # A NaN reward or shift makes c_raw NaN (g * NaN is NaN for every g), so c_raw's test covers them (SPEC.md 6).
+        bad = bad | (c_raw != c_raw) | ~((d >= 0.0) & (d <= 1.0))
+        bad = bad | ~((g >= 0.0) & (g < inf))
+        # Rows with g == 0 (and invalid rows, overwritten in step 4) place every source at b = -1, the low edge.
+        live = ~bad & (g > 0.0)
+        gl = jnp.where(live, g, 0.0)
+        cs = jnp.where(live, c, -1.0)
 
-        def step(w, acc, pj):
-            # Unclamped b: a pile source gets weight 0 at every interior atom.
-            return _fma(pj, _hat(_line(cs, gl, jf0 + w, interpret), kp1, km1), acc, interpret)
+        # 2. The full-row pass (lane = source j): one load and one exp per element, staged in the output row (gathered
+        #    by the window steps after the barrier); the edge atoms' exact sums (fixed point from the row maximum, two
+        #    int32 part sums).
+        prefetched = lp is not None
+        if lp is None:
+            row_base = lp_0 + sel * lp_e + rows * lp_b  # (BR, 1) flat offset of the selected critic's row
+            lp = plt.load(lp_ref.at[addr(row_base + k, lane_ok, E * R * N)], mask=lane_ok, other=-inf).astype(f32)
+        p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
+        out_row = rows * out_b  # (BR, 1)
+        plt.store(out_ref.at[addr(out_row + k, lane_ok, B * N)], p, mask=lane_ok)
+        if not interpret:  # interpret mode runs the program's statements in order: nothing to wait for
+            plt.debug_barrier()
+        b = _line(cs, gl, kf, interpret)  # unclamped positions
+        w_lo = jnp.minimum(jnp.maximum(1.0 - b, 0.0), 1.0)
+        w_hi = jnp.minimum(jnp.maximum(b - (N - 2.0), 0.0), 1.0)
+        m_bits1 = jnp.max(jax.lax.bitcast_convert_type(p, jnp.int32) & 0x7FFFFFFF, axis=1)  # (BR,) bits of max p
+        m_bits = m_bits1[:, None]
+        bad = bad | (m_bits >= 0x7F800000)  # a NaN or +inf probability
+        FIX = 32 - BLOCK_N.bit_length() + HALF  # max p scales to [2**(FIX - 1), 2**FIX): 43 bits at N = 101
+        shift = jnp.minimum(FIX - 1 - ((m_bits >> 23) - 127), 126)
+        scale = _pow2(shift)
+        inv_scale = _pow2(-shift)
+        ps = p * scale  # exact
+        if interpret:
+            ps = jnp.where(ps < inf, ps, 0.0)  # as in the Triton kernel's interpret mode (the row is NaN anyway)
+        e_lo = _fixed_sum(ps * w_lo, inv_scale, interpret)  # (BR, 1)
+        e_hi = _fixed_sum(ps * w_hi, inv_scale, interpret)
+        # The total mass can overflow fp32 only if max p >= 2**(127 - log2 BLOCK_N); only then is it summed (lax.cond:
+        # the Triton kernel's branch).
+        bad = jax.lax.cond((jnp.max(m_bits1) >> 23) >= 254 - BLOCK_N.bit_length(),
+                           lambda bad: bad | ~(_fixed_sum(ps, inv_scale, interpret) < inf), lambda bad: bad, bad)
 
-        for w in range(UNROLL):
-            acc = step(w, acc, plt.load(out_ref.at[ptr + w]))
-        # The remaining steps' bound from g alone (every row's W or more; a row's loads past its W are masked).
-        gw = gamma * (1.0 - plt.load(d_ref.at[row_off]))
-        gb = (gw >= G_BAND_MIN) & (gw <= 1.0)  # as band
-        inv_gw = _rcp(jnp.where(gb, gw, 1.0), interpret)
-        n_wb = jnp.where(gb, jnp.ceil(2.0 * inv_gw + (2 * N * WINDOW_MARGIN) * inv_gw),
-                         jnp.where(gw > 0.0, N * 1.0, UNROLL * 1.0))
-        n_w = jnp.max(jnp.minimum(n_wb, N * 1.0)).astype(jnp.int32)
+        # 3. Interior atoms 1 <= k <= N - 2: the window [j0, j0 + W) of sources, gathered from the staged row in
+        #    ascending j, each adding p_j times its hat weight (the window's other sources add +0).
+        acc = jnp.zeros((BR, BLOCK_N), f32)
+        if N > 2:
+            band = live & (g >= G_BAND_MIN) & (g <= 1.0)  # g > 1 (a gamma above 1): the whole row
+            inv_g = _rcp(jnp.where(band, g, 1.0), interpret)  # only used for the window
+            eps = (N * WINDOW_MARGIN) * inv_g  # (BR, 1) in source steps; far above the fp32 error of the estimates
+            n_win = jnp.where(band, jnp.minimum(jnp.ceil(2.0 * inv_g + 2.0 * eps), N * 1.0),
+                              jnp.where(live, N * 1.0, UNROLL * 1.0))  # (BR, 1) W >= UNROLL
+            cb = jnp.where(band, c, 0.0)
+            jf0 = jnp.ceil((km1 - cb) * inv_g - eps)  # (BR, BLOCK_N) first source of the window
+            jf0 = jnp.minimum(jnp.maximum(jf0, 0.0), N - n_win)  # dense rows: 0
+            ptr = out_row + _to_int(jf0, interpret)
 
-        def more(w, acc):
-            ok = w < n_win
-            pj = plt.load(out_ref.at[addr(ptr + w, ok, B * N)], mask=ok, other=0.0)
-            return step(w.astype(f32), acc, pj)
+            def step(w, acc, pj):
+                # Unclamped b: a pile source gets weight 0 at every interior atom.
+                return _fma(pj, _hat(_line(cs, gl, jf0 + w, interpret), kp1, km1), acc, interpret)
 
-        acc = jax.lax.fori_loop(UNROLL, n_w, more, acc)  # traced bound: scf.for on the GPU
+            for w in range(UNROLL):
+                acc = step(w, acc, plt.load(out_ref.at[ptr + w]))
+            # The remaining steps' bound from g alone (every row's W or more; a row's loads past its W are masked).
+            # (a prefetched tile: g itself, the same value, without reloading d)
+            gw = g if prefetched else gamma * (1.0 - plt.load(d_ref.at[row_off]))
+            gb = (gw >= G_BAND_MIN) & (gw <= 1.0)  # as band
+            inv_gw = _rcp(jnp.where(gb, gw, 1.0), interpret)
+            n_wb = jnp.where(gb, jnp.ceil(2.0 * inv_gw + (2 * N * WINDOW_MARGIN) * inv_gw),
+                             jnp.where(gw > 0.0, N * 1.0, UNROLL * 1.0))
+            n_w = jnp.max(jnp.minimum(n_wb, N * 1.0)).astype(jnp.int32)
 
-    # 4. Edges, the two-hot of g == 0 rows (total mass e_lo at b* = clamp(c)), NaN rows; store.
-    done = ~live
-    b_star = jnp.minimum(jnp.maximum(c, 0.0), N - 1.0)  # (BR, 1)
-    acc = jnp.where(done, e_lo * _hat(b_star, kp1, km1), acc)
-    lo = jnp.where(done, e_lo * jnp.minimum(jnp.maximum(1.0 - b_star, 0.0), 1.0), e_lo)  # (BR, 1)
-    hi = jnp.where(done, e_lo * jnp.minimum(jnp.maximum(b_star - (N - 2.0), 0.0), 1.0), e_hi)
-    acc = jnp.where(k == 0, lo, jnp.where(k == N - 1, hi, acc))
-    acc = jnp.where(bad, jnp.nan, acc)
-    if not interpret:
-        plt.debug_barrier()  # every window gather is done before the row is overwritten
-    m2 = row_ok & lane_ok
-    plt.store(out_ref.at[addr(out_row + k, m2, B * N)], acc, mask=m2)
+            def more(w, acc):
+                ok = w < n_win
+                pj = plt.load(out_ref.at[addr(ptr + w, ok, B * N)], mask=ok, other=0.0)
+                return step(w.astype(f32), acc, pj)
+
+            acc = jax.lax.fori_loop(UNROLL, n_w, more, acc)  # traced bound: scf.for on the GPU
+
+        # 4. Edges, the two-hot of g == 0 rows (total mass e_lo at b* = clamp(c)), NaN rows; store.
+        done = ~live
+        b_star = jnp.minimum(jnp.maximum(c, 0.0), N - 1.0)  # (BR, 1)
+        acc = jnp.where(done, e_lo * _hat(b_star, kp1, km1), acc)
+        lo = jnp.where(done, e_lo * jnp.minimum(jnp.maximum(1.0 - b_star, 0.0), 1.0), e_lo)  # (BR, 1)
+        hi = jnp.where(done, e_lo * jnp.minimum(jnp.maximum(b_star - (N - 2.0), 0.0), 1.0), e_hi)
+        acc = jnp.where(k == 0, lo, jnp.where(k == N - 1, hi, acc))
+        acc = jnp.where(bad, jnp.nan, acc)
+        if not interpret:
+            plt.debug_barrier()  # every window gather is done before the row is overwritten
+        m2 = row_ok & lane_ok
+        plt.store(out_ref.at[addr(out_row + k, m2, B * N)], acc, mask=m2)
+
+    ar = jnp.arange(BR, dtype=jnp.int32)[:, None]
+    if RPP == 1:
+        # 1. Min-mean critic and the row scalars.
+        rows = pid * BR + ar  # (BR, 1)
+        rows_c = jnp.minimum(rows, B - 1)
+        sel, bad = select(load_means(rows_c))
+        row_off = rows_c * row_stride
+        r = plt.load(r_ref.at[row_off])
+        d = plt.load(d_ref.at[row_off])
+        s = plt.load(s_ref.at[row_off])
+        tile(None, sel, bad, r, d, s, rows)
+        return
+
+    # RPP tiles one after another (SPEC.md 8), software-pipelined as in the Triton kernel: while tile i is computed,
+    # the selected log-prob row and r, d, s of tile i + 1 and the critic means of tile i + 2 are in flight. Tiles
+    # past the grid's last one are never computed; prefetches past it read clamped rows (the row load is masked off).
+    t0 = pid * RPP
+    n_tiles = jnp.minimum((B + BR - 1) // BR - t0, RPP)  # >= 1
+
+    def clamped(t):
+        return jnp.minimum(t * BR + ar, B - 1)
+
+    def scalars(rows):
+        row_off = rows * row_stride
+        return plt.load(r_ref.at[row_off]), plt.load(d_ref.at[row_off]), plt.load(s_ref.at[row_off])
+
+    rows0 = clamped(t0)
+    qs = load_means(rows0)
+    r, d, s = scalars(rows0)
+    qs_next = load_means(clamped(t0 + 1))
+    sel, bad = select(qs)
+    lp = plt.load(lp_ref.at[addr(lp_0 + sel * lp_e + rows0 * lp_b + k, lane_ok, E * R * N)], mask=lane_ok,
+                  other=-inf).astype(f32)
+
+    def step(i, carry):
+        qs_next, lp, bad, r, d, s = carry
+        # Tile i + 1: its critic (its means arrived during tile i - 1), its row and scalars.
+        rows1 = clamped(t0 + i + 1)
+        sel1, bad1 = select(qs_next)
+        m1 = lane_ok & (i + 1 < n_tiles)
+        lp1 = plt.load(lp_ref.at[addr(lp_0 + sel1 * lp_e + rows1 * lp_b + k, m1, E * R * N)], mask=m1,
+                       other=-inf).astype(f32)
+        r1, d1, s1 = scalars(rows1)
+        # Tile i + 2: its critic means.
+        qs_next = load_means(clamped(t0 + i + 2))
+        tile(lp, None, bad, r, d, s, (t0 + i) * BR + ar)
+        return qs_next, lp1, bad1, r1, d1, s1
+
+    jax.lax.fori_loop(0, n_tiles, step, (qs_next, lp, bad, r, d, s))  # traced bound: a loop on the GPU
 
 
 def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret: bool, block_rows: int | None,
-                    num_warps: int | None, exp_mode: str, row_offset: int = 0) -> jax.Array:
+                    num_warps: int | None, exp_mode: str, row_offset: int = 0,
+                    rows_per_program: int | None = None) -> jax.Array:
     """The one entry point of the Pallas-Triton lowering (swap this function to add another lowering).
 
     Args:
         q: (E, R) f32. lp: (E, R, N) f32/bf16/f16. r, d, s: (B,) f32, R >= row_offset + B. gamma: () f32 (a runtime
-        input). min_v, max_v: static support bounds. interpret: Pallas interpret mode. block_rows, num_warps:
-        overrides of `kernel_config` (None: pinned defaults). exp_mode: "ex2" or "libdevice". row_offset: the
-        first of the B rows of q and lp the target reads (static); they are read in place, through the kernel's
-        flat offsets, so no slice of q or lp is made before the custom call.
+        input). min_v, max_v: static support bounds. interpret: Pallas interpret mode. block_rows, num_warps,
+        rows_per_program: overrides of `kernel_config`'s BR, num_warps and RPP (None: pinned defaults). exp_mode:
+        "ex2" or "libdevice". row_offset: the first of the B rows of q and lp the target reads (static); they are read
+        in place, through the kernel's flat offsets, so no slice of q or lp is made before the custom call.
 
     Returns:
         (B, N) float32.
@@ -329,7 +395,7 @@ def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
         o = row_offset
         parts = [_pallas_forward(q[:, o + i:o + min(i + rows_max, B)], lp[:, o + i:o + min(i + rows_max, B)],
                                  r[i:i + rows_max], d[i:i + rows_max], s[i:i + rows_max], gamma, min_v, max_v,
-                                 interpret, block_rows, num_warps, exp_mode)
+                                 interpret, block_rows, num_warps, exp_mode, 0, rows_per_program)
                  for i in range(0, B, rows_max)]
         return jnp.concatenate(parts, axis=0)
     sup = CategoricalSupport(N, float(min_v), float(max_v))
@@ -338,13 +404,16 @@ def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
     if br < 1 or br & (br - 1):
         raise ValueError(f"block_rows must be a power of 2, got {br}")
     nw = int(num_warps) if num_warps is not None else cfg["num_warps"]
+    rpp = int(rows_per_program) if rows_per_program is not None else cfg["RPP"]
+    if rpp < 1:
+        raise ValueError(f"rows_per_program must be >= 1, got {rpp}")
     kernel = functools.partial(
-        _td_kernel, B=B, R=R, E=E, N=N, BLOCK_N=cfg["BLOCK_N"], BR=br, min_v=float(np.float32(sup.min_v)),
+        _td_kernel, B=B, R=R, E=E, N=N, BLOCK_N=cfg["BLOCK_N"], BR=br, RPP=rpp, min_v=float(np.float32(sup.min_v)),
         inv_delta=float(np.float32(sup.inv_bin_width)), exp_mode=exp_mode, interpret=interpret)
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((B * N,), jnp.float32),
-        grid=((B + br - 1) // br,),
+        grid=((B + br * rpp - 1) // (br * rpp),),
         compiler_params=plt.CompilerParams(num_warps=nw, num_stages=1),
         interpret=interpret,
         name="categorical_td_target",
@@ -371,18 +440,20 @@ _td_target.defvjp(_td_target_fwd, _td_target_bwd)
 
 
 @functools.partial(jax.jit, static_argnames=("min_v", "max_v", "interpret", "block_rows", "num_warps", "exp_mode",
-                                             "row_offset"))
-def _jitted(q, lp, r, d, s, gamma, *, min_v, max_v, interpret, block_rows, num_warps, exp_mode, row_offset):
+                                             "row_offset", "rows_per_program"))
+def _jitted(q, lp, r, d, s, gamma, *, min_v, max_v, interpret, block_rows, num_warps, exp_mode, row_offset,
+            rows_per_program):
     B = r.shape[0]
     f32 = jnp.float32
     return _td_target(q.astype(f32), lp, r.reshape(B).astype(f32), d.reshape(B).astype(f32),
                       s.reshape(B).astype(f32), jnp.asarray(gamma, f32).reshape(()), float(min_v), float(max_v),
-                      (interpret, block_rows, num_warps, exp_mode, row_offset))
+                      (interpret, block_rows, num_warps, exp_mode, row_offset, rows_per_program))
 
 
 def launch(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v: float = -5.0,
            max_v: float = 5.0, *, interpret: bool, block_rows: int | None = None, num_warps: int | None = None,
-           exp_mode: str = DEFAULT_EXP_MODE, row_offset: int | None = None) -> jax.Array:
+           exp_mode: str = DEFAULT_EXP_MODE, row_offset: int | None = None,
+           rows_per_program: int | None = None) -> jax.Array:
     """Run the fused Pallas kernel (jit-compiled; usable inside `jax.jit`) on validated inputs.
 
     Args:
@@ -393,7 +464,8 @@ def launch(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma
             changing it never recompiles.
         min_v, max_v: static support bounds.
         interpret: Pallas interpret mode (any platform, slow) instead of the GPU compilation.
-        block_rows, num_warps: launch overrides (power-of-2 rows per program, Triton warps); None -> pinned config.
+        block_rows, num_warps, rows_per_program: launch overrides (power-of-2 rows per tile, Triton warps, tiles
+            per program: the Triton kernel's BR, num_warps and RPP); None -> pinned config.
         exp_mode: "ex2" or "libdevice".
         row_offset: None, or a static int >= 0: the target reads rows [row_offset, row_offset + B) of next_qs and
             next_log_probs (R >= row_offset + B rows; B = the rows of reward) in place, without a slice before the
@@ -410,4 +482,5 @@ def launch(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma
     gamma = jnp.asarray(gamma, jnp.float32)  # one abstract signature for Python floats and (traced) arrays
     return _jitted(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v=float(min_v),
                    max_v=float(max_v), interpret=bool(interpret), block_rows=block_rows, num_warps=num_warps,
-                   exp_mode=exp_mode, row_offset=0 if row_offset is None else int(row_offset))
+                   exp_mode=exp_mode, row_offset=0 if row_offset is None else int(row_offset),
+                   rows_per_program=None if rows_per_program is None else int(rows_per_program))

@@ -283,19 +283,25 @@ class TestLowering:
     @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
     @pytest.mark.parametrize("E", [1, 2, 3])
     @pytest.mark.parametrize("N", [2, 51, 101, 1024])
-    def test_lowers_for_cuda(self, N, E, dtype):
+    def test_lowers_for_cuda(self, N, E, dtype, rpp=None):
         B = 37
         x = to_jax(make_inputs(B, N=N, E=E), dtype)
-        f = lambda *a: pk.launch(*a[:5], a[5], interpret=False)  # noqa: E731
+        f = lambda *a: pk.launch(*a[:5], a[5], interpret=False, rows_per_program=rpp)  # noqa: E731
         text = jax.jit(f).trace(*(x[k] for k in NAMES), jnp.float32(0.9)).lower(
             lowering_platforms=("cuda",)).as_text()
         assert f"stablehlo.custom_call @{TRITON_CALL}" in text
         cfg = kernel_config(B, N, interpret=False)
         grid = re.search(r"grid_x = (\d+)", text)
-        assert grid and int(grid.group(1)) == -(-B // cfg["BR"])
+        assert grid and int(grid.group(1)) == -(-B // (cfg["BR"] * (rpp or cfg["RPP"])))
         warps = re.search(r"num_warps = (\d+)", text)
         assert warps and int(warps.group(1)) == cfg["num_warps"]
         assert "ex2.approx.ftz.f32" in text and "__nv_expf" not in text  # the Triton kernel's exp instruction
+
+    @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+    @pytest.mark.parametrize("E,N", [(2, 101), (3, 51), (1, 1024)])
+    def test_the_tile_loop_lowers_for_cuda(self, N, E, dtype):
+        # RPP > 1: the software-pipelined loop over tiles (a fori_loop with a traced bound) through Pallas-Triton.
+        self.test_lowers_for_cuda(N, E, dtype, rpp=4)
 
     def test_unsupported_op_fails_the_lowering(self):
         # The check is not vacuous: a non-power-of-2 block is rejected by the same cross-lowering.

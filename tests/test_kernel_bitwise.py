@@ -74,3 +74,76 @@ def test_tile_shape_does_not_change_the_bits():
     a, b = (launch(categorical_td_target_kernel, *args, 0.99, mv, inv_delta, config={"BR": br}).numpy()
             for br in (1, 8))
     assert np.array_equal(a.view(np.int32), b.view(np.int32))
+
+
+def _configured(B, N, E, kind, gamma, configs, strided=False, seed=5):
+    """Both interpreted kernels on the same inputs under each (BR, RPP): {(kernel, BR, RPP): (B, N) numpy}."""
+    from jax_impl import ops as pallas_ops
+    from torch_impl.reference import support_constants
+    from triton_kernels import categorical_td_target_kernel, launch
+
+    x = make_inputs(B, N, E, seed=seed, kind=kind)
+    t_args = {k: torch.from_numpy(v) for k, v in x.items()}
+    j_args, rows = {k: jnp.asarray(v) for k, v in x.items()}, {}
+    if strided:
+        for k in ("next_qs", "next_log_probs"):
+            full = np.ascontiguousarray(np.concatenate([np.flip(x[k], 1), x[k]], axis=1))
+            t_args[k], j_args[k] = torch.from_numpy(full).chunk(2, dim=1)[1], jnp.asarray(full)
+        rows = {"row_offset": B}
+    names = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
+    mv, inv_delta = support_constants(N, -5.0, 5.0)
+    out = {}
+    for br, rpp in configs:
+        out["triton", br, rpp] = launch(categorical_td_target_kernel, *(t_args[k] for k in names), gamma, mv,
+                                        inv_delta, config={"BR": br, "RPP": rpp}).numpy()
+        out["pallas", br, rpp] = np.asarray(pallas_ops.categorical_td_target_pallas(
+            *(j_args[k] for k in names), gamma, block_rows=br, rows_per_program=rpp, **rows))
+    return out
+
+
+@pytest.mark.parametrize("B,kind,gamma,strided,configs", [
+    (1, "nonfinite", 0.99, False, [(1, 4)]),  # one row: every prefetch lies past the end (clamped, never stored)
+    # odd B, NaN and +-inf rows: 7 = 2 * 3 + 1 (the last program runs one tile); 4 tiles of 2 rows, the last partial
+    (7, "nonfinite", 0.99, False, [(1, 3), (2, 4)]),
+    (6, "mixed", 0.05, True, [(2, 2)]),  # long windows (the window loop in the tile loop); row_offset
+    (37, "mixed", 0.99, True, [(1, 16)]),  # the agents' layout, fewer tiles in the last program (37 = 2 * 16 + 5)
+])
+def test_tiles_per_program_do_not_change_the_bits(B, kind, gamma, strided, configs):
+    """RPP > 1 (a loop over tiles with the next tile's loads issued early, SPEC.md 8) computes each row exactly as
+    one row per program does, in both kernels (each against its own bits)."""
+    out = _configured(B, 101, 2, kind, gamma, [(1, 1), *configs], strided)
+    for kernel in ("triton", "pallas"):
+        ref = out[kernel, 1, 1]
+        for br, rpp in configs:
+            got = out[kernel, br, rpp]
+            assert got.shape == ref.shape
+            assert np.array_equal(np.isnan(got), np.isnan(ref)), (kernel, br, rpp)
+            assert np.array_equal(got.view(np.int32), ref.view(np.int32)), (kernel, br, rpp)
+    if kind == "nonfinite" and B > 1:  # the check sees NaN rows beside finite ones
+        nan_rows = np.isnan(out["triton", 1, 1]).all(axis=1)
+        assert nan_rows.any() and not nan_rows.all()
+
+
+def test_the_baseline_kernel_file_computes_the_same_bits():
+    """bench/baselines/categorical_td_target_v2.py (the one-tile kernel, no RPP parameter) runs through
+    triton_kernels.launch with one tile per program and gives the package kernel's bits (RPP 1 and 3)."""
+    import importlib.util
+    import os
+
+    from torch_impl.reference import support_constants
+    from triton_kernels import categorical_td_target_kernel, launch
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "baselines",
+                        "categorical_td_target_v2.py")
+    spec = importlib.util.spec_from_file_location("baseline_v2_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = make_inputs(9, 101, 2, seed=4, kind="nonfinite")
+    args = [torch.from_numpy(x[k]) for k in ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
+    mv, inv_delta = support_constants(101, -5.0, 5.0)
+    base = launch(mod.categorical_td_target_kernel, *args, 0.99, mv, inv_delta, config={"BR": 1, "num_warps": 1})
+    for rpp in (1, 3):
+        ours = launch(categorical_td_target_kernel, *args, 0.99, mv, inv_delta, config={"BR": 1, "RPP": rpp})
+        assert np.array_equal(base.numpy().view(np.int32), ours.numpy().view(np.int32)), rpp
+    with pytest.raises(ValueError, match="RPP"):
+        launch(mod.categorical_td_target_kernel, *args, 0.99, mv, inv_delta, config={"BR": 1, "RPP": 2})

@@ -137,6 +137,25 @@ def test_kernel_config_is_a_valid_launch(interpret):
             cfg = kernel_config(B, N, interpret)
             assert cfg["BLOCK_N"] >= N and cfg["BLOCK_N"] & (cfg["BLOCK_N"] - 1) == 0
             assert cfg["BR"] >= 1 and cfg["BR"] & (cfg["BR"] - 1) == 0 and cfg["num_warps"] >= 1
+            assert cfg["RPP"] >= 1 and cfg["RPP"] & (cfg["RPP"] - 1) == 0
+
+
+def test_tiles_per_program_grow_with_b_on_the_gpu_only(monkeypatch):
+    """Small B keeps one row per program (it needs every program); large B loops over tiles, keeping at least
+    GPU_MIN_PROGRAMS programs; rows wider than one warp and interpret mode keep one tile per program. (The pinned
+    GPU_MAX_RPP is 1 until the GPU sweep has run; the rule is checked with the cap the loop was written for.)"""
+    from shared_spec import launch_config
+    from shared_spec.launch_config import GPU_MIN_PROGRAMS
+
+    monkeypatch.setattr(launch_config, "GPU_MAX_RPP", 16)
+    GPU_MAX_RPP = 16
+    rpp = {B: kernel_config(B, 101, False)["RPP"] for B in (1, 512, 2048, 65536, 1 << 20)}
+    assert rpp[1] == rpp[512] == rpp[2048] == 1
+    assert 1 < rpp[65536] <= rpp[1 << 20] <= GPU_MAX_RPP
+    for B, r in rpp.items():
+        assert r == 1 or B // r >= GPU_MIN_PROGRAMS
+    assert kernel_config(1 << 20, 1024, False)["RPP"] == 1
+    assert kernel_config(1 << 20, 101, True)["RPP"] == 1
 
 
 def test_launch_config_needs_neither_triton_nor_jax():
@@ -146,7 +165,7 @@ def test_launch_config_needs_neither_triton_nor_jax():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "{'BLOCK_N': 128, 'BR': 1, 'num_warps': 1}"
+    assert out.stdout.strip() == "{'BLOCK_N': 128, 'BR': 1, 'num_warps': 1, 'RPP': 1}"
 
 
 def test_dispatcher_decides_once_logs_by_request_and_counts(caplog):

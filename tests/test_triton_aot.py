@@ -9,7 +9,8 @@ import pytest
 
 
 @pytest.mark.parametrize("args", [["--N", "2", "101", "1024", "4096"], ["--N", "101", "--E", "3", "--dtype", "bf16"],
-                                  ["--N", "51", "--dtype", "fp16"]])
+                                  ["--N", "51", "--dtype", "fp16"],
+                                  ["--N", "101", "1024", "--rpp", "1", "2", "16"]])  # tiles per program (SPEC.md 8)
 def test_compiles_for_sm90_without_spills(args):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the JIT, not the interpreter
     out = subprocess.run([sys.executable, "-m", "triton_kernels.aot", "--arch", "90", *args], env=env,
@@ -23,3 +24,27 @@ def test_compiles_for_sm90_without_spills(args):
         assert r["registers"] <= 128, r  # keeps occupancy: the pinned config runs many resident warps per SM
         # One barrier: the block barrier around the probabilities staged in the output row (SPEC.md 8).
         assert r["barriers"] <= 1, r
+    if "--rpp" in args:
+        assert [r["RPP"] for r in reports] == [1, 2, 16] * 2
+        # At most 64 registers at N = 101 with the tile loop too: an SM still holds 32 one-warp programs.
+        assert all(r["registers"] <= 64 for r in reports if r["N"] == 101), reports
+
+
+def test_one_tile_per_program_is_the_one_tile_kernel():
+    """RPP = 1 compiles to the SASS of the kernel before the tile loop (bench/baselines/categorical_td_target_v2.py),
+    instruction for instruction (sm_90a), for one-warp and multi-warp rows."""
+    code = (
+        "import importlib.util, sys\n"
+        "from triton_kernels.aot import compile_kernel, sass_text\n"
+        "spec = importlib.util.spec_from_file_location('v2', 'bench/baselines/categorical_td_target_v2.py')\n"
+        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "for n, e, dt in ((101, 2, 'fp32'), (256, 3, 'bf16')):\n"
+        "    a = sass_text(compile_kernel(n, e, lp_dtype=dt, RPP=1)[0])\n"
+        "    b = sass_text(compile_kernel(n, e, lp_dtype=dt, kernel=mod.categorical_td_target_kernel)[0])\n"
+        "    print(n, len(a.splitlines()), a == b)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split() for line in out.stdout.splitlines()]
+    assert len(rows) == 2 and all(int(r[1]) > 100 and r[2] == "True" for r in rows), out.stdout

@@ -66,14 +66,15 @@ def test_repeat_signature_calls_the_compiled_launcher_with_every_parameter(gpu_l
     assert call[:9] == (grid[0], 1, 1, 77, "function", "packed", None, None, None)  # no profiler hooks attached
     bound = call[9:]
     params = list(inspect.signature(categorical_td_target_kernel.fn).parameters)
-    assert len(bound) == len(params) and params[-4:] == list(constexprs)[:4]
-    assert bound[-4:] == tuple(constexprs[k] for k in params[-4:])
-    same = [a is b if isinstance(a, torch.Tensor) else a == b for a, b in zip(bound[:-4], positional, strict=True)]
+    assert params[-5:] == ["E", "N", "BLOCK_N", "BR", "RPP"]
+    assert len(bound) == len(params) and params[-5:] == list(constexprs)[:5]
+    assert bound[-5:] == tuple(constexprs[k] for k in params[-5:])
+    same = [a is b if isinstance(a, torch.Tensor) else a == b for a, b in zip(bound[:-5], positional, strict=True)]
     assert all(same[:13]) and all(same[15:])  # the output tensor (13) is a new allocation each call
     assert bound[14] == positional[14]
 
 
-@pytest.mark.parametrize("change", ["rows", "misaligned", "dtype", "atoms", "config", "another_kernel"])
+@pytest.mark.parametrize("change", ["rows", "misaligned", "dtype", "atoms", "config", "tiles", "another_kernel"])
 def test_a_new_signature_goes_through_jit_run(gpu_like, change):
     jit, args = _Jit(), _inputs(16)
     L.launch(jit, *args, 0.99, -5.0, 10.0)
@@ -89,6 +90,8 @@ def test_a_new_signature_goes_through_jit_run(gpu_like, change):
         args = _inputs(16, N=51)
     elif change == "config":
         config = {"BR": 4, "num_warps": 4}
+    elif change == "tiles":
+        config = {"RPP": 2}
     else:
         launcher = _Jit()
     L.launch(launcher, *args, 0.99, -5.0, 10.0, config=config)
@@ -130,3 +133,33 @@ def test_a_compiled_kernel_without_the_launcher_api_is_never_cached(gpu_like):
     for _ in range(2):
         L.launch(jit, *args, 0.99, -5.0, 10.0)
     assert len(jit.launches) == 2 and not L._COMPILED
+
+
+@pytest.mark.parametrize("B,config,programs,rpp", [
+    (8, None, 8, 1),  # small B: one row per program
+    (1 << 20, {"RPP": 16}, (1 << 20) // 16, 16),  # large B at 16 tiles per program
+    (1 << 20, {"RPP": 1}, 1 << 20, 1),  # RPP = 1: today's one-tile kernel
+    (37, {"BR": 2, "RPP": 4}, 5, 4),  # ceil(37 / 8)
+])
+def test_grid_is_rows_over_tile_rows_times_tiles(gpu_like, monkeypatch, B, config, programs, rpp):
+    jit = _Jit()  # shapes only: stride-0 inputs and an empty stand-in output, no B x N allocation
+    monkeypatch.setattr(L, "torch", SimpleNamespace(empty=lambda *a, **k: torch.empty(0), float32=torch.float32))
+    args = [torch.zeros(1).expand(2, B), torch.zeros(101).expand(2, B, 101), *(torch.zeros(1).expand(B)
+                                                                            for _ in range(3))]
+    L.launch(jit, *args, 0.99, -5.0, 10.0, config=config)
+    (grid, _, constexprs), = jit.launches
+    assert grid == (programs,) and constexprs["RPP"] == rpp
+
+
+def test_a_kernel_without_rpp_gets_one_tile_per_program(gpu_like):
+    class OldJit(_Jit):  # a baseline kernel file: the signature before the RPP parameter
+        arg_names = [n for n in categorical_td_target_kernel.arg_names if n != "RPP"]
+
+    jit, args = OldJit(), _inputs(8)
+    for _ in range(2):  # the second launch goes through the fast path
+        L.launch(jit, *args, 0.99, -5.0, 10.0)
+    (grid, _, constexprs), = jit.launches
+    assert grid == (8,) and "RPP" not in constexprs
+    assert len(jit.compiled.calls[0][9:]) == len(OldJit.arg_names)
+    with pytest.raises(ValueError, match="RPP"):
+        L.launch(jit, *args, 0.99, -5.0, 10.0, config={"RPP": 2})

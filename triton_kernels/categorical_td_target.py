@@ -50,8 +50,9 @@ def _line(c, g, jf):
     if _INTERPRET:
         return c + _round(g * jf)
     else:
-        return c + tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [tl.broadcast_to(g, jf.shape), jf],
-                                             dtype=tl.float32, is_pure=True, pack=1)
+        g, jf = tl.broadcast(g, jf)  # (BR, 1) and (1, BLOCK_N) in the full-row pass: both to (BR, BLOCK_N)
+        return c + tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [g, jf], dtype=tl.float32,
+                                             is_pure=True, pack=1)
 
 
 @triton.jit
@@ -142,54 +143,55 @@ def _interior_step(acc, pj, jf, cs, g, kp1, km1):
     return _fma(pj, _hat(_line(cs, g, jf), kp1, km1), acc)
 
 
-# Row strides are not specialised on the value 1: a provably contiguous (BR, 1) load would make Triton's coalescing
-# pass pick a column-major layout for the row scalars, and every mix with the row-major (BR, BLOCK_N) tiles would then
-# be a layout conversion through shared memory.
-@triton.jit(do_not_specialize=["q_stride_b", "r_stride", "d_stride", "s_stride", "out_stride_b", "lp_stride_b"])
-def categorical_td_target_kernel(
-    q_ptr, q_stride_e, q_stride_b,  # next_qs (E, B): critic means
-    lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n,  # next_log_probs (E, B, N): any float dtype, any strides
-    r_ptr, r_stride,  # reward (B,)
-    d_ptr, d_stride,  # terminated (B,)
-    s_ptr, s_stride,  # next_alpha_log_pi (B,)
-    out_ptr, out_stride_b,  # output (B, N) fp32, unit stride along N
-    B,  # number of rows
-    gamma,  # fp32 gamma ** n_step (a runtime value: changing it never recompiles)
-    min_v,  # fp32 min_v
-    inv_delta,  # fp32 (N - 1) / (max_v - min_v)
-    E: tl.constexpr,  # number of critics
-    N: tl.constexpr,  # number of atoms
-    BLOCK_N: tl.constexpr,  # next power of 2 >= N (lanes)
-    BR: tl.constexpr,  # rows per program (power of 2)
-):
-    gamma = tl.cast(gamma, tl.float32)  # scalars arrive as fp32 from eager launches, fp64 from Inductor
-    min_v = tl.cast(min_v, tl.float32)
-    inv_delta = tl.cast(inv_delta, tl.float32)
-    pid = tl.program_id(0)
-    # Every per-row quantity is a (BR, 1) tensor in the same 2-D layout as the (BR, BLOCK_N) tiles. Rows past B (the
-    # last program of a multi-row tile) read row B - 1 and are never stored, so no load needs a row mask.
-    rows = pid * BR + tl.arange(0, BR)[:, None]  # (BR, 1)
-    row_ok = rows < B
-    rows64 = tl.minimum(rows, B - 1).to(tl.int64)
-    k = tl.arange(0, BLOCK_N)[None, :]  # (1, BLOCK_N) destination atom (also the source index of the full-row pass)
-    lane_ok = k < N
-    kf = k.to(tl.float32)
-    km1 = kf - 1.0
-    kp1 = kf + 1.0
+@triton.jit
+def _off(rows, stride):
+    # rows * stride in int64 for int32 rows in [0, B) and a stride >= 0 (tensor strides are): one 32 x 32 -> 64-bit
+    # multiply (mul.wide.u32) when the stride is a 32-bit argument, instead of a 64 x 64-bit product.
+    stride = stride + tl.zeros([], dtype=tl.int32)  # a tensor (a stride specialised to the value 1 is a constexpr)
+    if stride.dtype == tl.int32:
+        return rows.to(tl.uint32).to(tl.int64) * stride.to(tl.uint32).to(tl.int64)
+    else:
+        return rows.to(tl.int64) * stride
 
-    # 1. Min-mean critic (strict < scan: ties -> the first critic) and the row scalars.
-    best = tl.load(q_ptr + rows64 * q_stride_b).to(tl.float32)  # (BR, 1)
+
+@triton.jit
+def _load_means(q_ptr, q_stride_e, q_stride_b, rows, E: tl.constexpr):
+    # The E critic means of the rows (a tuple of (BR, 1) tensors): loads only, so a prefetch does not wait for them.
+    # rows: int64 (the one-tile kernel) or int32 (clamped: offsets through _off).
+    if rows.dtype == tl.int64:
+        off = rows * q_stride_b
+    else:
+        off = _off(rows, q_stride_b)
+    qs = (tl.load(q_ptr + off).to(tl.float32),)
+    for e in tl.static_range(1, E):
+        qs = qs + (tl.load(q_ptr + e * q_stride_e + off).to(tl.float32),)
+    return qs
+
+
+@triton.jit
+def _select(qs, E: tl.constexpr, BR: tl.constexpr):
+    # Min-mean critic (strict < scan: ties -> the first critic) and the rows' NaN-mean flag.
+    best = qs[0]
     sel = tl.zeros([BR, 1], dtype=tl.int64)
     bad = best != best
     for e in tl.static_range(1, E):
-        qe = tl.load(q_ptr + e * q_stride_e + rows64 * q_stride_b).to(tl.float32)
+        qe = qs[e]
         bad = bad | (qe != qe)
         take = qe < best
         best = tl.where(take, qe, best)
         sel = tl.where(take, e, sel)
-    r = tl.load(r_ptr + rows64 * r_stride).to(tl.float32)
-    d = tl.load(d_ptr + rows64 * d_stride).to(tl.float32)
-    s = tl.load(s_ptr + rows64 * s_stride).to(tl.float32)
+    return sel, bad
+
+
+@triton.jit
+def _tile(lp, sel, bad, r, d, s, rows, lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n, d_ptr, d_stride, out_ptr,
+          out_stride_b, B, gamma, min_v, inv_delta, k, lane_ok, kf, km1, kp1, N: tl.constexpr, BLOCK_N: tl.constexpr,
+          BR: tl.constexpr):
+    # Steps 1 (after the loads) to 4 for one tile of BR rows: the row scalars r, d, s, the selected critic `sel` and
+    # the NaN-mean flag `bad` are given; `lp` is the selected log-prob row, or None: then it is loaded here (the
+    # one-tile kernel, RPP = 1). Stores the tile's output rows (rows < B).
+    row_ok = rows < B
+    rows64 = tl.minimum(rows, B - 1).to(tl.int64)
     g = gamma * (1.0 - d)
     h_raw = g * (min_v - s)
     c_raw = ((r - min_v) + h_raw) * inv_delta
@@ -197,7 +199,6 @@ def categorical_td_target_kernel(
     # A NaN reward or shift makes c_raw NaN (g * NaN is NaN for every g), so c_raw's test covers them (SPEC.md 6).
     bad = bad | (c_raw != c_raw) | ~((d >= 0.0) & (d <= 1.0))
     bad = bad | ~((g >= 0.0) & (g < float("inf")))
-    row_base = lp_ptr + sel * lp_stride_e + rows64 * lp_stride_b  # (BR, 1) pointer to the selected row
     # Rows with g == 0 (and invalid rows, overwritten in step 4) place every source at b = -1, the low edge: their
     # low edge sum is the total mass, spread as a two-hot in step 4, and no source is interior.
     live = ~bad & (g > 0.0)
@@ -208,7 +209,10 @@ def categorical_td_target_kernel(
     #    collects p_j * clamp(1 - b_j, 0, 1) (the low pile and the sources in (0, 1)), atom N - 1 collects
     #    p_j * clamp(b_j - (N - 2), 0, 1), each term scaled by 2**shift (from the row maximum), truncated to an
     #    integer and summed exactly (two int32 part sums), so the result is the same in every order and layout.
-    lp = tl.load(row_base + k * lp_stride_n, mask=lane_ok, other=float("-inf")).to(tl.float32)
+    PREFETCHED: tl.constexpr = lp is not None
+    if lp is None:
+        row_base = lp_ptr + sel * lp_stride_e + rows64 * lp_stride_b  # (BR, 1) pointer to the selected row
+        lp = tl.load(row_base + k * lp_stride_n, mask=lane_ok, other=float("-inf")).to(tl.float32)
     p = _exp(lp)  # (BR, BLOCK_N), 0 on masked lanes
     # The probabilities are staged in the output row, where the window steps gather them after the barrier (one exp
     # per element instead of one per window step; the row is overwritten with the result in step 4).
@@ -256,7 +260,10 @@ def categorical_td_target_kernel(
         for w in tl.static_range(UNROLL):
             acc = _interior_step(acc, tl.load(ptr + w), jf0 + w, cs, gl, kp1, km1)
         # The remaining steps' bound from g alone (every row's W or more; a row's loads past its W are masked).
-        gw = gamma * (1.0 - tl.load(d_ptr + rows64 * d_stride).to(tl.float32))
+        if PREFETCHED:  # a prefetched tile: g itself, the same value, without reloading d
+            gw = g
+        else:
+            gw = gamma * (1.0 - tl.load(d_ptr + rows64 * d_stride).to(tl.float32))
         gb = (gw >= G_BAND_MIN) & (gw <= 1.0)  # as band
         inv_gw = _rcp(tl.where(gb, gw, 1.0))
         n_wb = tl.where(gb, tl.ceil(2.0 * inv_gw + (2 * N * WINDOW_MARGIN) * inv_gw),
@@ -279,3 +286,102 @@ def categorical_td_target_kernel(
     acc = tl.where(bad, float("nan"), acc)
     tl.debug_barrier()  # every window gather is done before the row is overwritten
     tl.store(out_row + k, acc, mask=row_ok & lane_ok)
+
+
+@triton.jit
+def _step(i, t0, n_tiles, qs_next, lp, bad, r, d, s, ar, q_ptr, q_stride_e, q_stride_b, lp_ptr, lp_stride_e,
+          lp_stride_b, lp_stride_n, r_ptr, r_stride, d_ptr, d_stride, s_ptr, s_stride, out_ptr, out_stride_b, B, gamma,
+          min_v, inv_delta, k, lane_ok, kf, km1, kp1, E: tl.constexpr, N: tl.constexpr, BLOCK_N: tl.constexpr,
+          BR: tl.constexpr):
+    # Tile t0 + i of a pipelined program: lp, bad, r, d, s are its loaded inputs, qs_next the critic means of tile
+    # t0 + i + 1. Issues the loads of tile t0 + i + 1 (its row masked off past the program's last tile) and the means
+    # of tile t0 + i + 2, computes and stores tile t0 + i, and returns the next step's inputs.
+    # Tile i + 1: its critic (its means arrived during tile i - 1), its row and scalars.
+    rows1 = tl.minimum((t0 + i + 1) * BR + ar, B - 1)
+    sel1, bad1 = _select(qs_next, E, BR)
+    lp1 = tl.load(lp_ptr + _off(sel1.to(tl.int32), lp_stride_e) + _off(rows1, lp_stride_b) + k * lp_stride_n,
+                  mask=lane_ok & (i + 1 < n_tiles), other=float("-inf")).to(tl.float32)
+    r1 = tl.load(r_ptr + _off(rows1, r_stride)).to(tl.float32)
+    d1 = tl.load(d_ptr + _off(rows1, d_stride)).to(tl.float32)
+    s1 = tl.load(s_ptr + _off(rows1, s_stride)).to(tl.float32)
+    # Tile i + 2: its critic means.
+    qs_next = _load_means(q_ptr, q_stride_e, q_stride_b, tl.minimum((t0 + i + 2) * BR + ar, B - 1), E)
+    _tile(lp, None, bad, r, d, s, (t0 + i) * BR + ar, lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n, d_ptr, d_stride,
+          out_ptr, out_stride_b, B, gamma, min_v, inv_delta, k, lane_ok, kf, km1, kp1, N, BLOCK_N, BR)
+    return qs_next, lp1, bad1, r1, d1, s1
+
+
+# Row strides are not specialised on the value 1: a provably contiguous (BR, 1) load would make Triton's coalescing
+# pass pick a column-major layout for the row scalars, and every mix with the row-major (BR, BLOCK_N) tiles would then
+# be a layout conversion through shared memory.
+@triton.jit(do_not_specialize=["q_stride_b", "r_stride", "d_stride", "s_stride", "out_stride_b", "lp_stride_b"])
+def categorical_td_target_kernel(
+    q_ptr, q_stride_e, q_stride_b,  # next_qs (E, B): critic means
+    lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n,  # next_log_probs (E, B, N): any float dtype, any strides
+    r_ptr, r_stride,  # reward (B,)
+    d_ptr, d_stride,  # terminated (B,)
+    s_ptr, s_stride,  # next_alpha_log_pi (B,)
+    out_ptr, out_stride_b,  # output (B, N) fp32, unit stride along N
+    B,  # number of rows
+    gamma,  # fp32 gamma ** n_step (a runtime value: changing it never recompiles)
+    min_v,  # fp32 min_v
+    inv_delta,  # fp32 (N - 1) / (max_v - min_v)
+    E: tl.constexpr,  # number of critics
+    N: tl.constexpr,  # number of atoms
+    BLOCK_N: tl.constexpr,  # next power of 2 >= N (lanes)
+    BR: tl.constexpr,  # rows per tile (power of 2)
+    RPP: tl.constexpr,  # tiles per program (the grid is ceil(B / (BR * RPP)))
+):
+    gamma = tl.cast(gamma, tl.float32)  # scalars arrive as fp32 from eager launches, fp64 from Inductor
+    min_v = tl.cast(min_v, tl.float32)
+    inv_delta = tl.cast(inv_delta, tl.float32)
+    pid = tl.program_id(0)
+    # Every per-row quantity is a (BR, 1) tensor in the same 2-D layout as the (BR, BLOCK_N) tiles. Rows past B (the
+    # last tile) read row B - 1 and are never stored, so no scalar load needs a row mask.
+    if RPP == 1:  # rows before the lanes, as in the one-tile kernel: RPP = 1 compiles to that kernel's SASS
+        rows = pid * BR + tl.arange(0, BR)[:, None]  # (BR, 1)
+        rows64 = tl.minimum(rows, B - 1).to(tl.int64)
+    k = tl.arange(0, BLOCK_N)[None, :]  # (1, BLOCK_N) destination atom (also the source index of the full-row pass)
+    lane_ok = k < N
+    kf = k.to(tl.float32)
+    km1 = kf - 1.0
+    kp1 = kf + 1.0
+    if RPP == 1:
+        # 1. Min-mean critic and the row scalars.
+        sel, bad = _select(_load_means(q_ptr, q_stride_e, q_stride_b, rows64, E), E, BR)
+        r = tl.load(r_ptr + rows64 * r_stride).to(tl.float32)
+        d = tl.load(d_ptr + rows64 * d_stride).to(tl.float32)
+        s = tl.load(s_ptr + rows64 * s_stride).to(tl.float32)
+        _tile(None, sel, bad, r, d, s, rows, lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n, d_ptr, d_stride, out_ptr,
+              out_stride_b, B, gamma, min_v, inv_delta, k, lane_ok, kf, km1, kp1, N, BLOCK_N, BR)
+    else:
+        # RPP tiles one after another (SPEC.md 8), software-pipelined: while tile i is computed, the selected log-prob
+        # row and the scalars r, d, s of tile i + 1 and the critic means of tile i + 2 are in flight (a load waits
+        # only at its first use: the next iteration). Tiles past the grid's last one are never computed; prefetches
+        # past it read clamped rows (the row load is masked off), and nothing they read is stored.
+        ar = tl.arange(0, BR)[:, None]
+        t0 = pid * RPP
+        n_tiles = tl.minimum((B + BR - 1) // BR - t0, RPP)  # >= 1
+        rows0 = tl.minimum(t0 * BR + ar, B - 1)
+        qs = _load_means(q_ptr, q_stride_e, q_stride_b, rows0, E)
+        r = tl.load(r_ptr + _off(rows0, r_stride)).to(tl.float32)
+        d = tl.load(d_ptr + _off(rows0, d_stride)).to(tl.float32)
+        s = tl.load(s_ptr + _off(rows0, s_stride)).to(tl.float32)
+        qs_next = _load_means(q_ptr, q_stride_e, q_stride_b, tl.minimum((t0 + 1) * BR + ar, B - 1), E)
+        sel, bad = _select(qs, E, BR)
+        lp = tl.load(lp_ptr + _off(sel.to(tl.int32), lp_stride_e) + _off(rows0, lp_stride_b) + k * lp_stride_n,
+                     mask=lane_ok, other=float("-inf")).to(tl.float32)
+        if _INTERPRET:  # the interpreter cannot use a tensor as a range() bound
+            i = 0
+            while i < n_tiles:
+                qs_next, lp, bad, r, d, s = _step(
+                    i, t0, n_tiles, qs_next, lp, bad, r, d, s, ar, q_ptr, q_stride_e, q_stride_b, lp_ptr, lp_stride_e,
+                    lp_stride_b, lp_stride_n, r_ptr, r_stride, d_ptr, d_stride, s_ptr, s_stride, out_ptr, out_stride_b,
+                    B, gamma, min_v, inv_delta, k, lane_ok, kf, km1, kp1, E, N, BLOCK_N, BR)
+                i += 1
+        else:
+            for i in range(n_tiles):
+                qs_next, lp, bad, r, d, s = _step(
+                    i, t0, n_tiles, qs_next, lp, bad, r, d, s, ar, q_ptr, q_stride_e, q_stride_b, lp_ptr, lp_stride_e,
+                    lp_stride_b, lp_stride_n, r_ptr, r_stride, d_ptr, d_stride, s_ptr, s_stride, out_ptr, out_stride_b,
+                    B, gamma, min_v, inv_delta, k, lane_ok, kf, km1, kp1, E, N, BLOCK_N, BR)
