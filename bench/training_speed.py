@@ -9,15 +9,19 @@ and the end, logging every ``--log-every`` steps and the strict kernel backends 
 ``--jax-backend``). The torch agent runs with ``bench.common.TORCH_RECIPE_EXTRA`` (no torch.compile, CUDA graphs);
 the JAX agent with its default device replay (``agent.buffer_device_type=auto``: one jitted call per env step);
 ``--torch-overrides`` / ``--jax-overrides`` add or replace keys for one side (e.g. ``agent.buffer_device_type=cuda``
-for torch's device buffer). Round r runs torch then JAX for even r, JAX then torch for odd r, so drift does not
-favour one side; an untimed warm-up run per framework first fills the Triton and JAX compilation caches. It has
-the timed runs' length: the JAX programs hold the LR schedule's horizon (from ``num_env_steps``) as constants, so a
-shorter warm-up compiles other programs (on the H200 JAX round 0 then recompiled for 7.4 s).
+for torch's device buffer). ``--jax-xla-flags=FLAGS`` (with ``=``: FLAGS start with ``--``) adds a third side,
+``jax-xla``: the JAX run with FLAGS appended to ``XLA_FLAGS`` (an XLA runtime setting against the default, in the
+same rounds). Round r runs the sides in an order rotated by r (torch then JAX for even r, JAX then torch for odd r
+with two sides), so drift does not favour one side; an untimed warm-up run per side first fills the Triton and JAX
+compilation caches. It has the timed runs' length: the JAX programs hold the LR schedule's horizon (from
+``num_env_steps``) as constants, so a shorter warm-up compiles other programs (on the H200 JAX round 0 then
+recompiled for 7.4 s).
 
 Per run it reports the CLI's own whole-loop numbers (``env_steps/s``, ``updates/s`` of the result line, warm-up and
 start-up of the loop included) and the steady state: the median over the TensorBoard logging windows
-(``perf/updates_per_second``, ``perf/env_steps_per_second``) that lie wholly after the first update. Per framework:
-median and min-max over the rounds, and the per-round JAX / torch ratio of the steady updates/s.
+(``perf/updates_per_second``, ``perf/env_steps_per_second``) that lie wholly after the first update. Per side:
+median and min-max over the rounds, and the per-round JAX / torch ratio of the steady updates/s (with a third side
+also jax-xla / torch and jax-xla / jax).
 """
 
 from __future__ import annotations
@@ -100,10 +104,15 @@ def _report(out: str, res: dict) -> str:
         for metric, s in per_metric.items():
             if s["n"]:
                 lines.append(f"| {fw} | {metric} | {s['n']} | {s['median']:.1f} | {s['min']:.1f} | {s['max']:.1f} |")
-    ratio = res.get("jax_over_torch_steady_updates")
-    if ratio and ratio["n"]:
-        lines += ["", f"JAX / torch steady updates/s per round: median {ratio['median']:.3f} (min {ratio['min']:.3f}, "
-                  f"max {ratio['max']:.3f}, {ratio['n']} rounds)."]
+    for key, name in (("jax_over_torch_steady_updates", "JAX / torch"),
+                      ("jax_xla_over_torch_steady_updates", "jax-xla / torch"),
+                      ("jax_xla_over_jax_steady_updates", "jax-xla / JAX")):
+        ratio = res.get(key)
+        if ratio and ratio["n"]:
+            lines += ["", f"{name} steady updates/s per round: median {ratio['median']:.3f} (min "
+                      f"{ratio['min']:.3f}, max {ratio['max']:.3f}, {ratio['n']} rounds)."]
+    if c.get("jax_xla_flags"):
+        lines += ["", f"jax-xla: XLA_FLAGS += `{c['jax_xla_flags']}`."]
     if not res["env"].get("gpu"):
         lines += ["", "**No GPU: a CPU run tests the script; its numbers say nothing about the GPU.**"]
     return write_results(out, res, "\n".join(lines) + "\n")
@@ -122,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jax-backend", default="pallas")
     ap.add_argument("--torch-overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--jax-overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--jax-xla-flags", default=None, metavar="FLAGS",
+                    help="a third side, jax-xla: the JAX run with these XLA_FLAGS added (--jax-xla-flags=...)")
     ap.add_argument("--tiny", action="store_true", help="CPU: tiny networks (use the reference backends)")
     ap.add_argument("--no-warm-up", dest="warm_up", action="store_false")
     ap.add_argument("--timeout-s", type=float, default=400.0, help="per training process")
@@ -137,14 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     backends = {"torch": a.torch_backend, "jax": a.jax_backend}
     extras = {"torch": a.torch_overrides, "jax": a.jax_overrides}
     cache_env = jax_cache_env(os.path.join(out, "jax_cache"))
+    sides = list(FRAMEWORKS) + (["jax-xla"] if a.jax_xla_flags else [])
+    side_env = {"torch": None, "jax": cache_env, "jax-xla": dict(cache_env, XLA_FLAGS=" ".join(
+        f for f in (os.environ.get("XLA_FLAGS", ""), a.jax_xla_flags or "") if f))}
 
-    def run(framework: str, tag: str, num_env_steps: int) -> dict:
+    def run(side: str, tag: str, num_env_steps: int) -> dict:
+        framework = side.split("-")[0]
         run_dir = os.path.join(out, "runs", tag)
         overrides = recipe(framework, num_env_steps, a.buffer_min_length, a.log_every, a.tiny, extras[framework])
         cmd = train_command(framework, backends[framework], a.seed, num_env_steps, run_dir, overrides)
-        rec = timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s,
-                         cache_env if framework == "jax" else None)
-        rec.update(framework=framework, tag=tag, run_dir=run_dir)
+        rec = timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s, side_env[side])
+        rec.update(framework=side, tag=tag, run_dir=run_dir)
         if rec["returncode"] == 0:
             with open(rec["log"]) as f:
                 rec.update(parse_result_line(f.read()))
@@ -156,33 +170,39 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     warm_ups = []
     if a.warm_up:  # untimed: fills the compilation caches, so the timed runs measure training
-        for fw in FRAMEWORKS:
+        for fw in sides:
             r = run(fw, f"warmup-{fw}", a.num_env_steps)  # the same programs as the timed runs
             warm_ups.append({k: r[k] for k in ("tag", "returncode", "wall_s")})
     runs: list[dict] = []
     config = {"rounds": a.rounds, "seed": a.seed, "num_env_steps": a.num_env_steps,
               "buffer_min_length": a.buffer_min_length, "log_every": a.log_every, "torch_backend": a.torch_backend,
               "jax_backend": a.jax_backend, "torch_overrides": a.torch_overrides, "jax_overrides": a.jax_overrides,
-              "tiny": a.tiny, "warm_ups": warm_ups,
+              "jax_xla_flags": a.jax_xla_flags, "sides": sides, "tiny": a.tiny, "warm_ups": warm_ups,
               "recipes": {fw: recipe(fw, a.num_env_steps, a.buffer_min_length, a.log_every, a.tiny, extras[fw])
                           for fw in FRAMEWORKS}}
 
     def report(final: bool) -> str:
         ok = [r for r in runs if r["returncode"] == 0]
         summary = {fw: {m: summarize([r[m] for r in ok if r["framework"] == fw and m in r]) for m in METRICS}
-                   for fw in FRAMEWORKS}
-        ratios = []
+                   for fw in sides}
+        ratios: dict[tuple[str, str], list[float]] = {("jax", "torch"): [], ("jax-xla", "torch"): [],
+                                                      ("jax-xla", "jax"): []}
         for rnd in range(a.rounds):
-            pair = {r["framework"]: r.get("steady_updates_per_second") for r in ok if r["round"] == rnd}
-            if pair.get("torch") and pair.get("jax"):
-                ratios.append(pair["jax"] / pair["torch"])
+            steady = {r["framework"]: r.get("steady_updates_per_second") for r in ok if r["round"] == rnd}
+            for num, den in ratios:
+                if steady.get(num) and steady.get(den):
+                    ratios[num, den].append(steady[num] / steady[den])
         res = {"env": environment(), "config": config, "runs": runs, "summary": summary,
-               "jax_over_torch_steady_updates": summarize(ratios), "complete": final,
+               "jax_over_torch_steady_updates": summarize(ratios["jax", "torch"]), "complete": final,
                "seconds": round(time.perf_counter() - t0, 1)}
+        if a.jax_xla_flags:
+            res["jax_xla_over_torch_steady_updates"] = summarize(ratios["jax-xla", "torch"])
+            res["jax_xla_over_jax_steady_updates"] = summarize(ratios["jax-xla", "jax"])
         return _report(out, res)
 
     for rnd in range(a.rounds):
-        for fw in FRAMEWORKS if rnd % 2 == 0 else FRAMEWORKS[::-1]:
+        order = sides[::-1] if len(sides) == 2 and rnd % 2 else sides[rnd % len(sides):] + sides[:rnd % len(sides)]
+        for fw in order:
             if a.budget_s is not None and time.perf_counter() - t0 > a.budget_s:
                 print(f"  budget of {a.budget_s:.0f} s exhausted: skipping {fw} round {rnd}", flush=True)
                 continue

@@ -53,3 +53,33 @@ def test_warm_up_runs_have_the_timed_runs_length(tmp_path, monkeypatch):
     monkeypatch.setattr(ts, "timed_run", fake_run)
     ts.main(["--out", str(tmp_path), "--rounds", "1", "--num-env-steps", "7000", "--buffer-min-length", "2000"])
     assert len(cmds) == 4 and all("num_env_steps=7000" in c for c in cmds)
+
+
+def test_a_third_side_runs_jax_with_extra_xla_flags_in_rotated_rounds(tmp_path, monkeypatch):
+    import bench.training_speed as ts
+
+    calls = []
+
+    def fake_run(cmd, log_path, timeout_s, extra_env=None):
+        calls.append((os.path.basename(log_path), cmd[cmd.index("-m") + 1], (extra_env or {}).get("XLA_FLAGS")))
+        return {"cmd": " ".join(cmd), "returncode": 1, "wall_s": 1.0, "log": log_path, "log_tail": ""}
+
+    monkeypatch.setattr(ts, "timed_run", fake_run)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_base=1")
+    ts.main(["--out", str(tmp_path), "--rounds", "3", "--num-env-steps", "7000", "--buffer-min-length", "2000",
+             "--jax-xla-flags=--xla_gpu_command_buffer_update_mode=NEVER_UPDATE"])
+    logs = [c[0] for c in calls]
+    assert logs[:3] == ["warmup-torch.log", "warmup-jax.log", "warmup-jax-xla.log"]
+    assert logs[3:] == [f"{s}-round{r}.log" for r, sides in enumerate([("torch", "jax", "jax-xla"),
+                                                                      ("jax", "jax-xla", "torch"),
+                                                                      ("jax-xla", "torch", "jax")]) for s in sides]
+    for log, module, flags in calls:
+        assert module == ("agent_torch.train" if log.startswith(("torch", "warmup-torch")) else "agent_jax.train")
+        if "jax-xla" in log:
+            assert flags == "--xla_base=1 --xla_gpu_command_buffer_update_mode=NEVER_UPDATE"
+        else:
+            assert flags is None  # the other sides inherit the environment's XLA_FLAGS unchanged
+    with open(tmp_path / "results.json") as f:
+        res = json.load(f)
+    assert res["config"]["sides"] == ["torch", "jax", "jax-xla"] and set(res["summary"]) == set(res["config"]["sides"])
+    assert res["jax_xla_over_jax_steady_updates"] == {"n": 0}  # every fake run failed: no ratio
