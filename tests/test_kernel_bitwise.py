@@ -23,9 +23,9 @@ from shared_spec import make_inputs
 SUBNORMAL_SCALE = 2.0**-125
 
 
-def _both(B, N, E, kind, gamma, seed=0, strided=False):
-    """Both kernels on the same inputs. strided: next_qs / next_log_probs as the second half of (E, 2B[, N])
-    buffers (a decoy first half): torch chunk views, and the whole JAX arrays with row_offset=B."""
+def _inputs(B, N, E, kind, seed, strided):
+    """(torch args, JAX args, JAX row kwargs) of the same inputs. strided: next_qs / next_log_probs as the second half
+    of (E, 2B[, N]) buffers (a decoy first half): torch chunk views, and the whole JAX arrays with row_offset=B."""
     x = make_inputs(B, N, E, seed=seed, kind=kind)
     t_args = {k: torch.from_numpy(v) for k, v in x.items()}
     j_args, rows = {k: jnp.asarray(v) for k, v in x.items()}, {}
@@ -34,6 +34,12 @@ def _both(B, N, E, kind, gamma, seed=0, strided=False):
             full = np.ascontiguousarray(np.concatenate([np.flip(x[k], 1), x[k]], axis=1))
             t_args[k], j_args[k] = torch.from_numpy(full).chunk(2, dim=1)[1], jnp.asarray(full)
         rows = {"row_offset": B}
+    return t_args, j_args, rows
+
+
+def _both(B, N, E, kind, gamma, seed=0, strided=False):
+    """Both kernels on the same inputs (strided: see `_inputs`)."""
+    t_args, j_args, rows = _inputs(B, N, E, kind, seed, strided)
     t = torch_impl.categorical_td_target(**t_args, gamma=gamma, backend="triton", strict=True).numpy()
     p = np.asarray(jax_impl.categorical_td_target(**j_args, gamma=gamma, backend="pallas", strict=True, **rows))
     return t, p
@@ -82,14 +88,7 @@ def _configured(B, N, E, kind, gamma, configs, strided=False, seed=5):
     from torch_impl.reference import support_constants
     from triton_kernels import categorical_td_target_kernel, launch
 
-    x = make_inputs(B, N, E, seed=seed, kind=kind)
-    t_args = {k: torch.from_numpy(v) for k, v in x.items()}
-    j_args, rows = {k: jnp.asarray(v) for k, v in x.items()}, {}
-    if strided:
-        for k in ("next_qs", "next_log_probs"):
-            full = np.ascontiguousarray(np.concatenate([np.flip(x[k], 1), x[k]], axis=1))
-            t_args[k], j_args[k] = torch.from_numpy(full).chunk(2, dim=1)[1], jnp.asarray(full)
-        rows = {"row_offset": B}
+    t_args, j_args, rows = _inputs(B, N, E, kind, seed, strided)
     names = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
     mv, inv_delta = support_constants(N, -5.0, 5.0)
     out = {}
