@@ -371,17 +371,10 @@ def categorical_td_target_kernel(
         sel, bad = _select(qs, E, BR)
         lp = tl.load(lp_ptr + _off(sel.to(tl.int32), lp_stride_e) + _off(rows0, lp_stride_b) + k * lp_stride_n,
                      mask=lane_ok, other=float("-inf")).to(tl.float32)
-        if _INTERPRET:  # the interpreter cannot use a tensor as a range() bound
-            i = 0
-            while i < n_tiles:
-                qs_next, lp, bad, r, d, s = _step(
-                    i, t0, n_tiles, qs_next, lp, bad, r, d, s, ar, q_ptr, q_stride_e, q_stride_b, lp_ptr, lp_stride_e,
-                    lp_stride_b, lp_stride_n, r_ptr, r_stride, d_ptr, d_stride, s_ptr, s_stride, out_ptr, out_stride_b,
-                    B, gamma, min_v, inv_delta, k, lane_ok, kf, km1, kp1, E, N, BLOCK_N, BR)
-                i += 1
-        else:
-            for i in range(n_tiles):
-                qs_next, lp, bad, r, d, s = _step(
-                    i, t0, n_tiles, qs_next, lp, bad, r, d, s, ar, q_ptr, q_stride_e, q_stride_b, lp_ptr, lp_stride_e,
-                    lp_stride_b, lp_stride_n, r_ptr, r_stride, d_ptr, d_stride, s_ptr, s_stride, out_ptr, out_stride_b,
-                    B, gamma, min_v, inv_delta, k, lane_ok, kf, km1, kp1, E, N, BLOCK_N, BR)
+        i = 0
+        while i < n_tiles:  # a while loop: the interpreter cannot use a tensor as a range() bound (as the window loop)
+            qs_next, lp, bad, r, d, s = _step(
+                i, t0, n_tiles, qs_next, lp, bad, r, d, s, ar, q_ptr, q_stride_e, q_stride_b, lp_ptr, lp_stride_e,
+                lp_stride_b, lp_stride_n, r_ptr, r_stride, d_ptr, d_stride, s_ptr, s_stride, out_ptr, out_stride_b,
+                B, gamma, min_v, inv_delta, k, lane_ok, kf, km1, kp1, E, N, BLOCK_N, BR)
+            i += 1
