@@ -29,7 +29,6 @@ import argparse
 import collections
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -39,28 +38,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-from triton_kernels.aot import BIN, compile_kernel  # noqa: E402
+from triton_kernels.aot import assemble, compile_kernel  # noqa: E402
 
 _JNP_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def _sass(ptx: str) -> tuple[str, str]:
-    """ptxas (sm_90a, with line info) + nvdisasm -c -gi: (ptxas -v output, SASS text)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        p, cub = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
-        with open(p, "w") as f:
-            f.write(ptx)
-        info = subprocess.run([f"{BIN}/ptxas", "-arch=sm_90a", "-v", "-lineinfo", p, "-o", cub], capture_output=True,
-                              text=True, check=True).stderr
-        sass = subprocess.run([f"{BIN}/nvdisasm", "-c", "-gi", cub], capture_output=True, text=True).stdout
-        if not sass.strip():
-            sass = subprocess.run([f"{BIN}/nvdisasm", "-c", cub], capture_output=True, text=True, check=True).stdout
-    return info, sass
-
-
 def triton_kernel(N: int, E: int, dtype: str, rpp: int = 1) -> dict:
     c = compile_kernel(N, E, 90, lp_dtype=dtype, RPP=rpp)[0]
-    info, sass = _sass(c.asm["ptx"])
+    info, sass = assemble(c.asm["ptx"], line_info=True)
     return {"ptx": c.asm["ptx"], "ttir": c.asm["ttir"], "info": info, "sass": sass,
             "src": "triton_kernels/categorical_td_target.py"}
 
@@ -110,7 +95,7 @@ def pallas_kernel(N: int, E: int, dtype: str, rpp: int = 1) -> dict:
         with open(path, "w") as f:
             f.write(ttir)
         c = triton.compile(path, target=GPUTarget("cuda", 90, 32), options={"num_warps": nw})
-    info, sass = _sass(c.asm["ptx"])
+    info, sass = assemble(c.asm["ptx"], line_info=True)
     return {"ptx": c.asm["ptx"], "ttir": ttir, "info": info, "sass": sass, "src": "jax_impl/pallas_kernel.py"}
 
 

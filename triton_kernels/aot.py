@@ -25,7 +25,7 @@ from triton.compiler import ASTSource
 from shared_spec.launch_config import kernel_config
 from triton_kernels.categorical_td_target import categorical_td_target_kernel
 
-__all__ = ["BIN", "compile_for_target", "compile_kernel", "sass_text"]
+__all__ = ["BIN", "assemble", "compile_for_target", "compile_kernel", "sass_text"]
 
 _INT_ARGS = ("q_stride_e", "q_stride_b", "lp_stride_e", "lp_stride_b", "r_stride", "d_stride", "s_stride",
              "out_stride_b", "B")
@@ -61,17 +61,29 @@ def compile_kernel(N: int = 101, E: int = 2, arch: int = 90, BR: int | None = No
     return compiled, BR, num_warps, RPP
 
 
+def assemble(ptx: str, arch: int = 90, line_info: bool = False) -> tuple[str, str]:
+    """The bundled ptxas (sm_<arch>a, -v) and nvdisasm -c on a PTX text: (ptxas's resource report, the SASS listing).
+    line_info: ptxas -lineinfo and nvdisasm -gi (source lines beside the instructions, where nvdisasm can)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(path, "w") as f:
+            f.write(ptx)
+        info = subprocess.run([os.path.join(BIN, "ptxas"), f"-arch=sm_{arch}a", "-v", *(["-lineinfo"] * line_info),
+                               path, "-o", cubin], capture_output=True, text=True, check=True).stderr
+        sass = ""
+        if line_info:
+            sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", "-gi", cubin], capture_output=True,
+                                  text=True).stdout
+        if not sass.strip():
+            sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", cubin], capture_output=True, text=True,
+                                  check=True).stdout
+    return info, sass
+
+
 def sass_text(compiled: Any, arch: int = 90) -> str:
     """The SASS instructions of a compiled kernel (bundled ptxas for sm_<arch>a, then nvdisasm), one per line,
     without addresses or line information: two kernels with equal text run the same instructions."""
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
-        with open(ptx, "w") as f:
-            f.write(compiled.asm["ptx"])
-        subprocess.run([os.path.join(BIN, "ptxas"), f"-arch=sm_{arch}a", ptx, "-o", cubin], capture_output=True,
-                       check=True)
-        text = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", cubin], capture_output=True, text=True,
-                              check=True).stdout
+    text = assemble(compiled.asm["ptx"], arch)[1]
     return "\n".join(re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", line).split(";")[0].strip()
                      for line in text.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line))
 
@@ -85,12 +97,7 @@ def compile_for_target(N: int = 101, E: int = 2, arch: int = 90, BR: int | None 
         {"arch", "N", "E", "BR", "num_warps", "RPP", "registers", "spill_bytes", "barriers", "ptx_lines", ...}.
     """
     compiled, BR, num_warps, RPP = compile_kernel(N, E, arch, BR, num_warps, lp_dtype, RPP, B)
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = os.path.join(tmp, "k.ptx")
-        with open(ptx, "w") as f:
-            f.write(compiled.asm["ptx"])
-        info = subprocess.run([os.path.join(BIN, "ptxas"), f"-arch=sm_{arch}a", "-v", ptx, "-o",
-                               os.path.join(tmp, "k.cubin")], capture_output=True, text=True, check=True).stderr
+    info = assemble(compiled.asm["ptx"], arch)[0]
     regs = re.search(r"Used (\d+) registers", info)
     spill = re.search(r"(\d+) bytes spill stores", info)
     bars = re.search(r"used (\d+) barriers", info)
