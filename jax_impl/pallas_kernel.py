@@ -322,16 +322,16 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
         plt.store(out_ref.at[addr(out_row + k, m2, B * N)], acc, mask=m2)
 
     ar = jnp.arange(BR, dtype=jnp.int32)[:, None]
+    def scalars(rows):
+        row_off = rows * row_stride
+        return plt.load(r_ref.at[row_off]), plt.load(d_ref.at[row_off]), plt.load(s_ref.at[row_off])
+
     if RPP == 1:
         # 1. Min-mean critic and the row scalars.
         rows = pid * BR + ar  # (BR, 1)
         rows_c = jnp.minimum(rows, B - 1)
         sel, bad = select(load_means(rows_c))
-        row_off = rows_c * row_stride
-        r = plt.load(r_ref.at[row_off])
-        d = plt.load(d_ref.at[row_off])
-        s = plt.load(s_ref.at[row_off])
-        tile(None, sel, bad, r, d, s, rows)
+        tile(None, sel, bad, *scalars(rows_c), rows)
         return
 
     # RPP tiles one after another (SPEC.md 8), software-pipelined as in the Triton kernel: while tile i is computed,
@@ -342,10 +342,6 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
 
     def clamped(t):
         return jnp.minimum(t * BR + ar, B - 1)
-
-    def scalars(rows):
-        row_off = rows * row_stride
-        return plt.load(r_ref.at[row_off]), plt.load(d_ref.at[row_off]), plt.load(s_ref.at[row_off])
 
     rows0 = clamped(t0)
     qs = load_means(rows0)
