@@ -149,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     extras = {"torch": a.torch_overrides, "jax": a.jax_overrides}
     cache_env = jax_cache_env(os.path.join(out, "jax_cache"))
     sides = list(FRAMEWORKS) + (["jax-xla"] if a.jax_xla_flags else [])
-    side_env = {"torch": None, "jax": cache_env, "jax-xla": dict(cache_env, XLA_FLAGS=" ".join(
-        f for f in (os.environ.get("XLA_FLAGS", ""), a.jax_xla_flags or "") if f))}
+    side_env = {"torch": None, "jax": cache_env}
+    if a.jax_xla_flags:
+        side_env["jax-xla"] = dict(cache_env, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {a.jax_xla_flags}".strip())
 
     def run(side: str, tag: str, num_env_steps: int) -> dict:
         framework = side.split("-")[0]
@@ -201,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return _report(out, res)
 
     for rnd in range(a.rounds):
-        order = sides[::-1] if len(sides) == 2 and rnd % 2 else sides[rnd % len(sides):] + sides[:rnd % len(sides)]
-        for fw in order:
+        for fw in sides[rnd % len(sides):] + sides[:rnd % len(sides)]:  # two sides: reversed in odd rounds
             if a.budget_s is not None and time.perf_counter() - t0 > a.budget_s:
                 print(f"  budget of {a.budget_s:.0f} s exhausted: skipping {fw} round {rnd}", flush=True)
                 continue
