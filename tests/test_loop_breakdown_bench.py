@@ -37,3 +37,32 @@ def test_a_short_run_reports_each_part_per_env_step(tmp_path, framework):
     # the timers and settings are undone: later code in this process runs unwrapped
     assert loop.step_env is envs.step_env
     assert jax_agent.STATE_PACKING == "matrices"
+
+
+def test_xla_command_buffer_log_counts_updates_and_executions(tmp_path):
+    """bench.xla_command_buffers reads XLA's command_buffer_thunk lines (the wording of jaxlib's XLA)."""
+    from bench import xla_command_buffers as xcb
+
+    log = [
+        "I1201 12:00:00.1 1 command_buffer_thunk.cc:190] Initialized command buffer on device #0 in 900 μs; "
+        "num_commands=300",
+        "I1201 12:00:00.2 1 command_buffer_thunk.cc:250] Update command buffer on device #0 by recoding command "
+        "buffer cmd sequence after 1 executions since last update; num_commands=300; updated_allocs=2",
+        "I1201 12:00:00.3 1 command_buffer_thunk.cc:270] Updated command buffer in 450 μs; num_commands=300",
+        "I1201 12:00:00.4 1 command_buffer_thunk.cc:280] Execute command buffer on device #0; num_executions=1",
+        "I1201 12:00:00.5 1 command_buffer_thunk.cc:280] Execute command buffer on device #0; num_executions=2",
+        "I1201 12:00:00.6 1 command_buffer_thunk.cc:250] Update command buffer on device #0 by recoding command "
+        "buffer cmd sequence after 2 executions since last update; num_commands=7; updated_allocs=1",
+        "I1201 12:00:00.7 1 command_buffer_thunk.cc:270] Updated command buffer in 30 μs; num_commands=7",
+        "I1201 12:00:00.8 1 command_buffer_thunk.cc:280] Execute command buffer on device #0; num_executions=1",
+        "I1201 12:00:00.9 1 some_other.cc:1] unrelated",
+    ]
+    res = xcb.summarize(log)
+    assert res["executions"] == 3 and res["updates"] == 2 and res["update_us_sum"] == 480.0
+    assert res["executions_since_update"] == {"1": 2, "2": 1}
+    assert res["per_num_commands"]["300"]["changed_allocations"] == {2: 1}
+    assert res["per_num_commands"]["300"]["initializations"] == 1
+    assert res["per_num_commands"]["7"]["update_us_median"] == 30.0
+    path = tmp_path / "run.log"
+    path.write_text("\n".join(log[-1:]), encoding="utf-8")
+    assert xcb.main(["--log", str(path), "--out", str(tmp_path / "out")]) == 1  # nothing recognised: exit 1
