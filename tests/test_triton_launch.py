@@ -163,3 +163,16 @@ def test_a_kernel_without_rpp_gets_one_tile_per_program(gpu_like):
     assert len(jit.compiled.calls[0][9:]) == len(OldJit.arg_names)
     with pytest.raises(ValueError, match="RPP"):
         L.launch(jit, *args, 0.99, -5.0, 10.0, config={"RPP": 2})
+
+
+def test_takes_rpp_reads_a_real_jit_functions_parameters():
+    """A real JITFunction (not the stand-in) of the baseline kernel file has no RPP parameter; Triton 3.6's
+    JITFunction carries a `kernel` attribute of its own (None), which must not be taken for wrap_triton's."""
+    spec = importlib.util.spec_from_file_location("baseline_v2_for_test", "bench/baselines/categorical_td_target_v2.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    baseline = JITFunction(mod.categorical_td_target_kernel.fn)  # also under TRITON_INTERPRET=1
+    ours = JITFunction(categorical_td_target_kernel.fn)
+    assert "RPP" not in baseline.arg_names and not L._takes_rpp(baseline)
+    assert L._takes_rpp(ours) and L._takes_rpp(SimpleNamespace(kernel=ours))
+    assert not L._takes_rpp(SimpleNamespace(kernel=baseline))  # wrap_triton's wrapper of the baseline

@@ -39,7 +39,9 @@ def _takes_rpp(launcher) -> bool:
     """Whether the kernel has the RPP parameter (this package's kernel; a baseline kernel file may predate it)."""
     if launcher is categorical_td_target_kernel:  # the eager path: no attribute lookups
         return True
-    fn = getattr(launcher, "kernel", launcher)  # torch.library.wrap_triton's wrapper holds the JIT function
+    # torch.library.wrap_triton's wrapper holds the JIT function as `kernel`; a JITFunction has a `kernel` attribute
+    # of its own (None until Triton's legacy launch path sets it), so only a non-None one is followed
+    fn = getattr(launcher, "kernel", None) or launcher
     return fn is categorical_td_target_kernel or "RPP" in getattr(fn, "arg_names", ("RPP",))
 
 
