@@ -10,7 +10,8 @@ Sections
                 jitted loop of dependent calls: device time per call in JAX), ``capture_cuda_graph``.
     statistics  ``bootstrap_ci`` (percentile bootstrap, stratified over groups such as tasks).
     runs        ``tensorboard_events`` / ``tensorboard_scalars``, ``steady_rates`` (a training run's TensorBoard
-                scalars with or without their wall times, its steady rates).
+                scalars with or without their wall times, its steady rates); ``trace_events`` (the complete events
+                of a ``jax.profiler`` trace with their process and thread names).
     reports     ``write_results`` (results.json + results.md), ``json_block``, ``fmt``, ``speedup_plot``,
                 ``section_markers``, ``replace_readme_section`` (the generated sections of README.md).
     recipe      upstream's CPU-sim HalfCheetah recipe (``UPSTREAM_RECIPE``, ``make_recipe``), configs built from
@@ -228,6 +229,31 @@ def bootstrap_ci(strata: Sequence[np.ndarray], statistic, reps: int = BOOTSTRAP_
     values = statistic(samples, axis=1)
     low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
     return float(statistic(pooled[None, :], axis=1)[0]), float(low), float(high)
+
+
+def trace_events(path: str) -> list[dict[str, Any]]:
+    """The complete ("X") events of a ``jax.profiler.trace`` directory's newest ``*.trace.json.gz`` (or of that
+    file), each with ``process`` and ``thread`` names added (host processes are ``/host:...``, devices ``/device:...``,
+    kernels on ``Stream`` threads); ``ts`` and ``dur`` in µs.
+
+    Raises:
+        ValueError: no trace file under ``path``.
+    """
+    import glob
+    import gzip
+
+    files = [path] if path.endswith(".json.gz") else sorted(glob.glob(os.path.join(path, "**", "*.trace.json.gz"),
+                                                                        recursive=True))
+    files = [f for f in files if not os.path.basename(f).startswith("perfetto")]
+    if not files:
+        raise ValueError(f"{path}: no *.trace.json.gz (a jax.profiler.trace directory was expected)")
+    with gzip.open(files[-1]) as f:
+        events = json.load(f)["traceEvents"]
+    meta = [e for e in events if e.get("ph") == "M"]
+    procs = {e["pid"]: e["args"].get("name", "") for e in meta if e.get("name") == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"].get("name", "") for e in meta if e.get("name") == "thread_name"}
+    return [dict(e, process=procs.get(e["pid"], ""), thread=threads.get((e["pid"], e["tid"]), ""), file=files[-1])
+            for e in events if e.get("ph") == "X"]
 
 
 def tensorboard_events(log_dir: str, tags: Sequence[str] | None = None

@@ -30,14 +30,12 @@ import argparse
 import collections
 import contextlib
 import csv
-import glob
-import gzip
 import io
-import json
-import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from bench.common import trace_events
 
 TIME_METRIC = "gpu__time_duration.sum"
 
@@ -109,27 +107,21 @@ def summarize_trace(path: str, updates: int, top: int = 20) -> str:
     """The ``summarize`` table from a ``jax.profiler.trace`` directory (or one ``*.trace.json.gz`` in it): kernel
     events are the complete ("X") events on the device processes' ``Stream`` threads (XLA's derived "XLA Ops" /
     "XLA Modules" lines repeat them, so they are left out), plus the device span per update."""
-    files = [path] if path.endswith(".json.gz") else sorted(glob.glob(os.path.join(path, "**", "*.trace.json.gz"),
-                                                                        recursive=True))
-    if not files:
-        raise ValueError(f"{path}: no *.trace.json.gz (a jax.profiler.trace directory was expected)")
-    events = json.load(gzip.open(files[-1]))["traceEvents"]
-    meta = [e for e in events if e.get("ph") == "M"]
-    procs = {e["pid"]: e["args"].get("name", "") for e in meta if e.get("name") == "process_name"}
-    threads = {(e["pid"], e["tid"]): e["args"].get("name", "") for e in meta if e.get("name") == "thread_name"}
-    device = [e for e in events if e.get("ph") == "X" and procs.get(e["pid"], "").startswith("/device:")]
-    kernels = [e for e in device if threads.get((e["pid"], e["tid"]), "").startswith("Stream")]
+    events = trace_events(path)
+    kernels = [e for e in events if e["process"].startswith("/device:") and e["thread"].startswith("Stream")]
     if not kernels:
-        raise ValueError(f"{files[-1]}: no kernel events on a device stream (processes {sorted(set(procs.values()))}"
-                         "; a CPU-only trace has none)")
+        processes = sorted({e["process"] for e in events})
+        raise ValueError(f"{path}: no kernel events on a device stream (processes {processes}; a CPU-only trace has "
+                         "none)")
     by_name: dict[str, list[float]] = collections.defaultdict(list)
     for e in kernels:
         by_name[e["name"]].append(float(e["dur"]))  # us
     busy = sum(sum(v) for v in by_name.values())
     span = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
-    return "\n".join([f"{files[-1]}: {len(kernels)} kernels over {updates} updates: {len(kernels) / updates:.0f} "
-                      f"kernels, {busy / updates:.1f} us of kernel time and {span / updates:.1f} us of device span "
-                      f"per update (busy {100 * busy / span:.0f} %)", ""] + _table(by_name, updates, top))
+    return "\n".join([f"{kernels[0]['file']}: {len(kernels)} kernels over {updates} updates: "
+                      f"{len(kernels) / updates:.0f} kernels, {busy / updates:.1f} us of kernel time and "
+                      f"{span / updates:.1f} us of device span per update (busy {100 * busy / span:.0f} %)", ""]
+                     + _table(by_name, updates, top))
 
 
 def summarize(path: str, updates: int, top: int = 20) -> str:

@@ -35,7 +35,9 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from bench.common import environment, fmt, json_block, write_results
+import numpy as np
+
+from bench.common import environment, fmt, json_block, trace_events, write_results
 
 TINY = ["agent.actor_hidden_dim=8", "agent.actor_num_blocks=1", "agent.critic_hidden_dim=8",
         "agent.critic_num_blocks=1"]
@@ -53,6 +55,10 @@ class _Timers:
         self.end: float | None = None
         self.gc_started = 0.0
         self.profiler: cProfile.Profile | None = None
+        self.trace_dir: str | None = None  # jax.profiler trace of the first ``trace_steps`` counted steps
+        self.trace_steps = 0
+        self.traced_steps = 0
+        self.tracing = False
 
     def add(self, name: str, seconds: float) -> None:
         if self.counting:
@@ -64,12 +70,32 @@ class _Timers:
         if self.counting:
             self.counted_steps += 1
             self.end = now
+            if self.tracing and self.counted_steps >= self.trace_steps:
+                self._stop_trace()
         elif self.updates_seen:
             self.steps_after_update += 1
             if self.steps_after_update > self.skip:
                 self.counting, self.start = True, now
                 if self.profiler is not None:
                     self.profiler.enable()
+                if self.trace_dir is not None and self.trace_steps > 0:
+                    import jax
+
+                    options = jax.profiler.ProfileOptions()
+                    options.host_tracer_level, options.python_tracer_level = 3, 0  # XLA / PjRt TraceMes, no Python
+                    jax.profiler.start_trace(self.trace_dir, profiler_options=options)
+                    self.tracing = True
+
+    def _stop_trace(self) -> None:
+        import jax
+
+        jax.profiler.stop_trace()
+        self.tracing, self.traced_steps = False, self.counted_steps
+
+    def finish(self) -> None:
+        """Stops a trace the run ended inside of."""
+        if self.tracing:
+            self._stop_trace()
 
     def gc_callback(self, phase: str, info: dict[str, Any]) -> None:
         """``gc.callbacks`` entry: the time the cyclic garbage collector runs during counted steps."""
@@ -144,8 +170,12 @@ def instrument(framework: str, timers: _Timers) -> list[tuple[Any, str, Any]]:
             if out[2] is not None:
                 jax.block_until_ready(out[2])
             t2 = time.perf_counter()
+            if out[2] is not None:
+                np.asarray(out[2])  # the action's device-to-host copy (the agent's own read then finds it done)
+            t3 = time.perf_counter()
             timers.add("dispatch", t1 - t0)
             timers.add("action_wait", t2 - t1)
+            timers.add("action_copy", t3 - t2)
             return out
 
         patch(jax_agent, "env_step", env_step)
@@ -183,7 +213,7 @@ def restore(saved: list[tuple[Any, str, Any]]) -> None:
 
 
 PARTS = ("env", "act", "buffer_add", "normalizer", "sample", "update", "step_agent", "agent_step", "dispatch",
-         "action_wait", "take_pending", "noise", "gc")
+         "action_wait", "action_copy", "take_pending", "noise", "gc")
 
 
 def report(framework: str, timers: _Timers, rc: int, argv: list[str]) -> tuple[dict[str, Any], str]:
@@ -205,6 +235,37 @@ def report(framework: str, timers: _Timers, rc: int, argv: list[str]) -> tuple[d
     return res, "\n".join(lines)
 
 
+def trace_summary(path: str, steps: int, top: int = 60) -> dict[str, Any]:
+    """Per traced env step, from a ``jax.profiler`` trace of ``steps`` steps: each host event name's count and µs
+    (events nest, so a caller's time includes its callees'; thread names without their numeric suffixes), and the
+    device's kernels (count and busy µs, on the device processes' ``Stream`` threads)."""
+    events = trace_events(path)
+    host: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+    kernels, busy = 0, 0.0
+    for e in events:
+        if e["process"].startswith("/device:"):
+            if e["thread"].startswith("Stream"):
+                kernels, busy = kernels + 1, busy + float(e["dur"])
+            continue
+        entry = host[(e["thread"].split("/")[0], e["name"][:100])]
+        entry[0] += 1
+        entry[1] += float(e["dur"])
+    rows = sorted(host.items(), key=lambda kv: -kv[1][1])[:top]
+    return {"steps": steps, "kernels_per_step": kernels / steps, "kernel_busy_us_per_step": busy / steps,
+            "host": [{"thread": t, "name": n, "per_step": c / steps, "us_per_step": us / steps}
+                     for (t, n), (c, us) in rows]}
+
+
+def _trace_markdown(summary: dict[str, Any]) -> str:
+    lines = [f"## jax.profiler trace of {summary['steps']} counted steps", "",
+             f"Device: {fmt(summary['kernels_per_step'], '.1f')} kernels and "
+             f"{fmt(summary['kernel_busy_us_per_step'], '.1f')} µs of kernel time per step.", "",
+             "| host thread | event | per step | µs per step |", "|---|---|---|---|"]
+    lines += [f"| {r['thread']} | `{r['name']}` | {fmt(r['per_step'])} | {fmt(r['us_per_step'], '.1f')} |"
+              for r in summary["host"]]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=("torch", "jax"), required=True)
@@ -215,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="JAX: how the agent hands its state to env_step (agent_jax.agent.STATE_PACKING)")
     parser.add_argument("--cprofile", action="store_true", help="cProfile the counted steps (top functions in the "
                         "report; the profiler slows them down, so the µs are not comparable)")
+    parser.add_argument("--jax-trace", default=None, metavar="DIR",
+                        help="JAX: jax.profiler-trace the first --trace-steps counted steps into DIR and summarise "
+                        "the host events per step (set XLA_FLAGS=--xla_enable_command_buffers_during_profiling=true, "
+                        "or XLA runs its command buffers as single kernels while tracing)")
+    parser.add_argument("--trace-steps", type=int, default=200)
     parser.add_argument("cli", nargs=argparse.REMAINDER, help="-- then the CLI's arguments (--overrides ...)")
     args = parser.parse_args(argv)
     cli = [a for a in args.cli if a != "--"]
@@ -223,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             cli += ["--overrides", item]
     timers = _Timers(args.skip)
     timers.profiler = cProfile.Profile() if args.cprofile else None
+    if args.jax_trace is not None:
+        if args.framework != "jax":
+            parser.error("--jax-trace: the JAX agent only")
+        timers.trace_dir, timers.trace_steps = args.jax_trace, args.trace_steps
     gc.callbacks.append(timers.gc_callback)
     saved = instrument(args.framework, timers)
     settings: dict[str, Any] = {}
@@ -239,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = cli_main(cli)
     finally:
+        timers.finish()
         restore(saved)
         gc.callbacks.remove(timers.gc_callback)
         if timers.profiler is not None:
@@ -252,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         pstats.Stats(timers.profiler, stream=text).sort_stats("tottime").print_stats(30)
         res["cprofile"] = text.getvalue()
         markdown += "\n## cProfile of the counted steps (tottime)\n\n```\n" + text.getvalue() + "\n```\n"
+    if timers.traced_steps:
+        res["trace"] = trace_summary(args.jax_trace, timers.traced_steps)
+        markdown += "\n" + _trace_markdown(res["trace"])
     write_results(args.out, res, markdown)
     print(markdown)
     return 0 if rc == 0 and timers.counted_steps else 1

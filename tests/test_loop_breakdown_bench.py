@@ -17,7 +17,9 @@ CLI = ["--", "--overrides", "env.env_name=HalfCheetah-v4", "--overrides", "num_e
 
 @pytest.mark.parametrize("framework", ["jax", "torch"])
 def test_a_short_run_reports_each_part_per_env_step(tmp_path, framework):
-    extra = ["--packing", "all"] if framework == "jax" else []
+    extra = []
+    if framework == "jax":
+        extra = ["--packing", "all", "--jax-trace", str(tmp_path / "trace"), "--trace-steps", "30"]
     out = tmp_path / "out"
     rc = main(["--framework", framework, "--out", str(out), "--tiny", "--skip", "20", *extra, *CLI,
                "--overrides", f"save_path={tmp_path / 'run'}"])
@@ -30,7 +32,11 @@ def test_a_short_run_reports_each_part_per_env_step(tmp_path, framework):
     assert sum(parts[name] for name in top) == pytest.approx(parts["total"])
     if framework == "jax":
         assert parts["step_agent"] > parts["dispatch"] > 0 and parts["update"] == 0
-        assert res["state_packing"] == "all"
+        assert res["state_packing"] == "all" and parts["action_copy"] > 0
+        trace = res["trace"]  # the first 30 counted steps, traced: the step's jitted call once per step
+        assert trace["steps"] == 30
+        (calls,) = [r["per_step"] for r in trace["host"] if r["name"] == "PjitFunction(env_step)"]
+        assert calls >= 1
     else:
         assert parts["update"] > 0 and parts["step_agent"] == 0
     assert "| env |" in (out / "results.md").read_text()

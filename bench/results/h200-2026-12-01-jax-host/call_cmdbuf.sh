@@ -2,7 +2,7 @@
 # Does the JAX agent's per-env-step call re-record XLA's command buffers (CUDA graphs) on every execution?
 # The JAX CLI under bench.loop_breakdown with command_buffer_thunk's log at verbosity 3, under several settings;
 # bench.xla_command_buffers counts the executions and updates. Everything is packed into $OUT/cmdbuf.tgz.
-#   bash bench/results/h200-2026-12-01-cmdbuf/call_cmdbuf.sh
+#   bash bench/results/h200-2026-12-01-jax-host/call_cmdbuf.sh
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=/tmp/jaxcache \
