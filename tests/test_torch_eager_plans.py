@@ -371,3 +371,14 @@ def test_fast_launcher_lookup(gpu, monkeypatch):
     assert L.fast_launcher(_Jit(), *args) is None  # another kernel
     monkeypatch.setattr(L, "INTERPRET", True)
     assert L.fast_launcher(gpu.jit, *args) is None
+
+
+def test_the_launch_signature_holds_the_tensors_device(gpu):
+    """Inputs on another device than a launched signature's (same current device): their own output device."""
+    t = _inputs()
+    args = tuple(t[k] for k in NAMES)
+    L.launch(gpu.jit, *args, 0.99, -5.0, 10.0)
+    meta = tuple(a.to("meta") for a in args)
+    out = L.launch(gpu.jit, *meta, 0.99, -5.0, 10.0)
+    assert out.device.type == "meta" and len(gpu.jit.launches) == 2
+    assert L.fast_launcher(gpu.jit, *meta) is not L.fast_launcher(gpu.jit, *args)

@@ -80,11 +80,12 @@ def _signature(launcher, device, num_warps: int, constexprs: tuple, next_qs, nex
     """Everything Triton (3.6) specialises a launch on, at least: the tensors' dtypes and whether their addresses are
     multiples of 16 bytes, the integer arguments' values (Triton looks at value == 1, divisibility by 16 and the
     32/64-bit range: the strides and B, here with their exact values), the constexprs (`kernel_constexprs`: E, N,
-    BLOCK_N, BR and RPP, which also fix the grid) and the launch options (num_warps); plus the device (one loaded
-    binary per device). The output's alignment is checked by the fast launcher itself (it allocates the output); its
-    row stride is N (a new contiguous (B, N) tensor)."""
-    return (id(launcher), device, constexprs, num_warps, next_qs.stride(), next_log_probs.stride(), reward.stride(0),
-            terminated.stride(0), next_alpha_log_pi.stride(0), next_log_probs.shape[1],
+    BLOCK_N, BR and RPP, which also fix the grid) and the launch options (num_warps); plus the current device (one
+    loaded binary per device) and the tensors' device (the output's). The output's alignment is checked by the fast
+    launcher itself (it allocates the output); its row stride is N (a new contiguous (B, N) tensor)."""
+    return (id(launcher), device, next_log_probs.device, constexprs, num_warps, next_qs.stride(),
+            next_log_probs.stride(), reward.stride(0), terminated.stride(0), next_alpha_log_pi.stride(0),
+            next_log_probs.shape[1],
             next_qs.dtype, next_log_probs.dtype, reward.dtype, terminated.dtype, next_alpha_log_pi.dtype,
             next_qs.data_ptr() & 15, next_log_probs.data_ptr() & 15, reward.data_ptr() & 15,
             terminated.data_ptr() & 15, next_alpha_log_pi.data_ptr() & 15)
