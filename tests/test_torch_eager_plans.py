@@ -4,6 +4,7 @@ A stand-in JIT function, compiled kernel and driver record what would be launche
 the gate lets CPU tensors through to the kernel (TRITON_INTERPRET=1). On the GPU the op's plans are checked bitwise
 against JITFunction.run by bench/gpu_checks.py (fast_launch)."""
 
+import functools
 import importlib
 import inspect
 import logging
@@ -14,7 +15,7 @@ import torch
 from triton.runtime.jit import JITFunction
 
 import torch_impl
-from shared_spec import make_inputs
+from shared_spec import launch_config, make_inputs
 from torch_impl import dispatch, ops
 from triton_kernels import categorical_td_target_kernel
 
@@ -382,3 +383,19 @@ def test_the_launch_signature_holds_the_tensors_device(gpu):
     out = L.launch(gpu.jit, *meta, 0.99, -5.0, 10.0)
     assert out.device.type == "meta" and len(gpu.jit.launches) == 2
     assert L.fast_launcher(gpu.jit, *meta) is not L.fast_launcher(gpu.jit, *args)
+
+
+def test_plans_pass_the_pinned_tiles_per_program(gpu, monkeypatch):
+    """With RPP > 1 pinned (the rule's cap once the GPU sweep sets it), each call signature's plan launches with its
+    own RPP and grid: B = 8 at 4 tiles per program, B = 4 at 2, interleaved, never one for the other."""
+    monkeypatch.setattr(launch_config, "GPU_MAX_RPP", 16)
+    monkeypatch.setattr(launch_config, "GPU_MIN_PROGRAMS", 2)
+    monkeypatch.setattr(L, "_config", functools.lru_cache(maxsize=256)(L.kernel_config))  # no cached pinned configs
+    t8, t4 = _inputs(8), _inputs(4)
+    assert (L._config(8, 101, False)["RPP"], L._config(4, 101, False)["RPP"]) == (4, 2)
+    for _ in range(3):
+        a, b = _op(t8), _op(t4)
+    assert [(grid, kw["RPP"]) for grid, _, kw in gpu.jit.launches] == [((2,), 4), ((2,), 2)]
+    calls = gpu.jit.compiled.calls
+    assert [(c[0], c[-1]) for c in calls] == [(2, 4), (2, 2), (2, 4), (2, 2)]
+    assert _same(calls[2][9:], _bound(t8, a)) and _same(calls[3][9:], _bound(t4, b))

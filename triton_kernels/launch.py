@@ -188,6 +188,7 @@ def _fast(launcher, compiled, device, config: dict | None, constexprs: tuple, nu
     current stream, and Triton's launch hooks (a profiler's hooks get the launch metadata; empty hook chains are
     passed as None, which the launcher skips, as calling an empty chain does)."""
     E, B, N = next_log_probs.shape
+    config = dict(config) if config else None  # the caller's overrides as they were (for the way back to `launch`)
     (qs_e, qs_b), (lps_e, lps_b, lps_n) = next_qs.stride(), next_log_probs.stride()
     r_s, d_s, s_s = reward.stride(0), terminated.stride(0), next_alpha_log_pi.stride(0)
     grid0, out_align, out_device = grid[0], out.data_ptr() & 15, out.device
