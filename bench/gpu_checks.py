@@ -4,12 +4,16 @@
 
 Sections (each guarded: one failure still reports the rest; exits 1 if any check fails):
 - eager_host_time: host microseconds per eager call at B = 512 (E = 2, N = 101, fp32), next to what it is made of:
-  `torch_impl.categorical_td_target` (auto and strict triton), the dispatch alone (the kernel replaced by a no-op),
-  a bare launch of the same Triton kernel (`triton_kernels.launch`, its fast path and through JITFunction.run), the
-  registered custom op `torch.ops.flashsac.categorical_td_target`, an empty custom op with the same arguments, and
-  `torch.empty` of the output. Each timed call is bracketed by `perf_counter_ns` (the launch is asynchronous: this
-  is host time); the device is synchronised between blocks, outside the clock. A cProfile of the op lists where its
-  time goes.
+  `torch_impl.categorical_td_target` (auto, auto under torch.no_grad() as the agent calls it, and strict triton),
+  the dispatch alone (the kernel replaced by a no-op), a bare launch of the same Triton kernel
+  (`triton_kernels.launch`, its fast path and through JITFunction.run), the registered custom op
+  `torch.ops.flashsac.categorical_td_target`, an empty custom op with the same arguments, and `torch.empty` of the
+  output (a size tuple, and sizes as arguments); on CUDA also the launch's parts: the current-stream lookup three
+  ways, the compiled kernel's launcher with prebuilt arguments (and the C launch behind it) and the fast launcher
+  alone. "breakdown" lists them in order. Each timed call is bracketed by `perf_counter_ns` (the launch is
+  asynchronous: this is host time); the device is synchronised between blocks of 500 calls, outside the clock (the
+  launch queue never fills); "loop_mean" is the median over blocks of the block's wall time / calls. A cProfile of
+  the op lists where its time goes.
 - triton: bitwise determinism (100 repeats, plus row-permutation equivariance), torch.compile(fullgraph=True) in
   the default and reduce-overhead modes (bitwise equal to eager, no graph break), CUDA-graph capture and replay with
   new inputs copied in, torch.library.opcheck, autocast (`bench.gpu_triton`'s checks).
@@ -25,6 +29,7 @@ Sections (each guarded: one failure still reports the rest; exits 1 if any check
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -42,15 +47,20 @@ NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi
 HOST_TARGET_US = 20.0  # the eager host-time target at B = 512
 
 
-def host_times(fn: Callable[[], object], calls: int, blocks: int, sync: Callable[[], None]) -> list[float]:
-    """Host microseconds of each of `blocks` x `calls` calls of `fn`, synchronising between blocks (unclocked)."""
+def host_times(fn: Callable[[], object], calls: int, blocks: int, sync: Callable[[], None],
+               loop_means: list[float] | None = None) -> list[float]:
+    """Host microseconds of each of `blocks` x `calls` calls of `fn`, synchronising between blocks (unclocked).
+    With `loop_means`, each block's wall time / calls (the per-call clock reads included) is appended to it."""
     out = []
     for _ in range(blocks):
         sync()
+        start = time.perf_counter_ns()
         for _ in range(calls):
             t0 = time.perf_counter_ns()
             fn()
             out.append((time.perf_counter_ns() - t0) / 1e3)
+        if loop_means is not None:
+            loop_means.append((time.perf_counter_ns() - start) / calls / 1e3)
     sync()
     return out
 
@@ -70,9 +80,82 @@ def _empty_custom_op() -> Callable[..., None]:
     return _EMPTY_OP[0]
 
 
+def _launch_parts(args: tuple, mv: float, inv_delta: float) -> tuple[dict, dict]:
+    """The pieces of one eager launch on CUDA, each a zero-argument callable: the three ways to look up the current
+    stream (Triton's driver as JITFunction.run does it, torch's Stream object, torch's C call the fast launcher
+    makes), the compiled kernel's launcher with prebuilt arguments (Triton's Python CudaLauncher, and the C launch
+    behind it, which the fast launcher calls where the kernel needs no scratch), and the fast launcher alone (no
+    `launch` around it). Returns (variants, checks): the checks say the stream handles agree and a prebuilt launch
+    writes what a bare launch writes. CUDA tensors only (on CPU there is no stream, and the interpreter has no
+    compiled launcher)."""
+    import torch
+    from triton.runtime.driver import driver
+
+    from shared_spec.launch_config import kernel_config
+    from triton_kernels import categorical_td_target_kernel, launch
+    from triton_kernels.launch import fast_launcher, kernel_constexprs, kernel_grid
+
+    variants: dict[str, Callable[[], object]] = {}
+    raw_stream, current = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
+    variants["stream_triton_driver"] = lambda: driver.active.get_current_stream(driver.active.get_current_device())
+    variants["stream_torch_current_stream"] = lambda: torch.cuda.current_stream().cuda_stream
+    variants["stream_raw_c"] = lambda: raw_stream(current())
+    handles = {name: fn() for name, fn in variants.items()}
+    checks = {"stream_handles_agree": len(set(handles.values())) == 1}
+
+    q, lp, r, d, s = args
+    E, B, N = lp.shape
+    cfg = kernel_config(B, N, False)
+    constexprs = kernel_constexprs(categorical_td_target_kernel, cfg, E, N)  # E, N, BLOCK_N, BR, RPP: launch's
+    grid = kernel_grid(B, constexprs)
+    out = torch.empty((B, N), dtype=torch.float32, device=lp.device)
+    bound = (q, *q.stride(), lp, *lp.stride(), r, r.stride(0), d, d.stride(0), s, s.stride(0), out, out.stride(0), B,
+             GAMMA, mv, inv_delta, *constexprs)
+    # Every parameter positionally, the constexprs too (JITFunction.run binds them by the kernel's signature).
+    compiled = categorical_td_target_kernel[grid](*bound, num_warps=cfg["num_warps"])
+    run, function, packed, stream, g0 = compiled.run, compiled.function, compiled.packed_metadata, raw_stream(
+        current()), grid[0]
+    variants["compiled_run_prebuilt"] = lambda: run(g0, 1, 1, stream, function, packed, None, None, None, *bound)
+    if getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0:
+        c_launch, coop, pdl = run.launch, run.launch_cooperative_grid, run.launch_pdl
+        variants["c_launch_prebuilt"] = lambda: c_launch(g0, 1, 1, stream, function, coop, pdl, None, None, packed,
+                                                         None, None, None, *bound)
+    ref = launch(categorical_td_target_kernel, *args, GAMMA, mv, inv_delta)
+    fast = fast_launcher(categorical_td_target_kernel, *args)
+    checks["fast_launcher_cached"] = fast is not None
+    if fast is not None:
+        variants["fast_launcher_direct"] = lambda: fast(q, lp, r, d, s, GAMMA, mv, inv_delta)
+    for name in ("compiled_run_prebuilt", "c_launch_prebuilt"):
+        if name in variants:
+            out.fill_(0.5)
+            variants[name]()
+            checks[f"{name}_equals_bare_launch"] = bool(torch.equal(out.nan_to_num(-1.0), ref.nan_to_num(-1.0)))
+    return variants, checks
+
+
+NO_GRAD_VARIANTS = ("op_auto_no_grad",)  # timed under torch.no_grad(): no requires_grad reads
+# The itemised host time of one eager call: (label, variant). Absent variants (CPU) are left out.
+BREAKDOWN = (("a torch.empty((512, 101), device) of the output", "torch_empty_output"),
+             ("a' torch.empty(512, 101, ...): sizes as arguments (what the fast launcher does)",
+              "torch_empty_sizes_as_args"),
+             ("b stream lookup: Triton's driver (JITFunction.run, the old fast path)", "stream_triton_driver"),
+             ("b stream lookup: torch.cuda.current_stream().cuda_stream", "stream_torch_current_stream"),
+             ("b stream lookup: torch._C._cuda_getCurrentRawStream(_cuda_getDevice()) (the fast launcher)",
+              "stream_raw_c"),
+             ("c compiled.run with prebuilt arguments (Triton's CudaLauncher)", "compiled_run_prebuilt"),
+             ("c' compiled.run.launch with prebuilt arguments (the C launch alone)", "c_launch_prebuilt"),
+             ("d launch(...): the fast path", "bare_launch"),
+             ("d' the fast launcher alone (no launch() around it)", "fast_launcher_direct"),
+             ("e the whole op (backend auto)", "op_auto"),
+             ("e the whole op under torch.no_grad() (as the agent calls it)", "op_auto_no_grad"),
+             ("e the whole op with the kernel replaced by a no-op (the dispatch alone)", "dispatch_only"),
+             ("f an empty torch custom op with the op's arguments", "empty_custom_op"),
+             ("g launch(..., fast=False): JITFunction.run", "bare_launch_jit_run"))
+
+
 def eager_host_time(device: str = "cuda", B: int = 512, calls: int = 500, blocks: int = 6, warmup: int = 20) -> dict:
-    """Host time per eager call of the op and of its parts (see the module docstring). Variants are interleaved
-    block by block, so they see the same machine state."""
+    """Host time per eager call of the op and of its parts (see the module docstring), itemised in "breakdown".
+    Variants are interleaved block by block, so they see the same machine state."""
     import torch
 
     import torch_impl
@@ -88,9 +171,10 @@ def eager_host_time(device: str = "cuda", B: int = 512, calls: int = 500, blocks
 
     empty_op = _empty_custom_op()
     real = dispatch.IMPLEMENTATIONS["triton"]
+    noop = lambda *a: None  # one object: the op's eager plan for it is reused (a new lambda would be a new entry)
 
     def dispatch_only() -> object:
-        dispatch.IMPLEMENTATIONS["triton"] = lambda *a: None
+        dispatch.IMPLEMENTATIONS["triton"] = noop
         try:
             return torch_impl.categorical_td_target(**t, gamma=GAMMA)
         finally:
@@ -98,6 +182,7 @@ def eager_host_time(device: str = "cuda", B: int = 512, calls: int = 500, blocks
 
     variants: dict[str, Callable[[], object]] = {
         "op_auto": lambda: torch_impl.categorical_td_target(**t, gamma=GAMMA),
+        "op_auto_no_grad": lambda: torch_impl.categorical_td_target(**t, gamma=GAMMA),  # timed under no_grad
         "op_triton_strict": lambda: torch_impl.categorical_td_target(**t, gamma=GAMMA, backend="triton",
                                                                      strict=True),
         "bare_launch": lambda: launch(categorical_td_target_kernel, *args, GAMMA, mv, inv_delta),
@@ -105,6 +190,7 @@ def eager_host_time(device: str = "cuda", B: int = 512, calls: int = 500, blocks
         "registered_custom_op": lambda: torch.ops.flashsac.categorical_td_target(*args, GAMMA, mv, inv_delta),
         "empty_custom_op": lambda: empty_op(*args, GAMMA, mv, inv_delta),
         "torch_empty_output": lambda: torch.empty((B, 101), dtype=torch.float32, device=device),
+        "torch_empty_sizes_as_args": lambda: torch.empty(B, 101, dtype=torch.float32, device=device),
         "dispatch_only": dispatch_only,
     }
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -113,18 +199,33 @@ def eager_host_time(device: str = "cuda", B: int = 512, calls: int = 500, blocks
         got = variants[name]()
         if not torch.equal(torch.nan_to_num(got, nan=-1.0), torch.nan_to_num(ref, nan=-1.0)):
             raise AssertionError(f"{name} differs from the bare launch")
+    parts, checks = _launch_parts(args, mv, inv_delta) if device == "cuda" else ({}, {})
+    variants.update(parts)
     for fn in variants.values():  # warm-up: compilation, caches
         for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {name: [] for name in variants}
+    loops: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(blocks):
         for name, fn in variants.items():
-            samples[name] += host_times(fn, calls, 1, sync)
+            with torch.no_grad() if name in NO_GRAD_VARIANTS else contextlib.nullcontext():
+                samples[name] += host_times(fn, calls, 1, sync, loops[name])
     res: dict = {"B": B, "device": device, "calls_per_variant": calls * blocks, "target_us": HOST_TARGET_US,
                  "us": {name: {"median": statistics.median(v), "p10": float(np.percentile(v, 10)),
-                               "p90": float(np.percentile(v, 90)), "mean": statistics.fmean(v)}
+                               "p90": float(np.percentile(v, 90)), "mean": statistics.fmean(v),
+                               "loop_mean": statistics.median(loops[name])}
                         for name, v in samples.items()}}
     res["op_auto_meets_target"] = res["us"]["op_auto"]["median"] <= HOST_TARGET_US
+    res["launch_parts"] = checks
+    us = res["us"]
+    res["breakdown"] = [{"part": label, "variant": name, "median_us": us[name]["median"],
+                         "loop_mean_us": us[name]["loop_mean"]} for label, name in BREAKDOWN if name in us]
+    derived = {"op_minus_fast_path_launch": ("op_auto", "bare_launch"),
+               "op_minus_fast_launcher": ("op_auto", "fast_launcher_direct"),
+               "fast_launcher_minus_c_launch": ("fast_launcher_direct", "c_launch_prebuilt"),
+               "cuda_launcher_python": ("compiled_run_prebuilt", "c_launch_prebuilt"),
+               "op_minus_empty_custom_op": ("op_auto", "empty_custom_op")}
+    res["derived_us"] = {k: us[a]["median"] - us[b]["median"] for k, (a, b) in derived.items() if a in us and b in us}
     # Where the op's host time goes (cProfile adds its own overhead per Python call; the shares are what matter).
     prof = cProfile.Profile()
     prof.enable()
@@ -141,9 +242,11 @@ def eager_host_time(device: str = "cuda", B: int = 512, calls: int = 500, blocks
 def fast_launch(device: str = "cuda", cases: list[dict] | None = None) -> dict:
     """The eager fast path of `triton_kernels.launch` (compiled launcher called directly) gives the same bits as
     JITFunction.run on launch signatures that differ in what Triton specialises on: B (1, odd, multiple of 16),
-    16-byte aligned and misaligned log-prob rows, chunk views, transposed log-probs, E, N, 16-bit log-probs."""
+    16-byte aligned and misaligned log-prob rows, chunk views, transposed log-probs, E, N, 16-bit log-probs; and so
+    does the op (`torch_impl.categorical_td_target`, whose repeat calls go through its eager plan)."""
     import torch
 
+    import torch_impl
     from shared_spec import make_inputs
     from torch_impl.reference import support_constants
     from triton_kernels import categorical_td_target_kernel, launch
@@ -168,6 +271,9 @@ def fast_launch(device: str = "cuda", cases: list[dict] | None = None) -> dict:
             mv, inv_delta = support_constants(args[1].shape[2], -5.0, 5.0)
             slow = launch(categorical_td_target_kernel, *args, GAMMA, mv, inv_delta, fast=False)
             fast = [launch(categorical_td_target_kernel, *args, GAMMA, mv, inv_delta) for _ in range(3)]
+            # the op's eager plans: its first call launches through `launch`, the next ones call the fast launcher
+            fast += [torch_impl.categorical_td_target(**t, gamma=GAMMA, backend="triton", strict=True)
+                     for _ in range(3)]
             same = all(torch.equal(torch.nan_to_num(f, nan=-1.0), torch.nan_to_num(slow, nan=-1.0)) for f in fast)
             out[f"{json.dumps(case)} {name}"] = same
             ok &= same
@@ -285,7 +391,7 @@ def failures(res: dict) -> list[str]:
     def walk(path: str, v: object) -> None:
         if isinstance(v, dict):
             for k, w in v.items():
-                if k in ("us", "cprofile_op_auto", "section_seconds", "env"):
+                if k in ("us", "breakdown", "derived_us", "cprofile_op_auto", "section_seconds", "env"):
                     continue
                 walk(f"{path}.{k}" if path else k, w)
         elif v is False or (isinstance(v, str) and v.startswith("FAILED")):
@@ -330,7 +436,13 @@ def main() -> int:
     eager = res.get("eager_host_time")
     if isinstance(eager, dict):
         for name, v in eager["us"].items():
-            print(f"host us {name:<22} median {v['median']:7.2f}  p10 {v['p10']:7.2f}  p90 {v['p90']:7.2f}")
+            print(f"host us {name:<28} median {v['median']:7.2f}  p10 {v['p10']:7.2f}  p90 {v['p90']:7.2f}  "
+                  f"loop mean {v['loop_mean']:7.2f}")
+        print("breakdown (host us per call: median of per-call clocks | median over blocks of block time / calls):")
+        for row in eager["breakdown"]:
+            print(f"  {row['median_us']:7.2f} | {row['loop_mean_us']:7.2f}  {row['part']}")
+        for name, v in eager["derived_us"].items():
+            print(f"  {v:7.2f}  {name}")
         print(eager["cprofile_op_auto"][:3000])
     print("FAILED: " + ", ".join(res["failures"]) if res["failures"] else "OK: every check passed", flush=True)
     return 1 if res["failures"] else 0

@@ -71,6 +71,7 @@ class Dispatcher:
         self._describe = describe
         self._decisions: dict[tuple[str, Hashable], Decision] = {}
         self._fallback_count = 0
+        self._reset_hooks: list[Callable[[], None]] = []
 
     # ----------------------------------------------------------------------------------------------- registration
 
@@ -80,6 +81,10 @@ class Dispatcher:
         if gate is not None:
             self.gates[name] = gate
         self.import_errors.pop(name, None)
+
+    def add_reset_hook(self, hook: Callable[[], None]) -> None:
+        """Call `hook` whenever `reset` forgets the decisions (a framework's caches built on them)."""
+        self._reset_hooks.append(hook)
 
     def register_import_error(self, name: str, exc: BaseException) -> None:
         """Record why backend `name` could not be imported; it becomes the fallback reason."""
@@ -177,6 +182,8 @@ class Dispatcher:
         return {"fallback_count": self._fallback_count}
 
     def reset(self) -> None:
-        """Forget cached decisions and counters (tests)."""
+        """Forget cached decisions and counters (tests), and whatever the reset hooks cache on them."""
         self._decisions.clear()
         self._fallback_count = 0
+        for hook in self._reset_hooks:
+            hook()

@@ -165,6 +165,40 @@ def test_a_kernel_without_rpp_gets_one_tile_per_program(gpu_like):
         L.launch(jit, *args, 0.99, -5.0, 10.0, config={"RPP": 2})
 
 
+def test_a_fast_launcher_built_for_one_rpp_is_never_reused_for_another(gpu_like):
+    jit, args = _Jit(), _inputs(37)
+    for rpp in (1, 1, 4, 4, 1, 4):  # same inputs, tiles per program switched back and forth
+        L.launch(jit, *args, 0.99, -5.0, 10.0, config={"RPP": rpp})
+    assert [(grid, constexprs["RPP"]) for grid, _, constexprs in jit.launches] == [((37,), 1), ((10,), 4)]
+    # the repeats: each through the fast launcher of its own RPP (the grid and the last parameter follow it)
+    assert [(call[0], call[-1]) for call in jit.compiled.calls] == [(37, 1), (10, 4), (37, 1), (10, 4)]
+    L.fast_launcher(jit, *args)(*args, 0.99, -5.0, 10.0)  # the pinned configuration's (RPP 1 until timed)
+    assert jit.compiled.calls[-1][0] == 37 and jit.compiled.calls[-1][-1] == L.kernel_config(37, 101, False)["RPP"]
+
+
+def test_a_kernel_without_rpp_keeps_one_tile_per_program_under_a_pinned_rpp(gpu_like, monkeypatch):
+    """A pinned RPP > 1 (once the sweep sets it) never reaches a kernel without the parameter, on any path: the first
+    launch, its fast launcher, and the fast launcher's way back through `launch` on another current device."""
+    class OldJit(_Jit):
+        arg_names = [n for n in categorical_td_target_kernel.arg_names if n != "RPP"]
+
+    pinned = L.kernel_config(8, 101, False)
+    monkeypatch.setattr(L, "_config", lambda B, N, interpret: dict(pinned, RPP=4))
+    state = SimpleNamespace(device=0)
+    monkeypatch.setattr(L, "driver", SimpleNamespace(active=SimpleNamespace(
+        get_current_device=lambda: state.device, get_current_stream=lambda d: 77)))
+    jit, new, args = OldJit(), _Jit(), _inputs(8)
+    L.launch(jit, *args, 0.99, -5.0, 10.0)  # JITFunction.run
+    fast = L.fast_launcher(jit, *args)
+    fast(*args, 0.99, -5.0, 10.0)
+    assert len(jit.compiled.calls[0][9:]) == len(OldJit.arg_names) and jit.compiled.calls[0][0] == 8
+    state.device = 1
+    fast(*args, 0.99, -5.0, 10.0)  # another current device: back through launch, no ValueError
+    assert [(grid, "RPP" in constexprs) for grid, _, constexprs in jit.launches] == [((8,), False), ((8,), False)]
+    L.launch(new, *args, 0.99, -5.0, 10.0)  # a kernel with the parameter gets the pinned RPP 4
+    (grid, _, constexprs), = new.launches
+    assert grid == (2,) and constexprs["RPP"] == 4
+
 def test_takes_rpp_reads_a_real_jit_functions_parameters():
     """A real JITFunction (not the stand-in) of the baseline kernel file has no RPP parameter; Triton 3.6's
     JITFunction carries a `kernel` attribute of its own (None), which must not be taken for wrap_triton's."""

@@ -12,8 +12,9 @@ import triton
 from shared_spec.launch_config import MAX_E, MAX_N
 from torch_impl.reference import support_constants
 from triton_kernels import INTERPRET, categorical_td_target_kernel, launch
+from triton_kernels.launch import FastLauncher, fast_launcher
 
-__all__ = ["INTERPRET", "TESTED_TRITON", "categorical_td_target_triton", "triton_gate"]
+__all__ = ["INTERPRET", "TESTED_TRITON", "categorical_td_target_triton", "eager_launcher", "triton_gate"]
 
 # The pip triton versions this kernel was validated with (CPU interpreter: 3.6.0; H200: 3.6.0 under torch 2.11).
 TESTED_TRITON = ("3.6",)
@@ -68,9 +69,20 @@ def categorical_td_target_triton(next_qs, next_log_probs, reward, terminated, ne
     Under torch.compile / export the registered op is called, so Inductor sees the kernel (no graph break). In eager
     mode the same kernel is launched directly: the custom-op dispatch would add host time to a launch-bound op.
     """
-    mv, inv_delta = support_constants(next_log_probs.shape[2], min_v, max_v)
     # (B,) and (B, 1) per-row inputs both index rows with stride(0): no reshape needed.
-    args = (next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, float(gamma), mv, inv_delta)
     if torch.compiler.is_compiling():
-        return torch.ops.flashsac.categorical_td_target(*args)
-    return launch(categorical_td_target_kernel, *args)
+        mv, inv_delta = support_constants(next_log_probs.shape[2], min_v, max_v)
+        return torch.ops.flashsac.categorical_td_target(next_qs, next_log_probs, reward, terminated,
+                                                        next_alpha_log_pi, float(gamma), mv, inv_delta)
+    mv, inv_delta = support_constants.eager(next_log_probs.shape[2], min_v, max_v)
+    return launch(categorical_td_target_kernel, next_qs, next_log_probs, reward, terminated, next_alpha_log_pi,
+                  float(gamma), mv, inv_delta)
+
+
+def eager_launcher(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi) -> FastLauncher | None:
+    """The kernel's fast launcher for these inputs' launch signature once `categorical_td_target_triton` launched
+    them eagerly on the GPU (else None): `fast(*tensors, gamma, min_v, inv_delta)` with support_constants' min_v and
+    1 / Delta is that eager call without its Python around the launch (torch_impl/dispatch.py keeps it per input
+    signature)."""
+    return fast_launcher(categorical_td_target_kernel, next_qs, next_log_probs, reward, terminated,
+                         next_alpha_log_pi)

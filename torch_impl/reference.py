@@ -24,6 +24,7 @@ def compile_safe_cache(fn: Callable[..., T]) -> Callable[..., T]:
     def call(*args: Any) -> T:
         return fn(*args) if torch.compiler.is_compiling() else cached(*args)
 
+    call.eager = cached  # type: ignore[attr-defined]  # for callers that already know they run eagerly
     return call
 
 
