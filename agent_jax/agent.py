@@ -47,6 +47,9 @@ _REPLAY_KEY_STREAM = 2  # the replay sampler's key: jax.random.fold_in(PRNGKey(s
 STATE_PACKING: str | None = "matrices"
 """How ``step`` hands the state to ``env_step``: an ``agent_jax.packing`` mode, or None for the AgentState's own
 leaves. Packing cuts the host time of the per-env-step dispatch (docs/flashsac.md, "JAX training loop")."""
+STEP_ACTION_ON_HOST = False
+"""Whether ``env_step`` writes the action to pinned host memory inside its program (``env_step(host_action=...)``)
+instead of leaving it on the device for a transfer after the program."""
 
 
 def resolve_device(device_type: str) -> jax.Device:
@@ -330,7 +333,7 @@ class FlashSACAgent:
                 compiling.wait()  # compiled in the background (``precompile_step``): wait rather than compile twice
         new_state, storage.replay, action = env_step(self._step_state(), storage.replay, packed, self.ctx,
                                                      **dict(key))
-        if action is not None:
+        if action is not None and not STEP_ACTION_ON_HOST:
             action.copy_to_host_async()  # queued behind the program: the read below does not start a second wait
         if isinstance(new_state, PackedTree):
             self._state, self._packed = None, new_state
@@ -395,7 +398,8 @@ class FlashSACAgent:
         """``env_step``'s static arguments for one call, as a hashable key (``precompile_step``)."""
         return (("actor_def", self._actor_def), ("num_envs", int(num_envs)),
                 ("observation_dim", self.observation_dim), ("action_dim", self.action_dim), ("insert", insert),
-                ("updates", updates), ("act", act), ("batch_size", int(self.cfg.agent.sample_batch_size)))
+                ("updates", updates), ("act", act), ("batch_size", int(self.cfg.agent.sample_batch_size)),
+                ("host_action", bool(STEP_ACTION_ON_HOST and act)))
 
     def _zeros_metrics(self) -> jax.Array:
         return jax.device_put(np.zeros(len(METRIC_NAMES), np.float32), self.device)  # committed, as the rest

@@ -175,10 +175,10 @@ def _add_metrics(replay: DeviceReplay, info: dict[str, Array]) -> DeviceReplay:
 
 
 @functools.partial(jax.jit, static_argnames=("actor_def", "num_envs", "observation_dim", "action_dim", "insert",
-                                             "updates", "act", "batch_size"), donate_argnums=(0, 1))
+                                             "updates", "act", "batch_size", "host_action"), donate_argnums=(0, 1))
 def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext, *, actor_def: Any, num_envs: int,
              observation_dim: int, action_dim: int, insert: bool, updates: tuple[bool, ...], act: bool,
-             batch_size: int) -> tuple[Any, DeviceReplay, Array | None]:
+             batch_size: int, host_action: bool = False) -> tuple[Any, DeviceReplay, Array | None]:
     """One env step of device work: [store rows] -> [update(s) on sampled batches] -> [next action].
 
     Args:
@@ -196,6 +196,8 @@ def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext
         updates: one flag per due update: whether it updates the actor and the temperature first.
         act: whether to return the next action.
         batch_size: B.
+        host_action: the program itself writes the action to pinned host memory (``jax.memory.Space.Host``), so
+            reading it needs no device-to-host transfer after the program (``STEP_ACTION_ON_HOST``).
 
     Returns:
         (new AgentState in the form it came in, new DeviceReplay, (E, A) action or None).
@@ -228,6 +230,8 @@ def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext
     if act:
         action = policy_actions(actor_def, state.actor.params, state.actor.batch_stats, observation, noise,
                                 deterministic=False)  # (E, A)
+        if host_action:
+            action = jax.device_put(action, jax.memory.Space.Host)  # the same values, in pinned host memory
     if layout is not None:
         state = pack_like(state, layout)
     return state, replay, action

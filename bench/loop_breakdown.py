@@ -274,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny networks (CPU smoke runs)")
     parser.add_argument("--packing", choices=("default", "none", "matrices", "all"), default="default",
                         help="JAX: how the agent hands its state to env_step (agent_jax.agent.STATE_PACKING)")
+    parser.add_argument("--host-action", choices=("default", "on", "off"), default="default",
+                        help="JAX: whether env_step writes the action to pinned host memory in its program "
+                        "(agent_jax.agent.STEP_ACTION_ON_HOST)")
     parser.add_argument("--cprofile", action="store_true", help="cProfile the counted steps (top functions in the "
                         "report; the profiler slows them down, so the µs are not comparable)")
     parser.add_argument("--jax-trace", default=None, metavar="DIR",
@@ -303,7 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.packing != "default":
             saved.append((jax_agent, "STATE_PACKING", jax_agent.STATE_PACKING))
             jax_agent.STATE_PACKING = None if args.packing == "none" else args.packing
-        settings = {"state_packing": jax_agent.STATE_PACKING}
+        if args.host_action != "default":
+            saved.append((jax_agent, "STEP_ACTION_ON_HOST", jax_agent.STEP_ACTION_ON_HOST))
+            jax_agent.STEP_ACTION_ON_HOST = args.host_action == "on"
+        settings = {"state_packing": jax_agent.STATE_PACKING, "step_action_on_host": jax_agent.STEP_ACTION_ON_HOST}
     else:
         from agent_torch.train import main as cli_main
     try:
