@@ -47,7 +47,7 @@ _REPLAY_KEY_STREAM = 2  # the replay sampler's key: jax.random.fold_in(PRNGKey(s
 STATE_PACKING: str | None = "matrices"
 """How ``step`` hands the state to ``env_step``: an ``agent_jax.packing`` mode, or None for the AgentState's own
 leaves. Packing cuts the host time of the per-env-step dispatch (docs/flashsac.md, "JAX training loop")."""
-STEP_ACTION_ON_HOST = False
+STEP_ACTION_ON_HOST = True
 """Whether ``env_step`` writes the action to pinned host memory inside its program (``env_step(host_action=...)``)
 instead of leaving it on the device for a transfer after the program."""
 
