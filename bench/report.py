@@ -1,11 +1,11 @@
 """Regenerate README.md's "Performance" section from the committed H200 results.
 
-    python -m bench.report bench/results/h200-2026-12-01-kernel-v2 bench/results/h200-2026-11-29-agents \\
+    python -m bench.report bench/results/h200-2026-12-01-kernel-rpp bench/results/h200-2026-11-29-agents \\
         bench/results/h200-2026-11-29 bench/results/h200x2-2026-11-29-agents bench/results/h200-2026-11-29-update-speed
 
-The first folder holds the kernel results of one `bench/gpu_kernel_checks.sh` call (bitwise/, checks/), the
-optional second one the agents' seed-0 runs
-(agent_*_halfcheetah_seed0/summary.json), any further ones more JAX runs (agent_jax*_halfcheetah_seed*/); the kernel
+The first folder holds the kernel results of `bench/gpu_kernel_checks.sh` (bitwise/, checks/; one call or its two
+halves), the optional second one the agents' seed-0 runs (agent_*_halfcheetah_seed0/summary.json), any further ones
+more JAX runs (agent_jax*_halfcheetah_seed*/); the kernel
 harness (harness/results.json), the paired training benchmark (paired/results.json) and the torch vs JAX update
 comparison (compare/*.json, bench/gpu_update_compare.py) come from the last agents folder that has them.
 
@@ -62,8 +62,9 @@ def section(folder: str) -> str:
     rounds = len(next(iter(next(iter(sizes.values()))["times"].values()))["all"])
     bw = timing["copy_bandwidth_bytes_per_s"] / 1e12
     out = [f"Measured on an {env['gpu']} on {env['date'][:10]} (torch {env['torch']}, triton {env['triton']}, "
-           f"jax {env['jax']}, Python {env['python']}) by `bash bench/gpu_kernel_checks.sh`; raw data, commands and "
-           f"notes in [`{folder}`]({folder}/README.md). Microseconds per call, median (min-max) of {rounds} rounds "
+           f"jax {env['jax']}, Python {env['python']}) by `bench.gpu_bitwise` and `bench.gpu_checks` (the two halves "
+           f"of `bash bench/gpu_kernel_checks.sh`); raw data, commands and notes in [`{folder}`]({folder}/README.md). "
+           f"Microseconds per call, median (min-max) of {rounds} rounds "
            "in one process, every variant once per round: torch sides by CUDA-graph replay of 20 calls, the "
            "baseline is upstream FlashSAC's two `torch.compile`d functions (`bench/upstream.py`); Pallas as device "
            "time per call, a jitted loop of dependent calls minus the same loop without the kernel. Ratios are the "
@@ -99,7 +100,7 @@ def section(folder: str) -> str:
             f"{max(r['max_err_vs_float64'] for r in b['rows']):.2g}."]
     failed = chk["failures"]
     passed = [what for key, what in CHECKS.items() if key in chk and not any(f.startswith(key + ".") for f in failed)]
-    out += ["", "Contract checks (`bench.gpu_checks`, same call): " + (
+    out += ["", "Contract checks (`bench.gpu_checks`): " + (
         "all passed: " if not failed else "FAILED: " + ", ".join(failed) + "; passed: ") + "; ".join(passed) + "."]
     return "\n".join(out)
 

@@ -26,9 +26,11 @@ from typing import Any
 
 from bench.common import fmt, json_block, write_results
 
-_EXECUTE = re.compile(r"Execute command buffer on device #(\d+); num_executions=(\d+)")
-_UPDATE = re.compile(r"Update command buffer on device #(\d+).*?after (\d+) executions.*?num_commands=(\d+)"
-                     r"(?:; updated_allocs=(\d+))?")
+# "Execute command buffer on device #0; ..." or (jaxlib 0.11.2) "[0] Execute command buffer; ..."
+_EXECUTE = re.compile(r"Execute command buffer(?: on device #\d+)?; num_executions=(\d+)")
+# "Update command buffer on device #0 by recoding ..." or (jaxlib 0.11.2) "[0] Create/Update command buffer by ..."
+_UPDATE = re.compile(r"Update command buffer (?:on device #\d+ )?by recoding.*?after (\d+) executions.*?"
+                     r"num_commands=(\d+)(?:; updated_allocs=(\d+))?")
 _UPDATED = re.compile(r"Updated command buffer in (\d+) \S+; num_commands=(\d+)")
 _INITIALIZED = re.compile(r"Initialized command buffer on device #\d+ in (\d+) \S+; num_commands=(\d+)")
 _WARMUP = re.compile(r"Executing warm up iteration of command buffer thunk")
@@ -54,16 +56,16 @@ def summarize(lines: list[str], samples: int = 12) -> dict[str, Any]:
         if len(first) < samples:
             first.append(line.rstrip()[-300:])
         if m := _UPDATE.search(line):
-            updates[m.group(3)] += 1
-            if m.group(4) is not None:
-                changed[m.group(3)][int(m.group(4))] += 1
+            updates[m.group(2)] += 1
+            if m.group(3) is not None:
+                changed[m.group(2)][int(m.group(3))] += 1
         elif m := _UPDATED.search(line):
             update_us[m.group(2)].append(float(m.group(1)))
         elif m := _INITIALIZED.search(line):
             init_us[m.group(2)].append(float(m.group(1)))
         elif m := _EXECUTE.search(line):
             executions += 1
-            since_update[min(int(m.group(2)), 10)] += 1
+            since_update[min(int(m.group(1)), 10)] += 1
         elif _WARMUP.search(line):
             warmups += 1
     per_size = {}

@@ -20,6 +20,7 @@ from agent_jax.step import (
     METRIC_NAMES,
     DeviceRowStorage,
     create_device_replay,
+    env_step,
     insert_rows,
     row_width,
     sample_batch,
@@ -295,3 +296,36 @@ def test_background_compilation_serves_the_first_fused_steps(caplog):
         if not warm_up:
             np.testing.assert_array_equal(action, expected)
     assert not agent._precompiling  # both programs were used
+
+
+def test_action_in_pinned_host_memory_is_the_device_action_bitwise(monkeypatch):
+    """``env_step(host_action=True)`` (the default, ``STEP_ACTION_ON_HOST``) hands back the action in pinned host
+    memory, with the values of the device action; the two agents' whole steps (updates included) stay bitwise equal."""
+    from agent_jax import agent as agent_module
+
+    assert agent_module.STEP_ACTION_ON_HOST
+    actions, states = {}, {}
+    for on_host in (True, False):
+        monkeypatch.setattr(agent_module, "STEP_ACTION_ON_HOST", on_host)
+        agent = _agent()
+        storage = agent.replay_storage(64)
+        buffer = replay_buffer(64, storage)
+        rng = np.random.default_rng(9)
+        out = []
+        for i in range(BATCH + 6):
+            t = random_transition(rng)
+            buffer.add(*t)
+            noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
+            out.append(agent.step(t[5], noise, int(i >= BATCH), 1.0))
+        actions[on_host] = np.stack(out)
+        states[on_host] = jax.tree_util.tree_leaves(jax.device_get(agent.state))
+        if on_host:  # the program's own result: the action lives in pinned host memory
+            key = agent._step_key(NUM_ENVS, True, (True,), True)
+            assert dict(key)["host_action"]
+            _, storage.replay, action = env_step(agent._step_state(), storage.replay,
+                                                 np.zeros(NUM_ENVS * (row_width(OBS_DIM, ACT_DIM) + OBS_DIM + ACT_DIM)
+                                                          + 1, np.float32), agent.ctx, **dict(key))
+            assert action.sharding.memory_kind == "pinned_host"
+    np.testing.assert_array_equal(actions[True], actions[False])
+    for a, b in zip(states[True], states[False], strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

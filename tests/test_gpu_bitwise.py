@@ -17,7 +17,7 @@ def test_case_matrix_covers_tails_of_the_pinned_tiles_per_program(monkeypatch):
     from shared_spec import launch_config
     from shared_spec.launch_config import kernel_config
 
-    monkeypatch.setattr(launch_config, "GPU_MAX_RPP", 16)  # the rule's cap once timed (pinned at 1 until then)
+    monkeypatch.setattr(launch_config, "GPU_MAX_RPP", 16)  # the pinned cap, kept here if it is ever changed
 
     cases = gpu_bitwise._cases(quick=False)
     tails = [c for c in cases if kernel_config(c["B"], c.get("N", 101), False)["RPP"] > 1

@@ -56,9 +56,9 @@ def test_xla_command_buffer_log_counts_updates_and_executions(tmp_path):
         "buffer cmd sequence after 1 executions since last update; num_commands=300; updated_allocs=2",
         "I1201 12:00:00.3 1 command_buffer_thunk.cc:270] Updated command buffer in 450 μs; num_commands=300",
         "I1201 12:00:00.4 1 command_buffer_thunk.cc:280] Execute command buffer on device #0; num_executions=1",
-        "I1201 12:00:00.5 1 command_buffer_thunk.cc:280] Execute command buffer on device #0; num_executions=2",
-        "I1201 12:00:00.6 1 command_buffer_thunk.cc:250] Update command buffer on device #0 by recoding command "
-        "buffer cmd sequence after 2 executions since last update; num_commands=7; updated_allocs=1",
+        "I1201 12:00:00.5 1 command_buffer_thunk.cc:371] [0] Execute command buffer; num_executions=2",  # 0.11.2
+        "I1201 12:00:00.6 1 command_buffer_thunk.cc:336] [0] Create/Update command buffer by recoding command buffer "
+        "cmd sequence after 2 executions since last update; num_commands=7; updated_allocs=1; is_first_record=false",
         "I1201 12:00:00.7 1 command_buffer_thunk.cc:270] Updated command buffer in 30 μs; num_commands=7",
         "I1201 12:00:00.8 1 command_buffer_thunk.cc:280] Execute command buffer on device #0; num_executions=1",
         "I1201 12:00:00.9 1 some_other.cc:1] unrelated",

@@ -24,12 +24,13 @@ def test_readme_performance_section_is_current():
 
 def test_report_uses_every_committed_result_folder():
     # a result folder the report can read (agent runs, harness, paired benchmark), committed but left out of the
-    # generating command, would never reach the README; of the kernel folders (one gpu_kernel_checks call each) the
-    # newest is the report's first argument, the older ones measured earlier kernels
+    # generating command, would never reach the README; of the kernel folders (gpu_kernel_checks results) the newest
+    # measurement (its recorded date and time) is the report's first argument, the older ones measured earlier kernels
     kinds = ("agent_*/summary.json", "harness/results.json", "paired/results.json", "compare/*.json")
     folders = {f for f in glob.glob("bench/results/h200*") if any(glob.glob(os.path.join(f, k)) for k in kinds)}
-    kernels = sorted(f for f in glob.glob("bench/results/h200*") if os.path.isfile(os.path.join(f, "bitwise",
-                                                                                                  "results.json")))
+    kernels = sorted((f for f in glob.glob("bench/results/h200*") if os.path.isfile(os.path.join(f, "bitwise",
+                                                                                                   "results.json"))),
+                     key=lambda f: json.load(open(os.path.join(f, "bitwise", "results.json")))["env"]["date"])
     args = _report_args()
     assert folders and kernels and args[0] == kernels[-1]
     assert folders | {kernels[-1]} == set(args)

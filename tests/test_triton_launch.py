@@ -172,12 +172,12 @@ def test_a_fast_launcher_built_for_one_rpp_is_never_reused_for_another(gpu_like)
     assert [(grid, constexprs["RPP"]) for grid, _, constexprs in jit.launches] == [((37,), 1), ((10,), 4)]
     # the repeats: each through the fast launcher of its own RPP (the grid and the last parameter follow it)
     assert [(call[0], call[-1]) for call in jit.compiled.calls] == [(37, 1), (10, 4), (37, 1), (10, 4)]
-    L.fast_launcher(jit, *args)(*args, 0.99, -5.0, 10.0)  # the pinned configuration's (RPP 1 until timed)
+    L.fast_launcher(jit, *args)(*args, 0.99, -5.0, 10.0)  # the pinned configuration's (RPP 1 at B = 37)
     assert jit.compiled.calls[-1][0] == 37 and jit.compiled.calls[-1][-1] == L.kernel_config(37, 101, False)["RPP"]
 
 
 def test_a_kernel_without_rpp_keeps_one_tile_per_program_under_a_pinned_rpp(gpu_like, monkeypatch):
-    """A pinned RPP > 1 (once the sweep sets it) never reaches a kernel without the parameter, on any path: the first
+    """A pinned RPP > 1 (large B) never reaches a kernel without the parameter, on any path: the first
     launch, its fast launcher, and the fast launcher's way back through `launch` on another current device."""
     class OldJit(_Jit):
         arg_names = [n for n in categorical_td_target_kernel.arg_names if n != "RPP"]
