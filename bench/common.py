@@ -244,7 +244,6 @@ def trace_events(path: str) -> list[dict[str, Any]]:
 
     files = [path] if path.endswith(".json.gz") else sorted(glob.glob(os.path.join(path, "**", "*.trace.json.gz"),
                                                                         recursive=True))
-    files = [f for f in files if not os.path.basename(f).startswith("perfetto")]
     if not files:
         raise ValueError(f"{path}: no *.trace.json.gz (a jax.profiler.trace directory was expected)")
     with gzip.open(files[-1]) as f:

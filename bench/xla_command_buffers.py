@@ -11,9 +11,11 @@ second line, its duration) and each initialisation at verbosity 3. This module c
 (``num_commands``, which tells the command buffers of a program apart) so that one run says whether a training
 loop's per-step dispatch re-records its graphs, how often and at what cost.
 
-Reported per ``num_commands``: executions, updates, updates per execution, the update time (median, mean, sum in
-µs) and a histogram of the changed-allocation counts; also the first matching lines as they were logged (the log's
-wording can change between XLA versions: a report with no executions says the format was not recognised).
+Reported: the executions in all, with a histogram of their command buffer's executions since its last update (all
+1: every execution re-recorded first); per ``num_commands`` the updates, their time (median, mean, sum in µs), the
+initialisations and a histogram of the changed-allocation counts; also the first matching lines as they were logged
+(the log's wording can change between XLA versions: a report with no executions says the format was not
+recognised).
 """
 
 from __future__ import annotations
