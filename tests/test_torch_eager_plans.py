@@ -8,7 +8,7 @@ import functools
 import importlib
 import inspect
 import logging
-from types import SimpleNamespace
+from types import FunctionType, SimpleNamespace
 
 import pytest
 import torch
@@ -51,8 +51,16 @@ class _Jit(JITFunction):
         return go
 
 
+@pytest.fixture(params=["cpp_guard", "python_check"])
+def checks(request, monkeypatch):
+    """The plans' tensor checks: the C++ guard, or (python_check) the Python one, as on a torch without it."""
+    if request.param == "python_check":
+        monkeypatch.setattr(dispatch, "_TENSOR_GUARDS", None)
+    return request.param
+
+
 @pytest.fixture
-def gpu(monkeypatch):
+def gpu(monkeypatch, checks):
     """The GPU's eager path on CPU tensors: launch's fast path on, the stand-in kernel in torch_impl.ops."""
     state = SimpleNamespace(device=0, jit=_Jit())
     monkeypatch.setattr(L, "INTERPRET", False)
@@ -67,7 +75,7 @@ def gpu(monkeypatch):
 
 
 @pytest.fixture
-def fresh():
+def fresh(checks):
     dispatch.reset_dispatch()
     yield
     dispatch.reset_dispatch()
@@ -151,6 +159,105 @@ def test_a_changed_signature_never_reuses_a_stale_plan(gpu, change):
     assert len(gpu.jit.launches) == 2 and len(calls) == 3
     assert _same(calls[1][9:-NC], _bound(t2, calls[1][9 + 13])[:-NC])  # the new plan: t2's strides, pointers
     assert _same(calls[2][9:], _bound(t, calls[2][9 + 13]))  # the old plan is still t's
+
+
+def _moved(x, floats):
+    """`x` (in place) onto a new storage, `floats` elements in: same shape and strides, another address."""
+    buf = torch.zeros(x.numel() + 8, dtype=x.dtype)
+    buf[floats:floats + x.numel()].copy_(x.reshape(-1))
+    return x.set_(buf.untyped_storage(), floats, x.shape, x.stride())
+
+
+IN_PLACE = {  # the same tensor objects, changed in place into another valid signature
+    "lp_as_strided": lambda t: t["next_log_probs"].as_strided_((2, 8, 101), (808, 1, 8)),
+    "q_set_strides": lambda t: t["next_qs"].set_(torch.zeros(8, 2).untyped_storage(), 0, (2, 8), (1, 2)),
+    "terminated_resize": lambda t: t["terminated"].resize_(8, 1),
+    "reward_alignment": lambda t: _moved(_moved(t["reward"], 4), 1),
+    "q_dtype": lambda t: setattr(t["next_qs"], "data", t["next_qs"].double()),
+}
+
+
+@pytest.mark.parametrize("change", list(IN_PLACE))
+def test_an_in_place_change_of_the_same_tensors_never_reuses_a_stale_plan(gpu, change, monkeypatch):
+    t = _offset(_inputs(), "reward", 4)  # reward 16-byte aligned: _moved(.., 1) changes its alignment
+    t = {k: v.clone() for k, v in t.items()}  # own (resizable) storages
+    _op(t), _op(t)
+    IN_PLACE[change](t)
+    slow = []
+    real = dispatch._call
+    monkeypatch.setattr(dispatch, "_call", lambda *a: slow.append(1) or real(*a))
+    for _ in range(2):
+        launches, calls = len(gpu.jit.launches), len(gpu.jit.compiled.calls)
+        out = _op(t)
+        assert slow == [1], "the changed tensors are checked once, then their own plan runs"
+        if len(gpu.jit.launches) > launches:  # a new launch signature: through JITFunction.run
+            assert _same(gpu.jit.launches[-1][1], _bound(t, out)[:-NC])
+        else:
+            assert len(gpu.jit.compiled.calls) == calls + 1 and _same(gpu.jit.compiled.calls[-1][9:], _bound(t, out))
+
+
+def test_an_in_place_resize_to_a_bad_shape_raises_with_a_warm_plan(gpu):
+    t = {k: v.clone() for k, v in _inputs().items()}
+    _op(t), _op(t)
+    t["reward"].resize_(9)
+    with pytest.raises(ValueError) as warm:
+        _op(t)
+    dispatch.reset_dispatch()
+    with pytest.raises(ValueError) as cold:
+        _op(t)
+    assert str(warm.value) == str(cold.value) and len(gpu.jit.compiled.calls) == 1
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_a_tensor_subclass_gets_its_own_plan(gpu, monkeypatch):
+    t = _inputs()
+    _op(t), _op(t)
+    sub = dict(t, reward=t["reward"].as_subclass(_Sub))
+    slow = []
+    real = dispatch._call
+    monkeypatch.setattr(dispatch, "_call", lambda *a: slow.append(1) or real(*a))
+    _op(sub), _op(sub), _op(t)
+    assert slow == [1]
+    (bucket,) = dispatch._PLANS.values()
+    assert len(bucket) == 2 and isinstance(bucket[0][0], FunctionType), "a subclass: the Python check"
+
+
+def test_a_tensor_passed_twice_gets_a_plan(gpu, monkeypatch):
+    t = _inputs()
+    alias = dict(t, next_alpha_log_pi=t["reward"])  # TensorGuards requires distinct objects: the Python check
+    out = _op(alias)
+    slow = []
+    real = dispatch._call
+    monkeypatch.setattr(dispatch, "_call", lambda *a: slow.append(1) or real(*a))
+    out = _op(alias)
+    assert not slow and _same(gpu.jit.compiled.calls[-1][9:], _bound(alias, out))
+    (bucket,) = dispatch._PLANS.values()
+    assert isinstance(bucket[0][0], FunctionType)
+
+
+def test_plain_tensors_are_checked_by_the_cpp_guard():
+    assert dispatch._TENSOR_GUARDS is not None, "TensorGuards failed its self-check: plans are checked in Python"
+    dispatch.reset_dispatch()
+    try:
+        _op(_inputs(5, 11), backend="torch")
+        (bucket,) = dispatch._PLANS.values()
+        assert not isinstance(bucket[0][0], FunctionType)
+    finally:
+        dispatch.reset_dispatch()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_another_device_index_never_reuses_a_plan(fresh):
+    t0 = {k: v.to("cuda:0") for k, v in _inputs(5, 11).items()}
+    _op(t0, backend="torch"), _op(t0, backend="torch")
+    with pytest.raises(ValueError, match="same device"):
+        _op(dict(t0, next_qs=t0["next_qs"].to("cuda:1")), backend="torch")
+    t1 = {k: v.to("cuda:1") for k, v in t0.items()}
+    assert _op(t1, backend="torch").device == torch.device("cuda:1") and _entries() == 2
+    assert _op(t0, backend="torch").device == torch.device("cuda:0") and _entries() == 2
 
 
 def test_a_new_shape_with_the_launch_signature_of_a_plan_reuses_its_binary(gpu, monkeypatch):
@@ -239,6 +346,9 @@ def _bad_cases():
         "long_log_probs": (update(next_log_probs=lambda t: t["next_log_probs"].long()), {}),
         "bool_terminated": (update(terminated=lambda t: t["terminated"].bool()), {}),
         "meta_reward": (update(reward=lambda t: t["reward"].to("meta")), {}),
+        # no sizes nor strides (the plans' C++ check would abort the process): torch's RuntimeError, warm or cold
+        "nested_reward": (update(reward=lambda t: torch.nested.nested_tensor([t["reward"][:2], t["reward"][2:]])), {}),
+        "nested_next_qs": (update(next_qs=lambda t: torch.nested.as_nested_tensor(t["next_qs"])), {}),
         "numpy_next_qs": (update(next_qs=lambda t: t["next_qs"].numpy()), {}),
         "one_atom": (update(next_log_probs=lambda t: t["next_log_probs"][..., :1]), {}),
         "gamma_high": (None, dict(gamma=1.5)),
@@ -261,7 +371,7 @@ def test_bad_inputs_raise_the_same_error_with_a_warm_plan(gpu, case):
     bad = mutate(t) if mutate else t
 
     def error():
-        with pytest.raises((TypeError, ValueError)) as info:
+        with pytest.raises(RuntimeError if case.startswith("nested") else (TypeError, ValueError)) as info:
             _op(bad, **kwargs)
         return type(info.value), str(info.value)
 
@@ -297,10 +407,11 @@ def test_fallback_logged_once_strict_raises_every_time_and_reset_forgets(fresh, 
     assert len(caplog.records) == 1 and torch_impl.dispatch_stats()["fallback_count"] == 1
 
 
-def test_grad_mode_and_requires_grad_are_part_of_the_plan(fresh):
+@pytest.mark.parametrize("name", NAMES)
+def test_grad_mode_and_requires_grad_are_part_of_the_plan(fresh, name):
     t = _inputs(5, 11)
-    _op(t, backend="triton", strict=True)
-    t["next_log_probs"].requires_grad_(True)
+    _op(t, backend="triton", strict=True), _op(t, backend="triton", strict=True)
+    t[name].requires_grad_(True)
     with pytest.raises(torch_impl.BackendUnavailable, match="requires grad"):
         _op(t, backend="triton", strict=True)
     assert not _op(t, backend="triton").requires_grad  # the reference, stop-gradient
@@ -308,11 +419,32 @@ def test_grad_mode_and_requires_grad_are_part_of_the_plan(fresh):
         _op(t, backend="triton", strict=True)  # no grad needed: the kernel
 
 
+def _entries() -> int:
+    return sum(map(len, dispatch._PLANS.values()))
+
+
 def test_plans_are_bounded(fresh, monkeypatch):
     monkeypatch.setattr(dispatch, "_MAX_PLANS", 2)
     for B in (3, 4, 5, 6):
         _op(_inputs(B, 11), backend="torch")
-        assert 1 <= len(dispatch._PLANS) <= 2
+        assert 1 <= _entries() <= 2
+
+
+def test_a_key_holds_its_newest_plans(fresh, monkeypatch):
+    """Signatures that differ only in the tensors share a key: at most _MAX_BUCKET plans, newest first."""
+    monkeypatch.setattr(dispatch, "_MAX_BUCKET", 2)
+    ts = [_inputs(B, 11) for B in (3, 4, 5)]
+    for t in ts:
+        _op(t, backend="torch")
+    (bucket,) = dispatch._PLANS.values()
+    assert len(bucket) == 2 and [check(*(ts[2][k] for k in NAMES)) for check, _ in bucket] == [True, False]
+    slow = []
+    real = dispatch._call
+    monkeypatch.setattr(dispatch, "_call", lambda *a: slow.append(1) or real(*a))
+    _op(ts[1], backend="torch"), _op(ts[2], backend="torch")
+    assert not slow
+    _op(ts[0], backend="torch")  # dropped: checked again
+    assert slow == [1]
 
 
 def test_traced_calls_make_no_plan(fresh):
