@@ -6,22 +6,26 @@ returns.
     python -m bench.learning collect --root runs/learning --out bench/results/<folder>
     python -m bench.learning report bench/results/<folder> [more folders] [--readme]
 
-``run`` trains every (agent, task, seed) through the agents' own CLIs with upstream's CPU-sim recipe
-(``bench.common.UPSTREAM_RECIPE`` with each agent's default replay placement; evaluation every 20k steps, for the
-curves, unless overridden), several runs per GPU at once. Each run gets ``max_wall_seconds`` from the remaining
-budget, so it checkpoints (buffer included) and exits cleanly in time; the next invocation resumes every unfinished
-run (``agent_load_path=<run dir>``) and starts the ones not begun. A
-run is finished when its eval.csv holds an evaluation at ``num_env_steps``.
+``run`` trains every (agent, task, seed) (or the ``--runs`` listed) through the agents' own CLIs with upstream's
+CPU-sim recipe (``bench.common.UPSTREAM_RECIPE`` with each agent's default replay placement; evaluation every 20k
+steps, for the curves, unless overridden), several runs per GPU at once. Every run's learning rate follows the
+schedule of a ``--schedule-steps`` run (default 1M: the published runs' length), so a run to 100k is the first tenth
+of a published run rather than a run whose schedule decays over its own 100k steps. Each run gets
+``max_wall_seconds`` from the remaining budget, so it checkpoints (buffer included) and exits cleanly in time; the
+next invocation resumes every unfinished run (``agent_load_path=<run dir>``) and starts the ones not begun. A run is
+finished when its eval.csv holds an evaluation at ``num_env_steps``.
 
 ``collect`` copies each run's eval.csv and config.yaml with a run.json (agent, task, seed, source) into
 ``<out>/<agent>/<task>/seed<seed>/``; ``--from agent:run_dir`` imports single run directories trained elsewhere.
 
 ``report`` reads collected folders and writes ``learning.md`` / ``learning.json`` / ``learning_curves.png`` into the
-first one (``--readme`` also rewrites README.md's generated "learning" section). Per agent and task, at each step that
-has both a published figure and at least one run: the seeds' returns, their mean and interquartile mean (IQM) with
-95 % percentile-bootstrap intervals over seeds, and a test of "same mean as published" (see ``same_as_published``).
-Across tasks, the mean and IQM of returns normalised by the published mean at that step, with stratified bootstrap
-intervals (seeds resampled within each task), the aggregate method of rliable.
+first one (``--readme`` also rewrites README.md's generated "learning" section). Per agent, task and learning-rate
+schedule (the decay steps in each run's config.yaml: runs on different schedules are never pooled; those not on the
+published schedule are marked), at each step that has both a published figure and at least one run: the seeds'
+returns, their mean and interquartile mean (IQM) with 95 % percentile-bootstrap intervals over seeds, and a test of
+"same mean as published" (see ``same_as_published``). Across tasks, the mean and IQM of returns normalised by the
+published mean at that step, with stratified bootstrap intervals (seeds resampled within each task), the aggregate
+method of rliable.
 
 Published figures: ``bench/results/published/flashsac_gym_mujoco.csv`` (its header comment names the source).
 """
@@ -46,6 +50,7 @@ from bench.common import BOOTSTRAP_REPS, REPO, UPSTREAM_RECIPE, bootstrap_ci, en
 PUBLISHED = os.path.join(REPO, "bench", "results", "published", "flashsac_gym_mujoco.csv")
 TASKS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
 AGENTS = ("torch", "jax")
+PUBLISHED_RUN_STEPS = 1_000_000  # the length of the published runs, whose learning-rate schedule the runs follow
 # the expected range of n normal samples in standard deviations (d2 of quality control), n = 2..10
 _D2 = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
 
@@ -76,16 +81,28 @@ def run_finished(run_dir: str, num_env_steps: int) -> bool:
     return any(step >= num_env_steps for step in eval_returns(run_dir))
 
 
+def schedule_overrides(schedule_steps: int) -> list[str]:
+    """The learning-rate schedule of a run of ``schedule_steps`` env steps (one train env, one update per step), as
+    the schema derives it (warm-up int(1e-6 * N), cosine decay over N), for a run that stops earlier."""
+    return [f"agent.learning_rate_warmup_step={int(1e-6 * schedule_steps)}",
+            f"agent.learning_rate_decay_step={schedule_steps}"]
+
+
 def train_command(spec: RunSpec, root: str, num_env_steps: int, wall_seconds: float,
-                  overrides: Sequence[str] = ()) -> list[str]:
-    """The agent CLI command that starts ``spec``'s run, or resumes it when its directory already holds one."""
+                  overrides: Sequence[str] = (), schedule_steps: int = PUBLISHED_RUN_STEPS) -> list[str]:
+    """The agent CLI command that starts ``spec``'s run, or resumes it when its directory already holds one.
+
+    The learning rate follows the schedule of a ``schedule_steps`` run (by default the published runs' 1M steps),
+    whatever ``num_env_steps`` is: a run to 100k is then the first tenth of a published run, which is what the
+    published 100k figures are (a schedule derived from a 100k budget would have decayed the learning rate from
+    3e-4 to 1.5e-4 by the end)."""
     run_dir = spec.run_dir(root)
     # Each agent keeps its default replay placement (auto: the JAX agent's device replay and one jitted call per env
     # step, the torch agent's host buffer), so the runs measure the loops users run.
     recipe = [o for o in UPSTREAM_RECIPE if not o.startswith(("env.env_name=", "agent.buffer_device_type="))]
     settings = [*recipe, f"env.env_name={spec.task}", f"seed={spec.seed}", f"num_env_steps={num_env_steps}",
-                "evaluation_per_interaction_step=20_000", "progress_bar=false", *overrides,
-                f"max_wall_seconds={max(int(wall_seconds), 1)}"]
+                "evaluation_per_interaction_step=20_000", "progress_bar=false", *schedule_overrides(schedule_steps),
+                *overrides, f"max_wall_seconds={max(int(wall_seconds), 1)}"]
     if os.path.isfile(os.path.join(run_dir, "config.yaml")):
         settings = [f"agent_load_path={run_dir}", f"max_wall_seconds={max(int(wall_seconds), 1)}"]
     else:
@@ -97,7 +114,8 @@ def train_command(spec: RunSpec, root: str, num_env_steps: int, wall_seconds: fl
 
 
 def run_all(specs: Sequence[RunSpec], root: str, num_env_steps: int, budget_s: float, gpus: Sequence[str],
-            per_gpu: int, overrides: Sequence[str] = (), min_run_s: float = 60.0, margin_s: float = 30.0) -> dict:
+            per_gpu: int, overrides: Sequence[str] = (), min_run_s: float = 60.0, margin_s: float = 30.0,
+            schedule_steps: int = PUBLISHED_RUN_STEPS) -> dict:
     """Runs the unfinished ``specs``, ``per_gpu`` at a time on each of ``gpus`` ("" = no GPU), within ``budget_s``.
 
     A run starts only while at least ``min_run_s`` of the budget is left, and gets the rest of the budget less
@@ -115,7 +133,7 @@ def run_all(specs: Sequence[RunSpec], root: str, num_env_steps: int, budget_s: f
             spec, gpu = todo.pop(0), free.pop(0)
             run_dir = spec.run_dir(root)
             os.makedirs(os.path.dirname(run_dir), exist_ok=True)
-            cmd = train_command(spec, root, num_env_steps, left - margin_s, overrides)
+            cmd = train_command(spec, root, num_env_steps, left - margin_s, overrides, schedule_steps)
             env = dict(os.environ)
             if gpu:
                 env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -183,14 +201,26 @@ def load_published(path: str = PUBLISHED) -> dict[str, dict[int, dict]]:
     return out
 
 
-def load_runs(folders: Sequence[str]) -> dict[tuple[str, str], dict[int, dict[int, float]]]:
-    """(agent, task) -> seed -> env step -> return, from every run.json under ``folders``."""
-    runs: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
+def run_schedule(run_dir: str) -> int | None:
+    """The env steps over which a collected run's learning rate decays (its config's
+    ``agent.learning_rate_decay_step``); None without a config.yaml."""
+    try:
+        return int(read_run_config(run_dir)["agent"]["learning_rate_decay_step"])
+    except FileNotFoundError:
+        return None
+
+
+def load_runs(folders: Sequence[str]) -> dict[tuple[str, str, int | None], dict[int, dict[int, float]]]:
+    """(agent, task, LR decay steps) -> seed -> env step -> return, from every run.json under ``folders``.
+
+    Runs are grouped by their learning-rate schedule as well: only those that decay over the published runs' length
+    (``PUBLISHED_RUN_STEPS``) follow the published protocol at every step."""
+    runs: dict[tuple[str, str, int | None], dict[int, dict[int, float]]] = {}
     for folder in folders:
         for dirpath, _dirs, files in sorted(os.walk(folder)):
             if "run.json" in files:
                 meta = json.load(open(os.path.join(dirpath, "run.json")))
-                key = (meta["agent"], meta["task"])
+                key = (meta["agent"], meta["task"], run_schedule(dirpath))
                 if meta["seed"] in runs.get(key, {}):
                     raise ValueError(f"folders: {key} seed {meta['seed']} appears twice (second in {dirpath})")
                 runs.setdefault(key, {})[meta["seed"]] = eval_returns(dirpath)
@@ -230,7 +260,7 @@ def analyse(folders: Sequence[str], published_path: str = PUBLISHED) -> dict:
     published = load_published(published_path)
     runs = load_runs(folders)
     rows, aggregate = [], {}
-    for (agent, task), seeds in sorted(runs.items()):
+    for (agent, task, schedule), seeds in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], -(kv[0][2] or 0))):
         steps = sorted({s for curve in seeds.values() for s in curve} & set(published.get(task, {})))
         for step in steps:
             have = {seed: curve[step] for seed, curve in sorted(seeds.items()) if step in curve}
@@ -238,15 +268,18 @@ def analyse(folders: Sequence[str], published_path: str = PUBLISHED) -> dict:
             pub = published[task][step]
             mean = bootstrap_ci([x], np.mean)
             iq = bootstrap_ci([x], iqm)
-            rows.append({"agent": agent, "task": task, "env_step": step, "seeds": list(have), "returns": x.tolist(),
+            rows.append({"agent": agent, "task": task, "lr_decay_steps": schedule,
+                         "published_protocol": schedule == PUBLISHED_RUN_STEPS,
+                         "env_step": step, "seeds": list(have), "returns": x.tolist(),
                          "mean": mean, "iqm": iq, "published": pub, **same_as_published(x, pub),
                          "interval_excludes_published": not (mean[1] <= pub["mean"] <= mean[2]) if len(x) > 1
                          else None})
             if step > 0:
-                aggregate.setdefault((agent, step), []).append(x / pub["mean"])
-    agg = [{"agent": agent, "env_step": step, "tasks": len(strata),
+                aggregate.setdefault((agent, step, schedule), []).append(x / pub["mean"])
+    agg = [{"agent": agent, "env_step": step, "lr_decay_steps": schedule, "tasks": len(strata),
             "normalised_mean": bootstrap_ci(strata, np.mean), "normalised_iqm": bootstrap_ci(strata, iqm)}
-           for (agent, step), strata in sorted(aggregate.items())]
+           for (agent, step, schedule), strata in sorted(aggregate.items(), key=lambda kv: (kv[0][0], kv[0][1],
+                                                                                             -(kv[0][2] or 0)))]
     return {"rows": rows, "aggregate": agg, "published_source": published_path, "folders": list(folders),
             "bootstrap_reps": BOOTSTRAP_REPS}
 
@@ -255,26 +288,36 @@ def _ci(v: Sequence[float]) -> str:
     return f"{v[0]:,.0f} [{v[1]:,.0f}, {v[2]:,.0f}]"
 
 
+def _schedule(steps: int | None) -> str:
+    return "?" if steps is None else f"{steps:,}" + ("" if steps == PUBLISHED_RUN_STEPS else " *")
+
+
 def markdown(res: dict) -> str:
-    lines = ["| agent | task | env step | seeds | returns | mean [95 % CI] | IQM [95 % CI] | published mean "
-             "[min, max] | test | p |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| agent | task | LR decay steps | env step | seeds | returns | mean [95 % CI] | IQM [95 % CI] | "
+             "published mean [min, max] | test | p |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         if r["env_step"] == 0:
             continue
         pub = r["published"]
         span = f" [{pub['min']:,.0f}, {pub['max']:,.0f}]" if pub["min"] is not None else ""
-        p = "" if r["p"] is None else f"{r['p']:.2f}"
-        lines.append(f"| {r['agent']} | {r['task']} | {r['env_step']:,} | {len(r['seeds'])} | "
+        p = "" if r["p"] is None else f"{r['p']:.2g}"
+        lines.append(f"| {r['agent']} | {r['task']} | {_schedule(r['lr_decay_steps'])} | {r['env_step']:,} | "
+                     f"{len(r['seeds'])} | "
                      f"{', '.join(f'{v:,.0f}' for v in r['returns'])} | {_ci(r['mean'])} | {_ci(r['iqm'])} | "
                      f"{pub['mean']:,.0f}{span} | {r['test']} | {p} |")
     if res["aggregate"]:
         lines += ["", "Across tasks (returns divided by the published mean at that step; stratified bootstrap):", "",
-                  "| agent | env step | tasks | normalised mean [95 % CI] | normalised IQM [95 % CI] |",
-                  "|---|---|---|---|---|"]
+                  "| agent | LR decay steps | env step | tasks | normalised mean [95 % CI] | "
+                  "normalised IQM [95 % CI] |",
+                  "|---|---|---|---|---|---|"]
         for a in res["aggregate"]:
             m, q = a["normalised_mean"], a["normalised_iqm"]
-            lines.append(f"| {a['agent']} | {a['env_step']:,} | {a['tasks']} | {m[0]:.3f} [{m[1]:.3f}, {m[2]:.3f}] | "
-                         f"{q[0]:.3f} [{q[1]:.3f}, {q[2]:.3f}] |")
+            lines.append(f"| {a['agent']} | {_schedule(a['lr_decay_steps'])} | {a['env_step']:,} | {a['tasks']} | "
+                         f"{m[0]:.3f} [{m[1]:.3f}, {m[2]:.3f}] | {q[0]:.3f} [{q[1]:.3f}, {q[2]:.3f}] |")
+    if any(not r["published_protocol"] for r in res["rows"]):
+        lines += ["", f"\\* Not the published protocol: the learning rate of these runs decayed (cosine, 3e-4 to "
+                  f"1.5e-4) over the runs' own length, where the published runs' decays over "
+                  f"{PUBLISHED_RUN_STEPS:,} steps (at 100k it is still 2.96e-4)."]
     return "\n".join(lines) + "\n"
 
 
@@ -286,11 +329,12 @@ def curves_plot(folders: Sequence[str], path: str, published_path: str = PUBLISH
     import matplotlib.pyplot as plt
 
     published, runs = load_published(published_path), load_runs(folders)
-    tasks = sorted({task for _agent, task in runs})
+    tasks = sorted({task for _agent, task, _decay in runs})
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         pub = published.get(task, {})
-        last = max((s for (_a, t), seeds in runs.items() if t == task for c in seeds.values() for s in c), default=0)
+        last = max((s for (_a, t, _d), seeds in runs.items() if t == task for c in seeds.values() for s in c),
+                   default=0)
         steps = [s for s in sorted(pub) if s <= max(last, 100_000)]
         ax.plot(steps, [pub[s]["mean"] for s in steps], "k--", label="published mean")
         band = [s for s in steps if pub[s]["min"] is not None]
@@ -299,11 +343,16 @@ def curves_plot(folders: Sequence[str], path: str, published_path: str = PUBLISH
             ax.errorbar(band, mid, yerr=[[m - pub[s]["min"] for s, m in zip(band, mid, strict=True)],
                                          [pub[s]["max"] - m for s, m in zip(band, mid, strict=True)]],
                         fmt="none", ecolor="k", capsize=4, label="published min-max")
-        for color, agent in zip(("tab:blue", "tab:orange"), AGENTS, strict=True):
-            for i, (_seed, curve) in enumerate(sorted(runs.get((agent, task), {}).items())):
+        for (agent, t, decay), seeds in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], -(kv[0][2] or 0))):
+            if t != task:
+                continue
+            color = {"torch": "tab:blue", "jax": "tab:orange"}[agent]
+            protocol = decay == PUBLISHED_RUN_STEPS
+            for i, (_seed, curve) in enumerate(sorted(seeds.items())):
                 xs = sorted(curve)
-                ax.plot(xs, [curve[s] for s in xs], color=color, alpha=0.7, lw=1,
-                        label=f"{agent} agent" if i == 0 else None)
+                ax.plot(xs, [curve[s] for s in xs], color=color, alpha=0.7, lw=1, ls="-" if protocol else ":",
+                        label=(f"{agent} agent" + ("" if protocol else f", LR decay over {decay:,}"
+                                                   if decay else ", LR decay ?")) if i == 0 else None)
         ax.set_title(task)
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
@@ -344,6 +393,20 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def parse_runs(text: str) -> list[RunSpec]:
+    """``"torch:Hopper-v4:0,jax:HalfCheetah-v4:4000"`` as RunSpecs; ValueError naming the item that is not one."""
+    specs = []
+    for item in _csv(text):
+        parts = item.split(":")
+        if len(parts) != 3 or parts[0] not in AGENTS or parts[1] not in TASKS or not parts[2].lstrip("-").isdigit():
+            raise ValueError(f"expected AGENT:TASK:SEED with AGENT in {AGENTS}, TASK in {TASKS} and an integer "
+                             f"SEED, got {item!r}")
+        specs.append(RunSpec(parts[0], parts[1], int(parts[2])))
+    if not specs:
+        raise ValueError(f"expected at least one AGENT:TASK:SEED, got {text!r}")
+    return specs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.learning", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -352,7 +415,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--agents", default="torch,jax")
     run.add_argument("--tasks", default="HalfCheetah-v4")
     run.add_argument("--seeds", default="0,1000,2000,3000,4000")
+    run.add_argument("--runs", default="", metavar="AGENT:TASK:SEED,...",
+                     help="these runs instead of agents x tasks x seeds")
     run.add_argument("--num-env-steps", type=int, default=100_000)
+    run.add_argument("--schedule-steps", type=int, default=PUBLISHED_RUN_STEPS,
+                     help="the learning-rate schedule of a run this long (default: the published runs' length)")
     run.add_argument("--gpus", default="0", help="comma-separated CUDA device ids; '' for none")
     run.add_argument("--per-gpu", type=int, default=4)
     run.add_argument("--budget-s", type=float, required=True)
@@ -376,12 +443,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             seeds = [int(s) for s in _csv(args.seeds)]
         except ValueError:
             ap.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
-        if args.per_gpu < 1 or args.budget_s <= 0 or args.num_env_steps <= 0:
-            ap.error("--per-gpu, --budget-s and --num-env-steps must be positive")
+        if args.per_gpu < 1 or args.budget_s <= 0 or args.num_env_steps <= 0 or args.schedule_steps <= 0:
+            ap.error("--per-gpu, --budget-s, --num-env-steps and --schedule-steps must be positive")
         specs = [RunSpec(a, t, s) for t in tasks for s in seeds for a in agents]
+        if args.runs:
+            try:
+                specs = parse_runs(args.runs)
+            except ValueError as e:
+                ap.error(f"--runs: {e}")
         gpus = _csv(args.gpus) or [""]
         res = run_all(specs, args.root, args.num_env_steps, args.budget_s, gpus, args.per_gpu, args.overrides,
-                      min_run_s=args.min_run_s)
+                      min_run_s=args.min_run_s, schedule_steps=args.schedule_steps)
         res["environment"] = environment()
         os.makedirs(args.root, exist_ok=True)
         with open(os.path.join(args.root, f"invocation-{time.strftime('%Y%m%d-%H%M%S')}.json"), "w") as f:

@@ -1,13 +1,16 @@
 """Regenerate README.md's "Performance" section from the committed H200 results.
 
-    python -m bench.report bench/results/h200-2026-12-01-kernel-rpp bench/results/h200-2026-11-29-agents \\
-        bench/results/h200-2026-11-29 bench/results/h200x2-2026-11-29-agents bench/results/h200-2026-11-29-update-speed
+    python -m bench.report bench/results/h200-2026-12-01-kernel-rpp bench/results/h200-2026-12-02-eager-key \\
+        bench/results/h200-2026-11-29-agents bench/results/h200-2026-11-29 bench/results/h200x2-2026-11-29-agents \\
+        bench/results/h200-2026-11-29-update-speed
 
 The first folder holds the kernel results of `bench/gpu_kernel_checks.sh` (bitwise/, checks/; one call or its two
-halves), the optional second one the agents' seed-0 runs (agent_*_halfcheetah_seed0/summary.json), any further ones
-more JAX runs (agent_jax*_halfcheetah_seed*/); the kernel
-harness (harness/results.json), the paired training benchmark (paired/results.json) and the torch vs JAX update
-comparison (compare/*.json, bench/gpu_update_compare.py) come from the last agents folder that has them.
+halves); a folder with checks/ only (bench.gpu_checks sections re-run later, e.g. the eager host time after a change
+to the dispatch) replaces those sections wherever it is listed; of the others, the first one holds the agents'
+seed-0 runs (agent_*_halfcheetah_seed0/summary.json), any further ones more JAX runs
+(agent_jax*_halfcheetah_seed*/); the kernel harness (harness/results.json), the paired training benchmark
+(paired/results.json) and the torch vs JAX update comparison (compare/*.json, bench/gpu_update_compare.py) come from
+the last agents folder that has them.
 
 Rewrites the text between the `<!-- performance:begin -->` and `<!-- performance:end -->` markers.
 """
@@ -51,12 +54,22 @@ def _ratio(num: list[float], den: list[float]) -> str:
     return f"{statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f})"
 
 
-def section(folder: str) -> str:
+def section(folder: str, later: str | None = None) -> str:
     """The kernel section from one GPU call of bench/gpu_kernel_checks.sh: ``bitwise/results.json``
     (bench.gpu_bitwise: the bitwise case matrix and the interleaved timings) and ``checks/results.json``
-    (bench.gpu_checks: eager host time and the contract checks)."""
+    (bench.gpu_checks: eager host time and the contract checks). ``later``: a folder whose ``checks/results.json``
+    re-ran some of those sections since (after a change to the code they check); its sections replace the first
+    folder's, and the text names it."""
     bit = json.load(open(os.path.join(folder, "bitwise", "results.json")))
     chk = json.load(open(os.path.join(folder, "checks", "results.json")))
+    rerun_note = ""
+    if later is not None:
+        new = json.load(open(os.path.join(later, "checks", "results.json")))
+        rerun = [k for k in new if k in CHECKS or k == "eager_host_time"]
+        chk = {**chk, **{k: new[k] for k in rerun},
+               "failures": [f for f in chk["failures"] if f.split(".")[0] not in rerun] + new["failures"]}
+        rerun_note = (f" Re-run on {new['env']['date_utc'][:10]} after a change to the code they check, on another "
+                      f"lent machine ({', '.join(f'`{k}`' for k in rerun)}; [`{later}`]({later}/README.md)).")
     env, timing = bit["env"], bit["timing"]
     sizes = timing["sizes"]
     rounds = len(next(iter(next(iter(sizes.values()))["times"].values()))["all"])
@@ -91,7 +104,7 @@ def section(folder: str) -> str:
             f"an empty torch custom op {us['empty_custom_op']:.1f}, the registered custom op "
             f"{us['registered_custom_op']:.1f}. The host's speed varies between lent machines: the call is "
             f"{us['op_auto'] / us['empty_custom_op']:.2f}x an empty custom op and "
-            f"{us['op_auto'] / us['bare_launch']:.2f}x the bare launch on this one."]
+            f"{us['op_auto'] / us['bare_launch']:.2f}x the bare launch on this one." + rerun_note]
     b = bit["bitwise"]
     out += ["", f"Bitwise: Triton (pip) and Pallas (the Triton inside XLA) outputs identical in "
             f"{b['bitwise_count']} of {b['configurations']} configurations of `bench.gpu_bitwise`'s case matrix; "
@@ -207,9 +220,21 @@ def harness_section(folder: str) -> str:
     return "\n".join(lines + [f"![harness speedup]({folder}/harness/speedup.png)"])
 
 
+def is_checks_only(folder: str) -> bool:
+    """A folder of bench.gpu_checks sections re-run without the bitwise half (checks/ but no bitwise/)."""
+    return (os.path.isfile(os.path.join(folder, "checks", "results.json"))
+            and not os.path.isdir(os.path.join(folder, "bitwise")))
+
+
+def report_body(folders: list[str]) -> str:
+    """The Performance section for the command line's folders (see the module docstring)."""
+    later = [f for f in folders[1:] if is_checks_only(f)]
+    agents = [f for f in folders[1:] if f not in later]
+    return section(folders[0], later[-1] if later else None) + (agents_section(*agents) if agents else "")
+
+
 def main() -> None:
-    folder = sys.argv[1] if len(sys.argv) > 1 else "bench/results/h200-2026-11-29"
-    body = section(folder) + (agents_section(*sys.argv[2:]) if len(sys.argv) > 2 else "")
+    body = report_body(sys.argv[1:] or ["bench/results/h200-2026-11-29"])
     replace_readme_section("performance", body, "README.md")
 
 

@@ -22,6 +22,8 @@ from bench.learning import (
     iqm,
     load_published,
     main,
+    markdown,
+    parse_runs,
     run_all,
     run_finished,
     same_as_published,
@@ -76,12 +78,51 @@ def test_commands_start_then_resume(tmp_path):
     args = cmd[4::2]
     assert "env.env_name=Hopper-v4" in args and "seed=1000" in args and "num_env_steps=100000" in args
     assert not any(a.startswith("agent.buffer_device_type=") for a in args)  # the agent's default loop
+    # the learning rate of a published (1M-step) run, not one derived from this run's 100k budget
+    assert "agent.learning_rate_decay_step=1000000" in args and "agent.learning_rate_warmup_step=1" in args
+    short = train_command(spec, str(tmp_path), 100_000, 500, ["agent.learning_rate_decay_step=7"], 200_000)[4::2]
+    assert short.index("agent.learning_rate_decay_step=200000") < short.index("agent.learning_rate_decay_step=7")
     assert f"save_path={spec.run_dir(str(tmp_path))}" in args and args[-2:] == ["max_wall_seconds=500",
                                                                                 f"save_path={spec.run_dir(str(tmp_path))}"]
     os.makedirs(spec.run_dir(str(tmp_path)))
     open(os.path.join(spec.run_dir(str(tmp_path)), "config.yaml"), "w").close()
     assert train_command(spec, str(tmp_path), 100_000, 42, [])[4::2] == [
         f"agent_load_path={spec.run_dir(str(tmp_path))}", "max_wall_seconds=42"]
+
+
+def _collected_run(root, agent, task, seed, decay, returns):
+    d = root / agent / task / f"seed{seed}"
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"agent": agent, "task": task, "seed": seed}))
+    (d / "config.yaml").write_text(f"seed: {seed}\nagent:\n  learning_rate_decay_step: {decay}\n")
+    rows = "".join(f"{k},avg_return,{v}\n" for k, v in returns.items())
+    (d / "eval.csv").write_text("env_step,metric,value\n" + rows)
+
+
+def test_runs_on_another_learning_rate_schedule_are_kept_apart(tmp_path):
+    for seed, ret in ((0, 2000.0), (1, 2200.0)):
+        _collected_run(tmp_path / "a", "torch", "Hopper-v4", seed, 1_000_000, {0: 10.0, 100_000: ret})
+    for seed, ret in ((0, 3400.0), (1, 3000.0), (2, 3200.0)):  # the same seed numbers, another schedule
+        _collected_run(tmp_path / "b", "torch", "Hopper-v4", seed, 100_000, {0: 10.0, 100_000: ret})
+    res = analyse([str(tmp_path / "b"), str(tmp_path / "a")])
+    rows = [r for r in res["rows"] if r["env_step"] == 100_000]
+    assert [(r["lr_decay_steps"], r["published_protocol"], r["returns"]) for r in rows] == [
+        (1_000_000, True, [2000.0, 2200.0]), (100_000, False, [3400.0, 3000.0, 3200.0])]
+    assert [(a["lr_decay_steps"], a["tasks"]) for a in res["aggregate"]] == [(1_000_000, 1), (100_000, 1)]
+    text = markdown(res)
+    assert "| torch | Hopper-v4 | 100,000 * | 100,000 | 3 |" in text and "Not the published protocol" in text
+    assert "| torch | Hopper-v4 | 1,000,000 | 100,000 | 2 |" in text
+
+
+def test_runs_are_listed_explicitly():
+    assert parse_runs("torch:Hopper-v4:0, jax:HalfCheetah-v4:4000") == [RunSpec("torch", "Hopper-v4", 0),
+                                                                         RunSpec("jax", "HalfCheetah-v4", 4000)]
+    for bad, named in [("tf:Hopper-v4:0", "'tf:Hopper-v4:0'"), ("torch:Hopper-v3:0", "Hopper-v3"),
+                       ("torch:Hopper-v4", "'torch:Hopper-v4'"), ("torch:Hopper-v4:x", ":x'"), (",", "','")]:
+        with pytest.raises(ValueError, match=re.escape(named)):
+            parse_runs(bad)
+    with pytest.raises(SystemExit):
+        main(["run", "--root", "/nonexistent", "--budget-s", "1", "--runs", "torch:Ant-v4:one"])
 
 
 TINY = ["num_threads=1", "agent.categorical_target_backend=torch", "agent.actor_hidden_dim=8",

@@ -5,7 +5,7 @@ import json
 import os
 import re
 
-from bench.report import BEGIN, END, agents_section, section
+from bench.report import BEGIN, END, agents_section, is_checks_only, report_body, section
 
 
 def _report_args() -> list[str]:
@@ -16,8 +16,7 @@ def _report_args() -> list[str]:
 
 
 def test_readme_performance_section_is_current():
-    args = _report_args()
-    body = section(args[0]) + (agents_section(*args[1:]) if len(args) > 1 else "")
+    body = report_body(_report_args())
     readme = open("README.md").read()
     assert f"{BEGIN}\n{body}\n{END}" in readme, "README's Performance section is stale: run python -m bench.report"
 
@@ -31,9 +30,14 @@ def test_report_uses_every_committed_result_folder():
     kernels = sorted((f for f in glob.glob("bench/results/h200*") if os.path.isfile(os.path.join(f, "bitwise",
                                                                                                    "results.json"))),
                      key=lambda f: json.load(open(os.path.join(f, "bitwise", "results.json")))["env"]["date"])
+    # checks re-run after the newest kernel folder replace its sections: the newest of them is listed
+    date = json.load(open(os.path.join(kernels[-1], "checks", "results.json")))["env"]["date_utc"]
+    later = sorted((f for f in glob.glob("bench/results/h200*") if is_checks_only(f)
+                    and json.load(open(os.path.join(f, "checks", "results.json")))["env"]["date_utc"] > date),
+                   key=lambda f: json.load(open(os.path.join(f, "checks", "results.json")))["env"]["date_utc"])
     args = _report_args()
     assert folders and kernels and args[0] == kernels[-1]
-    assert folders | {kernels[-1]} == set(args)
+    assert folders | {kernels[-1]} | set(later[-1:]) == set(args)
 
 
 def test_section_lists_every_measured_batch_size_with_its_rounds():
@@ -47,8 +51,22 @@ def test_section_lists_every_measured_batch_size_with_its_rounds():
     assert f"median (min-max) of {len(up['all'])} rounds" in text
 
 
-def test_agents_section_reports_every_committed_run():
+def test_later_checks_replace_the_kernel_folders_sections():
     args = _report_args()
+    later = [f for f in args[1:] if is_checks_only(f)]
+    text = section(args[0], later[-1] if later else None)
+    checks = json.load(open(os.path.join(later[-1] if later else args[0], "checks", "results.json")))
+    assert f"**{checks['eager_host_time']['us']['op_auto']['median']:.1f} us**" in text
+    if later:
+        assert f"[`{later[-1]}`]({later[-1]}/README.md)" in text
+
+
+def _agent_args() -> list[str]:
+    return [f for f in _report_args()[1:] if not is_checks_only(f)]
+
+
+def test_agents_section_reports_every_committed_run():
+    args = [None, *_agent_args()]
     text = agents_section(*args[1:])
     summaries = [p for f in args[1:] for p in glob.glob(f"{f}/agent_*_halfcheetah_seed*/summary.json")]
     assert len(summaries) >= 2
@@ -60,7 +78,7 @@ def test_agents_section_reports_every_committed_run():
 
 def test_update_comparison_reports_every_run_and_pools_the_ratios():
     folder = [f for f in _report_args() if glob.glob(f"{f}/compare/*.json")][-1]
-    text = agents_section(*_report_args()[1:])
+    text = agents_section(*_agent_args())
     ratios = []
     for path in sorted(glob.glob(f"{folder}/compare/*.json")):
         run = json.load(open(path))
