@@ -531,3 +531,19 @@ def test_plans_pass_the_pinned_tiles_per_program(gpu, monkeypatch):
     calls = gpu.jit.compiled.calls
     assert [(c[0], c[-1]) for c in calls] == [(2, 4), (2, 2), (2, 4), (2, 2)]
     assert _same(calls[2][9:], _bound(t8, a)) and _same(calls[3][9:], _bound(t4, b))
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_a_negative_bit_view_is_read_as_its_values(fresh, backend):
+    # torch._neg_view stores -x under a bit the kernel cannot see in raw memory: the op materialises such inputs,
+    # and a warm plan of plain tensors (their C++ guard sees the bit as a dispatch key, the Python check reads it)
+    # never takes one
+    t = _inputs(7, 11)
+    plain = _op(t, backend=backend).nan_to_num(-1.0)
+    _op(t, backend=backend)
+    for name in NAMES:
+        neg = dict(t, **{name: (-t[name]).clone()._neg_view()})
+        assert neg[name].is_neg() and torch.equal(neg[name], t[name])
+        for _ in range(2):
+            assert torch.equal(_op(neg, backend=backend).nan_to_num(-1.0), plain), name
+    assert torch.equal(_op(t, backend=backend).nan_to_num(-1.0), plain)

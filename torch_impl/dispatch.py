@@ -145,12 +145,13 @@ _grad_enabled = torch.is_grad_enabled
 
 
 def _tensor_fields(q, lp, r, d, s) -> tuple:
-    """What a plan's check compares, in Python: each tensor's type, shape, strides, dtype, device, requires_grad."""
-    return (type(q), q.shape, q.stride(), q.dtype, q.device, q.requires_grad,
-            type(lp), lp.shape, lp.stride(), lp.dtype, lp.device, lp.requires_grad,
-            type(r), r.shape, r.stride(), r.dtype, r.device, r.requires_grad,
-            type(d), d.shape, d.stride(), d.dtype, d.device, d.requires_grad,
-            type(s), s.shape, s.stride(), s.dtype, s.device, s.requires_grad)
+    """What a plan's check compares, in Python: each tensor's type, shape, strides, dtype, device, requires_grad and
+    negative bit (the C++ guard sees the bit in the dispatch key set)."""
+    return (type(q), q.shape, q.stride(), q.dtype, q.device, q.requires_grad, q.is_neg(),
+            type(lp), lp.shape, lp.stride(), lp.dtype, lp.device, lp.requires_grad, lp.is_neg(),
+            type(r), r.shape, r.stride(), r.dtype, r.device, r.requires_grad, r.is_neg(),
+            type(d), d.shape, d.stride(), d.dtype, d.device, d.requires_grad, d.is_neg(),
+            type(s), s.shape, s.stride(), s.dtype, s.device, s.requires_grad, s.is_neg())
 
 
 def _python_check(args: tuple) -> Callable[..., bool]:
@@ -216,7 +217,8 @@ def categorical_td_target(
     neighbouring atoms. See shared_spec/SPEC.md for the exact fp32 operation order and the NaN policy.
 
     Args:
-        next_qs: (E, B) mean value of each target critic at (s', a'); strided views are fine.
+        next_qs: (E, B) mean value of each target critic at (s', a'); strided views are fine (any input; a
+            negative-bit view, `torch._neg_view`, is materialised first).
         next_log_probs: (E, B, N) log-probabilities (float32, bfloat16, float16 or float64).
         reward: (B,) or (B, 1) normalised n-step reward.
         terminated: (B,) or (B, 1) termination flag in {0, 1}.
@@ -271,6 +273,10 @@ def _call(q, lp, r, d, s, gamma, min_v, max_v, backend, strict, key: tuple | Non
     name = decision.backend
     impl = IMPLEMENTATIONS[name]
     lo, hi = float(min_v), float(max_v)
+    if not traced and any(x.is_neg() for x in args):
+        # A negative-bit view (torch._neg_view, or what conj/neg ops leave) stores -x: the kernel reads raw memory,
+        # so it gets the values materialised. Such calls get no plan (rare; every call of them comes here).
+        args, key = tuple(x.resolve_neg() for x in args), None
     check = _tensor_check(args) if key is not None else None  # the tensors as this call found them
     out = impl(*args, float(gamma), lo, hi)
     if check is not None:
