@@ -201,6 +201,12 @@ def load_published(path: str = PUBLISHED) -> dict[str, dict[int, dict]]:
     return out
 
 
+def _group_order(item: tuple) -> tuple:
+    """Sort key of a ((agent, task or step, LR decay steps), value) item: the longest schedule first."""
+    (agent, second, decay), _value = item
+    return agent, second, -(decay or 0)
+
+
 def run_schedule(run_dir: str) -> int | None:
     """The env steps over which a collected run's learning rate decays (its config's
     ``agent.learning_rate_decay_step``); None without a config.yaml."""
@@ -260,7 +266,7 @@ def analyse(folders: Sequence[str], published_path: str = PUBLISHED) -> dict:
     published = load_published(published_path)
     runs = load_runs(folders)
     rows, aggregate = [], {}
-    for (agent, task, schedule), seeds in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], -(kv[0][2] or 0))):
+    for (agent, task, schedule), seeds in sorted(runs.items(), key=_group_order):
         steps = sorted({s for curve in seeds.values() for s in curve} & set(published.get(task, {})))
         for step in steps:
             have = {seed: curve[step] for seed, curve in sorted(seeds.items()) if step in curve}
@@ -278,8 +284,7 @@ def analyse(folders: Sequence[str], published_path: str = PUBLISHED) -> dict:
                 aggregate.setdefault((agent, step, schedule), []).append(x / pub["mean"])
     agg = [{"agent": agent, "env_step": step, "lr_decay_steps": schedule, "tasks": len(strata),
             "normalised_mean": bootstrap_ci(strata, np.mean), "normalised_iqm": bootstrap_ci(strata, iqm)}
-           for (agent, step, schedule), strata in sorted(aggregate.items(), key=lambda kv: (kv[0][0], kv[0][1],
-                                                                                             -(kv[0][2] or 0)))]
+           for (agent, step, schedule), strata in sorted(aggregate.items(), key=_group_order)]
     return {"rows": rows, "aggregate": agg, "published_source": published_path, "folders": list(folders),
             "bootstrap_reps": BOOTSTRAP_REPS}
 
@@ -343,7 +348,7 @@ def curves_plot(folders: Sequence[str], path: str, published_path: str = PUBLISH
             ax.errorbar(band, mid, yerr=[[m - pub[s]["min"] for s, m in zip(band, mid, strict=True)],
                                          [pub[s]["max"] - m for s, m in zip(band, mid, strict=True)]],
                         fmt="none", ecolor="k", capsize=4, label="published min-max")
-        for (agent, t, decay), seeds in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], -(kv[0][2] or 0))):
+        for (agent, t, decay), seeds in sorted(runs.items(), key=_group_order):
             if t != task:
                 continue
             color = {"torch": "tab:blue", "jax": "tab:orange"}[agent]

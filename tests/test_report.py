@@ -66,13 +66,13 @@ def _agent_args() -> list[str]:
 
 
 def test_agents_section_reports_every_committed_run():
-    args = [None, *_agent_args()]
-    text = agents_section(*args[1:])
-    summaries = [p for f in args[1:] for p in glob.glob(f"{f}/agent_*_halfcheetah_seed*/summary.json")]
+    agents = _agent_args()
+    text = agents_section(*agents)
+    summaries = [p for f in agents for p in glob.glob(f"{f}/agent_*_halfcheetah_seed*/summary.json")]
     assert len(summaries) >= 2
     for path in summaries:
         assert f"| {json.load(open(path))['final_return']:,.0f} |" in text, path
-    harness = [f for f in args[1:] if os.path.exists(f"{f}/harness/results.json")][-1]
+    harness = [f for f in agents if os.path.exists(f"{f}/harness/results.json")][-1]
     assert f"| triton | {len(json.load(open(f'{harness}/harness/results.json'))['cases'])} |" in text
 
 
