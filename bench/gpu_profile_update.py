@@ -124,15 +124,24 @@ def summarize_trace(path: str, updates: int, top: int = 20) -> str:
                      + _table(by_name, updates, top))
 
 
-def summarize(path: str, updates: int, top: int = 20) -> str:
-    """Kernel count and summed GPU time per update, and the ``top`` kernels by total time, from ncu's raw CSV."""
+def read_ncu_csv(path: str) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """The kernel rows of ncu's raw CSV (``--page raw --csv``, with or without its ==PROF== log lines) and the units
+    row (column -> unit)."""
     text = open(path).read()
     start = text.find('"ID"')  # ncu writes its own log lines before the CSV
     if start < 0:
         raise ValueError(f"{path}: no ncu CSV header (\"ID\",...) found; did ncu profile any kernel?")
-    rows = [r for r in csv.DictReader(io.StringIO(text[start:])) if r.get("ID", "").strip().isdigit()]
+    table = list(csv.DictReader(io.StringIO(text[start:])))
+    rows = [r for r in table if r.get("ID", "").strip().isdigit()]
     if not rows:
         raise ValueError(f"{path}: the CSV has no kernel rows")
+    units = next((r for r in table if not r.get("ID", "").strip()), {})
+    return rows, units
+
+
+def summarize(path: str, updates: int, top: int = 20) -> str:
+    """Kernel count and summed GPU time per update, and the ``top`` kernels by total time, from ncu's raw CSV."""
+    rows, _ = read_ncu_csv(path)
     if TIME_METRIC not in rows[0]:
         raise ValueError(f"{path}: no {TIME_METRIC} column; columns: {sorted(rows[0])}")
     by_name: dict[str, list[float]] = collections.defaultdict(list)

@@ -71,3 +71,22 @@ def test_cpu_trace_of_real_updates_is_refused_clearly(tmp_path, monkeypatch):
                     "--jax-trace", str(tmp_path)]) == 0
     with pytest.raises(ValueError, match="no kernel events on a device stream"):
         summarize_trace(str(tmp_path), updates=2)
+
+
+def test_kernel_profile_summary_reads_metrics_units_and_top_stalls(tmp_path):
+    from bench.gpu_ncu_kernel import summary
+
+    path = tmp_path / "ncu_kernel.csv"
+    path.write_text(
+        '"ID","Kernel Name","gpu__time_duration.sum","launch__registers_per_thread",'
+        '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",'
+        '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",'
+        '"smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"\n'
+        '"","","usecond","register/thread","","",""\n'
+        '"0","_categorical_td_target_kernel","519.20","64","4.5","0.25","1.5"\n')
+    text = summary(str(path), stalls=2)
+    assert "## _categorical_td_target_kernel (ID 0)" in text
+    assert "- duration: 519.20 usecond" in text and "- registers/thread: 64 register/thread" in text
+    stalls = [line for line in text.splitlines() if "stall" in line]
+    assert stalls == ["- stall long_scoreboard: 4.50 cycles per issued instruction",
+                      "- stall wait: 1.50 cycles per issued instruction"]  # the two largest, largest first
