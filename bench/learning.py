@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -191,13 +192,14 @@ def read_run_config(run_dir: str) -> dict:
 
 
 def load_published(path: str = PUBLISHED) -> dict[str, dict[int, dict]]:
-    """task -> env step -> {"mean", "min", "max", "n"} (min/max None where the source gives none)."""
+    """task -> env step -> {"mean", "min", "max", "std", "n"} (min, max, std None where the source gives none; std is
+    the population standard deviation over the seeds)."""
     out: dict[str, dict[int, dict]] = {}
     with open(path, newline="") as f:
         for r in csv.DictReader(line for line in f if not line.startswith("#")):
-            lo, hi = (float(r[k]) if r[k] else None for k in ("min_seed", "max_seed"))
+            lo, hi, sd = (float(r[k]) if r.get(k) else None for k in ("min_seed", "max_seed", "std_seed"))
             out.setdefault(r["env_name"], {})[int(r["env_step"])] = {
-                "mean": float(r["mean_return"]), "min": lo, "max": hi, "n": int(r["num_seeds"])}
+                "mean": float(r["mean_return"]), "min": lo, "max": hi, "std": sd, "n": int(r["num_seeds"])}
     return out
 
 
@@ -243,23 +245,27 @@ def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
 def same_as_published(returns: np.ndarray, published: dict) -> dict:
     """Two-sided test of "our mean equals the published mean" at one step.
 
-    Where the source gives the published seeds' min and max, Welch's t-test with the published standard deviation
-    estimated from their range (range / d2(n), the expected range of n normal samples); where it gives only the mean,
-    a one-sample t-test against it (which treats the published mean as exact, so it rejects more easily). With fewer
-    than two of our seeds there is no test.
+    Welch's t-test against the published seeds' sample standard deviation: from their population standard deviation
+    where the source gives it (x sqrt(n / (n - 1))), else estimated from their min and max (range / d2(n), the
+    expected range of n normal samples). Where it gives only the mean, a one-sample t-test against it (which treats
+    the published mean as exact, so it rejects more easily). With fewer than two of our seeds there is no test.
     """
     from scipy import stats
 
     n = len(returns)
     if n < 2 or np.std(returns) == 0:
         return {"test": "none (fewer than 2 seeds)" if n < 2 else "none (zero spread)", "p": None}
-    if published["min"] is not None and published["max"] is not None and published["n"] in _D2:
-        sd = (published["max"] - published["min"]) / _D2[published["n"]]
-        res = stats.ttest_ind_from_stats(float(np.mean(returns)), float(np.std(returns, ddof=1)), n,
-                                         published["mean"], sd, published["n"], equal_var=False)
-        return {"test": "Welch t (published sd from range)", "p": float(res.pvalue)}
-    res = stats.ttest_1samp(returns, published["mean"])
-    return {"test": "one-sample t vs published mean", "p": float(res.pvalue)}
+    m = published["n"]
+    if published.get("std") is not None and m > 1:
+        sd, how = published["std"] * math.sqrt(m / (m - 1)), "published sd"
+    elif published["min"] is not None and published["max"] is not None and m in _D2:
+        sd, how = (published["max"] - published["min"]) / _D2[m], "published sd from range"
+    else:
+        res = stats.ttest_1samp(returns, published["mean"])
+        return {"test": "one-sample t vs published mean", "p": float(res.pvalue)}
+    res = stats.ttest_ind_from_stats(float(np.mean(returns)), float(np.std(returns, ddof=1)), n,
+                                     published["mean"], sd, m, equal_var=False)
+    return {"test": f"Welch t ({how})", "p": float(res.pvalue)}
 
 
 def analyse(folders: Sequence[str], published_path: str = PUBLISHED) -> dict:
@@ -299,12 +305,13 @@ def _schedule(steps: int | None) -> str:
 
 def markdown(res: dict) -> str:
     lines = ["| agent | task | LR decay steps | env step | seeds | returns | mean [95 % CI] | IQM [95 % CI] | "
-             "published mean [min, max] | test | p |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "published mean ± sd [min, max] | test | p |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         if r["env_step"] == 0:
             continue
         pub = r["published"]
-        span = f" [{pub['min']:,.0f}, {pub['max']:,.0f}]" if pub["min"] is not None else ""
+        span = (f" ± {pub['std']:,.0f}" if pub.get("std") is not None else "") + (
+            f" [{pub['min']:,.0f}, {pub['max']:,.0f}]" if pub["min"] is not None else "")
         p = "" if r["p"] is None else f"{r['p']:.2g}"
         lines.append(f"| {r['agent']} | {r['task']} | {_schedule(r['lr_decay_steps'])} | {r['env_step']:,} | "
                      f"{len(r['seeds'])} | "

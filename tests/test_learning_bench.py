@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from bench.common import bootstrap_ci
 from bench.learning import (
@@ -60,13 +61,22 @@ def test_same_as_published():
     assert res["p"] < 1e-4 and "Welch" in res["test"]
     mean_only = {"mean": 2121.0, "min": None, "max": None, "n": 5}
     assert "one-sample" in same_as_published(far / 3, mean_only)["test"]
+    # the published spread, where given, replaces the one-sample test: Hopper's 2,121 +- 1,052 (population sd)
+    hopper = np.array([3443.0, 2780.0, 3459.0])
+    with_sd = same_as_published(hopper, dict(mean_only, std=1052.0))
+    assert with_sd["test"] == "Welch t (published sd)"
+    assert same_as_published(hopper, mean_only)["p"] < 0.05 < with_sd["p"]
+    sd = 1052.0 * np.sqrt(5 / 4)
+    assert with_sd["p"] == pytest.approx(stats.ttest_ind_from_stats(hopper.mean(), hopper.std(ddof=1), 3, 2121.0, sd,
+                                                                    5, equal_var=False).pvalue)
     assert same_as_published(np.array([1.0]), pub_range)["p"] is None
 
 
 def test_published_figures_are_committed_with_their_source():
     pub = load_published()
     assert set(pub) == {"HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4"}
-    assert pub["HalfCheetah-v4"][100_000] == {"mean": 9815.0, "min": 9685.0, "max": 10100.6, "n": 5}
+    assert pub["HalfCheetah-v4"][100_000] == {"mean": 9815.0, "min": 9685.0, "max": 10100.6, "std": 155.0, "n": 5}
+    assert pub["Hopper-v4"][100_000]["std"] == 1052.0 and pub["Hopper-v4"][200_000]["std"] is None
     assert pub["HalfCheetah-v4"][1_000_000]["mean"] == 14465.0
     assert all(len(steps) == 11 for steps in pub.values())  # 0, 100k, ..., 1M
 
