@@ -47,8 +47,18 @@ _JOIN_ASM = ("{ .reg .b64 a, b; cvt.u64.u32 a, $1; shl.b64 a, a, 19; cvt.u64.u32
              "cvt.rn.f32.s64 $0, a; }")
 EXP_MODES = ("ex2", "libdevice")
 DEFAULT_EXP_MODE = "ex2"
-# Flat int32 offsets: E * B * N (+ the one-past-the-end sentinel) must fit; larger inputs are split over rows.
-MAX_FLAT = 2**31 - 2
+# Flat int32 offsets: E * R * N (+ the one-past-the-end sentinel) must fit below OFF_MASK; larger inputs are split
+# over rows (`_pallas_forward`). The kernel ANDs its row base offsets (lp, out) and window base offsets with OFF_MASK.
+# Why the AND is an identity: every such offset is taken of a row clamped to B - 1 (a window base adds a source
+# index in [0, N - W]), so it lies in [0, E * R * N), and E * R * N <= MAX_FLAT <= OFF_MASK = 2**30 - 1; x & OFF_MASK
+# == x for every x in [0, 2**30). It changes no address and no output bit. What it gives the compiler: the offset
+# is provably in [0, 2**30), so offset + lane (or + window step, both < 2**30) cannot overflow int32, and the
+# sign-extension of the i32 sum to a 64-bit address splits into one 64-bit row base plus a small constant that ptxas
+# folds into the load's immediate. Without it every lane and every window step got its own 64-bit address
+# computation (LEA + LEA.HI.X). Cost: inputs with E * R * N in [2**30, 2**31) are 2 chunks (1 at the former
+# MAX_FLAT = 2**31 - 2).
+OFF_MASK = 2**30 - 1
+MAX_FLAT = OFF_MASK
 _LOG2E = 1.4426950408889634  # Triton's constant, rounded to fp32 exactly as Triton does
 _trace_count = [0]
 
@@ -185,7 +195,8 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     address a one-past-the-end sentinel, which the interpret-mode scatter drops (a masked store is a read-modify-write
     scatter there: an in-bounds masked lane, e.g. column 101..127 of row r = column 0..26 of row r + 1, would write
     stale data). On the GPU masked lanes are never dereferenced, so the raw offsets are kept. Every flat offset is
-    taken of a row clamped to B - 1, so it stays below E * R * N (< 2**31, `_pallas_forward` splits larger inputs).
+    taken of a row clamped to B - 1, so it stays below E * R * N (< 2**30, `_pallas_forward` splits larger inputs;
+    the ANDs with OFF_MASK are identities, see OFF_MASK).
     """
 
     def addr(off, mask, sentinel):
@@ -245,10 +256,10 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
         #    int32 part sums).
         prefetched = lp is not None
         if lp is None:
-            row_base = lp_0 + sel * lp_e + rows * lp_b  # (BR, 1) flat offset of the selected critic's row
+            row_base = (lp_0 + sel * lp_e + rows * lp_b) & OFF_MASK  # (BR, 1) flat offset of the selected row
             lp = plt.load(lp_ref.at[addr(row_base + k, lane_ok, E * R * N)], mask=lane_ok, other=-inf).astype(f32)
         p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
-        out_row = rows * out_b  # (BR, 1)
+        out_row = (rows * out_b) & OFF_MASK  # (BR, 1); the AND: see OFF_MASK
         plt.store(out_ref.at[addr(out_row + k, lane_ok, B * N)], p, mask=lane_ok)
         if not interpret:  # interpret mode runs the program's statements in order: nothing to wait for
             plt.debug_barrier()
@@ -284,7 +295,7 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
             cb = jnp.where(band, c, 0.0)
             jf0 = jnp.ceil((km1 - cb) * inv_g - eps)  # (BR, BLOCK_N) first source of the window
             jf0 = jnp.minimum(jnp.maximum(jf0, 0.0), N - n_win)  # dense rows: 0
-            ptr = out_row + _to_int(jf0, interpret)
+            ptr = (out_row + _to_int(jf0, interpret)) & OFF_MASK  # jf0 in [0, N - W]: ptr + w < B * N
 
             def step(w, acc, pj):
                 # Unclamped b: a pile source gets weight 0 at every interior atom.
@@ -348,24 +359,27 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     r, d, s = scalars(rows0)
     qs_next = load_means(clamped(t0 + 1))
     sel, bad = select(qs)
-    lp = plt.load(lp_ref.at[addr(lp_0 + sel * lp_e + rows0 * lp_b + k, lane_ok, E * R * N)], mask=lane_ok,
-                  other=-inf).astype(f32)
+    lp = plt.load(lp_ref.at[addr(((lp_0 + sel * lp_e + rows0 * lp_b) & OFF_MASK) + k, lane_ok, E * R * N)],
+                  mask=lane_ok, other=-inf).astype(f32)
 
-    def step(i, carry):
-        qs_next, lp, bad, r, d, s = carry
+    def step(carry):
+        i, qs_next, lp, bad, r, d, s = carry
         # Tile i + 1: its critic (its means arrived during tile i - 1), its row and scalars.
         rows1 = clamped(t0 + i + 1)
         sel1, bad1 = select(qs_next)
         m1 = lane_ok & (i + 1 < n_tiles)
-        lp1 = plt.load(lp_ref.at[addr(lp_0 + sel1 * lp_e + rows1 * lp_b + k, m1, E * R * N)], mask=m1,
-                       other=-inf).astype(f32)
+        lp1 = plt.load(lp_ref.at[addr(((lp_0 + sel1 * lp_e + rows1 * lp_b) & OFF_MASK) + k, m1, E * R * N)],
+                       mask=m1, other=-inf).astype(f32)
         r1, d1, s1 = scalars(rows1)
         # Tile i + 2: its critic means.
         qs_next = load_means(clamped(t0 + i + 2))
         tile(lp, None, bad, r, d, s, (t0 + i) * BR + ar)
-        return qs_next, lp1, bad1, r1, d1, s1
+        return i + 1, qs_next, lp1, bad1, r1, d1, s1
 
-    jax.lax.fori_loop(0, n_tiles, step, (qs_next, lp, bad, r, d, s))  # traced bound: a loop on the GPU
+    # A while loop (scf.while on the GPU), as in the Triton kernel. With fori_loop (scf.for) Triton's layout pass
+    # carried six of the values in a second layout as well (13 carried instead of 7) and repeated part of the body
+    # (the critic scan) for it: about 30 more instructions a row at RPP 16 (bench.sass_count). Same arithmetic.
+    jax.lax.while_loop(lambda c: c[0] < n_tiles, step, (jnp.int32(0), qs_next, lp, bad, r, d, s))
 
 
 def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret: bool, block_rows: int | None,
@@ -386,6 +400,7 @@ def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
     _trace_count[0] += 1
     E, R, N = lp.shape
     B = r.shape[0]
+    assert MAX_FLAT <= OFF_MASK, "the kernel's offset ANDs are an identity only below OFF_MASK"
     rows_max = max(1, MAX_FLAT // (E * N))
     if R > rows_max:  # int32 flat offsets would overflow: independent row chunks (rows never interact)
         o = row_offset

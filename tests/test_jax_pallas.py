@@ -120,6 +120,19 @@ class TestPallasKernel(OpTests):
         assert max_abs_error(chunked, R.categorical_td_target(**make_inputs(37, N=11, E=2, kind="mixed", seed=11),
                                                               gamma=0.9)) <= atol_vs_float64(11)
 
+    def test_inputs_between_2_30_and_2_31_elements_are_two_chunks(self):
+        # E * R * N = 2 * 2**23 * 101 is in [2**30, 2**31): the kernel ANDs its offsets with 2**30 - 1, so one chunk
+        # holds at most 2**30 - 1 elements (a single chunk up to 2**31 - 2 before). Traced only (eval_shape): nothing
+        # of that size is allocated.
+        E, B, N = 2, 2**23, 101
+        assert 2**30 <= E * B * N < 2**31 and pk.MAX_FLAT == pk.OFF_MASK == 2**30 - 1
+        f32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.float32)
+        n0 = pk.trace_count()
+        out = jax.eval_shape(lambda *a: pk._pallas_forward(*a, -5.0, 5.0, True, None, None, "ex2"),
+                             f32((E, B)), f32((E, B, N)), f32((B,)), f32((B,)), f32((B,)), f32(()))
+        assert out.shape == (B, N)
+        assert pk.trace_count() - n0 == 1 + 2, "expected 2 chunks of <= (2**30 - 1) // (E * N) rows"
+
     def test_deterministic(self):
         x = make_inputs(70, kind="mixed", seed=12)
         assert np.array_equal(pallas(x, 0.99), pallas(x, 0.99))
