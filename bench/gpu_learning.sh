@@ -14,7 +14,9 @@
 # ROOT (/tmp/learning), OVERRIDES (space-separated KEY=VALUE for every run), MPS (1: the runs share each GPU through
 # CUDA's Multi-Process Service, a control daemon this script starts with its pipes under $ROOT/mps and stops at
 # `collect` once the runner has ended: kernels of different runs then execute concurrently instead of in turns; a
-# run that cannot reach the daemon runs without it, so `start` prints the daemon's server list once the runs are up). Carry `.whl` (gymnasium, mujoco, omegaconf and their dependencies as cp312 wheels).
+# run that cannot reach the daemon runs without it, so `start` prints the daemon's server list once the runs are up). Carry `.whl` (gymnasium, mujoco, omegaconf and their dependencies as cp312 wheels;
+# omegaconf 2.3 needs antlr4-python3-runtime 4.9.x, published as a source archive only: `pip wheel --no-deps -w .whl
+# antlr4-python3-runtime==4.9.3` builds it; with antlr4 4.13 every run fails at import, "Could not deserialize ATN").
 # Then unpack learning.tgz, commit its learning/ as bench/results/learning-<gpu>-<date>/ and run
 #   python -m bench.learning report bench/results/learning-* --readme
 set -u

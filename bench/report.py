@@ -1,8 +1,7 @@
 """Regenerate README.md's "Performance" section from the committed H200 results.
 
-    python -m bench.report bench/results/h200-2026-12-01-kernel-rpp bench/results/h200-2026-12-02-eager-key \\
-        bench/results/h200-2026-11-29-agents bench/results/h200-2026-11-29 bench/results/h200x2-2026-11-29-agents \\
-        bench/results/h200-2026-11-29-update-speed
+    python -m bench.report bench/results/h200-2026-12-02-pallas-rpp bench/results/h200-2026-11-29-agents \\
+        bench/results/h200-2026-11-29 bench/results/h200x2-2026-11-29-agents bench/results/h200-2026-11-29-update-speed
 
 The first folder holds the kernel results of `bench/gpu_kernel_checks.sh` (bitwise/, checks/; one call or its two
 halves); a folder with checks/ only (bench.gpu_checks sections re-run later, e.g. the eager host time after a change
