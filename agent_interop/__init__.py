@@ -8,6 +8,8 @@ The only package that imports both agents; the agents never import each other. M
 * ``agent_interop.synthetic``: Box spaces and replay batches for agents built without an environment (numpy only);
 * ``agent_interop.parity``: the parity harness (shared batches and policy noise, gradients, state comparisons);
 * ``agent_interop.parity_run``: a paired training run with its diagnostics, summary and markdown report.
+* ``agent_interop.train``: ``python -m agent_interop.train --agent A --init-from B``, agent A's CLI with agent B's
+  initial state for the same seed.
 
 Submodules are imported explicitly (``from agent_interop.convert import torch_to_jax``), so importing one side's
 helpers does not import the other framework.

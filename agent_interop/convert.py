@@ -76,6 +76,7 @@ __all__ = [
     "jax_to_torch",
     "main",
     "make_agent_from_torch_init",
+    "make_torch_agent_from_jax_init",
     "torch_name_to_jax_path",
     "torch_to_jax",
 ]
@@ -527,6 +528,37 @@ def make_agent_from_torch_init(cfg: Any, observation_space: Any, action_space: A
     torch_agent = make_torch_agent(dataclasses.replace(cfg, agent=torch_agent_cfg), observation_space, action_space)
     agent = make_agent(cfg, observation_space, action_space)
     torch_to_jax(torch_agent, agent)
+    return agent
+
+
+def make_torch_agent_from_jax_init(cfg: Any, observation_space: Any, action_space: Any) -> Any:
+    """The torch agent for ``cfg``, started from the JAX agent's initial state for the same config and seed: the
+    mirror of ``make_agent_from_torch_init``.
+
+    ``jax_to_torch`` writes the JAX agent's weights, BN statistics, log alpha, target critic and (fresh) optimizer
+    state into the torch agent in place (a CUDA-graph agent drops its graphs and captures them again on first use).
+    Its torch generator (policy noise) stays its own. The JAX agent is built with the jnp reference target backend;
+    its parameters come from ``cfg.seed``'s PRNG key, so they are the JAX run's initial parameters (threefry is
+    exact on every platform; the normal initialisers' transforms may round differently by an ulp between the CPU
+    and the GPU).
+
+    Args:
+        cfg: the torch run's resolved config.
+        observation_space: Box (O,).
+        action_space: Box (A,).
+
+    Returns:
+        The ``agent_torch`` agent.
+    """
+    import dataclasses
+
+    from agent_jax.agent import make_agent as make_jax_agent
+    from agent_torch.agent import make_agent
+
+    jax_agent_cfg = dataclasses.replace(cfg.agent, categorical_target_backend="jax", categorical_target_strict=False)
+    jax_agent = make_jax_agent(dataclasses.replace(cfg, agent=jax_agent_cfg), observation_space, action_space)
+    agent = make_agent(cfg, observation_space, action_space)
+    jax_to_torch(jax_agent, agent)
     return agent
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from agent_common.config import parse_args
 from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
@@ -49,8 +50,11 @@ def _vector_factory() -> VectorFactory:
     return make_vector_trainer
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parses ``--overrides``, trains (or resumes with ``agent_load_path``) and returns the exit code."""
+def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | None = None) -> int:
+    """Parses ``--overrides``, trains (or resumes with ``agent_load_path``) and returns the exit code.
+
+    ``factory`` (lazily returns the agent factory) replaces the agent's own ``make_agent``, e.g. with
+    ``agent_interop.convert.make_agent_from_torch_init`` (``python -m agent_interop.train``)."""
     argv = sys.argv[1:] if argv is None else argv
     # Validate first (exit 2 naming the key, before any JAX work), then set XLA flags, then run the shared CLI.
     cfg = parse_args(argv, framework="jax", prog="python -m agent_jax.train")
@@ -59,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent_jax.parallel import initialize_distributed
 
     initialize_distributed()  # several hosts (JAX_COORDINATOR_ADDRESS): before any other JAX work
-    return run_cli(argv, "jax", _factory, make_vector_module=_vector_factory)
+    return run_cli(argv, "jax", factory or _factory, make_vector_module=_vector_factory)
 
 
 if __name__ == "__main__":

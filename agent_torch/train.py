@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from agent_common.config import parse_args
 from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
@@ -31,8 +32,11 @@ def _vector_factory() -> VectorFactory:
     return make_vector_trainer
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parses ``--overrides``, trains (or resumes with ``agent_load_path``) and returns the exit code."""
+def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | None = None) -> int:
+    """Parses ``--overrides``, trains (or resumes with ``agent_load_path``) and returns the exit code.
+
+    ``factory`` (lazily returns the agent factory) replaces the agent's own ``make_agent``, e.g. with
+    ``agent_interop.convert.make_torch_agent_from_jax_init`` (``python -m agent_interop.train``)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     from agent_torch.distributed import launch_from_env
 
@@ -44,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     if launch is None:
         # validate first (exit 2 naming the key, before any work), then the XLA flags, then the shared CLI
         configure_mjx_xla(parse_args(argv, framework="torch", prog="python -m agent_torch.train"))
-        return run_cli(argv, "torch", _factory, make_vector_module=_vector_factory)
-    return _main_replicated(argv)
+        return run_cli(argv, "torch", factory or _factory, make_vector_module=_vector_factory)
+    return _main_replicated(argv, factory or _factory)
 
 
 def configure_mjx_xla(cfg: Config) -> None:
@@ -56,7 +60,7 @@ def configure_mjx_xla(cfg: Config) -> None:
         os.environ["XLA_FLAGS"] = mjx_xla_flags(os.environ.get("XLA_FLAGS", ""), cfg.deterministic)
 
 
-def _main_replicated(argv: list[str]) -> int:
+def _main_replicated(argv: list[str], factory: Callable[[], AgentFactory]) -> int:
     """One replica of a torchrun launch: validate the config (exit 2 before any work), join the process group,
     agree on replica 0's run directory, train; a failed collective (a replica died or timed out) ends this replica
     with one line saying so and where the intact checkpoints are."""
@@ -71,7 +75,7 @@ def _main_replicated(argv: list[str]) -> int:
     dist.broadcast_object_list(shared, src=0)  # a derived (timestamped) save_path is replica 0's on every replica
     argv = [*argv, "--overrides", f"save_path={shared[0]}"]
     try:
-        code = run_cli(argv, "torch", _factory, replicas, make_vector_module=_vector_factory)
+        code = run_cli(argv, "torch", factory, replicas, make_vector_module=_vector_factory)
     except (dist.DistError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and not isinstance(exc, dist.DistError) and not _collective_failure(exc):
             raise

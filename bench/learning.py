@@ -13,7 +13,9 @@ schedule of a ``--schedule-steps`` run (default 1M: the published runs' length),
 of a published run rather than a run whose schedule decays over its own 100k steps. Each run gets
 ``max_wall_seconds`` from the remaining budget, so it checkpoints (buffer included) and exits cleanly in time; the
 next invocation resumes every unfinished run (``agent_load_path=<run dir>``) and starts the ones not begun. A run is
-finished when its eval.csv holds an evaluation at ``num_env_steps``.
+finished when its eval.csv holds an evaluation at ``num_env_steps``. Besides ``torch`` and ``jax`` the agents can be
+``jax-torchinit`` and ``torch-jaxinit``: that agent started from the other one's initial state for the same seed
+(``python -m agent_interop.train``), to tell a seed's initialisation outcome from a defect of one agent.
 
 ``collect`` copies each run's eval.csv and config.yaml with a run.json (agent, task, seed, source) into
 ``<out>/<agent>/<task>/seed<seed>/``; ``--from agent:run_dir`` imports single run directories trained elsewhere.
@@ -50,7 +52,11 @@ from bench.common import BOOTSTRAP_REPS, REPO, UPSTREAM_RECIPE, bootstrap_ci, en
 
 PUBLISHED = os.path.join(REPO, "bench", "results", "published", "flashsac_gym_mujoco.csv")
 TASKS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
-AGENTS = ("torch", "jax")
+AGENTS = ("torch", "jax", "jax-torchinit", "torch-jaxinit")
+"""Run labels: each agent, and each agent started from the other's initial state for the same seed
+(``python -m agent_interop.train --agent A --init-from B``: the check that tells an initialisation outcome from a
+defect when the agents' returns differ)."""
+INIT_SWAPPED = {"jax-torchinit": ("jax", "torch"), "torch-jaxinit": ("torch", "jax")}
 PUBLISHED_RUN_STEPS = 1_000_000  # the length of the published runs, whose learning-rate schedule the runs follow
 # the expected range of n normal samples in standard deviations (d2 of quality control), n = 2..10
 _D2 = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
@@ -108,7 +114,11 @@ def train_command(spec: RunSpec, root: str, num_env_steps: int, wall_seconds: fl
         settings = [f"agent_load_path={run_dir}", f"max_wall_seconds={max(int(wall_seconds), 1)}"]
     else:
         settings.append(f"save_path={run_dir}")
-    cmd = [sys.executable, "-m", f"agent_{spec.agent}.train"]
+    if spec.agent in INIT_SWAPPED:
+        agent, init = INIT_SWAPPED[spec.agent]
+        cmd = [sys.executable, "-m", "agent_interop.train", "--agent", agent, "--init-from", init]
+    else:
+        cmd = [sys.executable, "-m", f"agent_{spec.agent}.train"]
     for s in settings:
         cmd += ["--overrides", s]
     return cmd
@@ -358,7 +368,8 @@ def curves_plot(folders: Sequence[str], path: str, published_path: str = PUBLISH
         for (agent, t, decay), seeds in sorted(runs.items(), key=_group_order):
             if t != task:
                 continue
-            color = {"torch": "tab:blue", "jax": "tab:orange"}[agent]
+            color = {"torch": "tab:blue", "jax": "tab:orange", "jax-torchinit": "tab:green",
+                     "torch-jaxinit": "tab:purple"}[agent]
             protocol = decay == PUBLISHED_RUN_STEPS
             for i, (_seed, curve) in enumerate(sorted(seeds.items())):
                 xs = sorted(curve)

@@ -32,6 +32,7 @@ from agent_interop.convert import (
     jax_path_to_torch_name,
     jax_to_torch,
     make_agent_from_torch_init,
+    make_torch_agent_from_jax_init,
     torch_name_to_jax_path,
     torch_to_jax,
 )
@@ -460,6 +461,19 @@ def test_jax_agent_started_from_the_torch_initialisation():
     _assert_torch_identical(back, _torch_agent())  # == the torch agent's own seed-0 initial state
     plain = named_arrays(_jax_agent().state.actor.params)
     assert any(not np.array_equal(v, named_arrays(started.state.actor.params)[k]) for k, v in plain.items())
+
+
+def test_torch_agent_started_from_the_jax_initialisation():
+    # the mirror: the torch agent starts from the JAX agent's seed-s initial state
+    from agent_common.config import load_config
+
+    cfg = load_config([*SIZES, "agent.categorical_target_backend=torch"], "torch")
+    started = make_torch_agent_from_jax_init(cfg, *make_spaces(OBS_DIM, ACT_DIM))
+    back = _jax_agent(seed=SEED + 1)  # other parameters, so that only the conversion can make it equal
+    torch_to_jax(started, back)
+    _assert_jax_identical(back, _jax_agent())  # == the JAX agent's own seed-s initial state
+    plain = _torch_agent().actor.module.state_dict()
+    assert any(not torch.equal(v, started.actor.module.state_dict()[k]) for k, v in plain.items())
 
 
 def test_conversion_into_a_graph_mode_torch_agent_restores_lr_tensors_and_recaptures():

@@ -100,6 +100,16 @@ def test_commands_start_then_resume(tmp_path):
         f"agent_load_path={spec.run_dir(str(tmp_path))}", "max_wall_seconds=42"]
 
 
+def test_an_agent_started_from_the_other_agents_initial_state(tmp_path):
+    # jax-torchinit: the JAX agent from the torch agent's initial state (agent_interop.train), its own run folder
+    spec = parse_runs("jax-torchinit:HalfCheetah-v4:1000")[0]
+    cmd = train_command(spec, str(tmp_path), 100_000, 60, [])
+    assert cmd[1:7] == ["-m", "agent_interop.train", "--agent", "jax", "--init-from", "torch"]
+    assert "seed=1000" in cmd and f"save_path={tmp_path}/jax-torchinit/HalfCheetah-v4/seed1000" in cmd
+    assert train_command(RunSpec("torch-jaxinit", "Hopper-v4", 0), str(tmp_path), 100_000, 60, [])[3:7] == [
+        "--agent", "torch", "--init-from", "jax"]
+
+
 def _collected_run(root, agent, task, seed, decay, returns):
     d = root / agent / task / f"seed{seed}"
     d.mkdir(parents=True)
