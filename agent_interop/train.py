@@ -19,8 +19,7 @@ import argparse
 import sys
 
 from agent_common.loop import AgentFactory
-
-FRAMEWORKS = ("torch", "jax")
+from agent_common.schema import FRAMEWORKS
 
 
 def _factory(agent: str):

@@ -20,11 +20,12 @@ import argparse
 import re
 import sys
 
-# The raw-page metrics the summary quotes (Nsight Compute 2023+ names).
+# The raw-page metrics the summary quotes (the names of the ncu on the H200 machines, 2026-12).
 SUMMARY_METRICS = {
     "gpu__time_duration.sum": "duration",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM % of peak",
-    "dram__bytes.sum": "DRAM bytes",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": "DRAM % of peak",
+    "dram__bytes_read.sum": "DRAM bytes read",
+    "dram__bytes_write.sum": "DRAM bytes written",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy %",
     "sm__maximum_warps_per_active_cycle_pct": "theoretical occupancy %",
     "launch__registers_per_thread": "registers/thread",

@@ -52,11 +52,12 @@ from bench.common import BOOTSTRAP_REPS, REPO, UPSTREAM_RECIPE, bootstrap_ci, en
 
 PUBLISHED = os.path.join(REPO, "bench", "results", "published", "flashsac_gym_mujoco.csv")
 TASKS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
-AGENTS = ("torch", "jax", "jax-torchinit", "torch-jaxinit")
-"""Run labels: each agent, and each agent started from the other's initial state for the same seed
-(``python -m agent_interop.train --agent A --init-from B``: the check that tells an initialisation outcome from a
-defect when the agents' returns differ)."""
 INIT_SWAPPED = {"jax-torchinit": ("jax", "torch"), "torch-jaxinit": ("torch", "jax")}
+"""Run label -> (agent, the agent whose initial state it starts from for the same seed): ``python -m
+agent_interop.train --agent A --init-from B``, the check that tells an initialisation outcome from a defect when the
+agents' returns differ."""
+AGENTS = ("torch", "jax", *INIT_SWAPPED)
+"""Run labels: each agent, and the INIT_SWAPPED ones."""
 PUBLISHED_RUN_STEPS = 1_000_000  # the length of the published runs, whose learning-rate schedule the runs follow
 # the expected range of n normal samples in standard deviations (d2 of quality control), n = 2..10
 _D2 = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
