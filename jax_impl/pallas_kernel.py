@@ -41,10 +41,23 @@ WINDOW_MARGIN = 2.0**-18
 UNROLL = 3
 # The exact sums' split and join (the Triton kernel's HALF and inline PTX).
 HALF = 19
-_LO_ASM = "{ .reg .b64 q; cvt.rzi.s64.f32 q, $1; cvt.u32.u64 $0, q; and.b32 $0, $0, 524287; }"
-_HI_ASM = "{ .reg .b64 q; cvt.rzi.s64.f32 q, $1; shr.u64 q, q, 19; cvt.u32.u64 $0, q; }"
+
+
+def _sum_asm(n: int, part: str) -> str:
+    """The Triton kernel's PTX for the low HALF bits (part "lo") or the rest ("hi") of the sum of n fp32 terms
+    truncated to int64 (one slot-tile position's terms, added one after the other)."""
+    text = "{ .reg .b64 a, b; cvt.rzi.s64.f32 a, $1; "
+    text += "".join(f"cvt.rzi.s64.f32 b, ${t}; add.s64 a, a, b; " for t in range(2, n + 1))
+    if part == "lo":
+        return text + "cvt.u32.u64 $0, a; and.b32 $0, $0, 524287; }"
+    return text + "shr.u64 a, a, 19; cvt.u32.u64 $0, a; }"
+
+
 _JOIN_ASM = ("{ .reg .b64 a, b; cvt.u64.u32 a, $1; shl.b64 a, a, 19; cvt.u64.u32 b, $2; add.s64 a, a, b; "
              "cvt.rn.f32.s64 $0, a; }")
+# clamp(ceil(x), 0, hi) as an int32 (the window start; the Triton kernel's min.f32 and saturating conversion).
+_WINDOW_START_ASM = "{ .reg .f32 t; min.f32 t, $1, $2; cvt.rpi.u32.f32 $0, t; }"
+FLT_MAX = 3.4028234663852886e38
 EXP_MODES = ("ex2", "libdevice")
 DEFAULT_EXP_MODE = "ex2"
 # Flat int32 offsets: E * R * N (+ the one-past-the-end sentinel) must fit below OFF_MASK; larger inputs are split
@@ -90,11 +103,26 @@ def _line(c: jax.Array, g: jax.Array, jf: jax.Array, interpret: bool) -> jax.Arr
     return c + _asm("mul.rn.f32 $0, $1, $2;", [g, jf], "=f,f,f")
 
 
+def _mul(a: jax.Array, b, interpret: bool) -> jax.Array:
+    """R(a * b) for a product that meets an addition: mul.rn.f32 on the GPU (the Triton kernel's; NaN kept)."""
+    if interpret:
+        return _round(a * b)
+    return _asm("mul.rn.f32 $0, $1, $2;", [jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)], "=f,f,f")
+
+
 def _fma(a: jax.Array, b: jax.Array, acc: jax.Array, interpret: bool) -> jax.Array:
     """acc + a * b: fma.rn.f32 on the GPU (the Triton kernel's instruction); in interpret mode the product is rounded
     first, as in the Triton interpreter."""
     if interpret:
         return acc + _round(a * b)
+    return _asm("fma.rn.f32 $0, $1, $2, $3;", [a, b, acc], "=f,f,f,f")
+
+
+def _fma_nan(a: jax.Array, b: jax.Array, acc: jax.Array, interpret: bool) -> jax.Array:
+    """acc + a * b as _fma, for the epilogue, where a NaN a must reach the result (the Triton kernel's _fma_nan): in
+    interpret mode without R; the product is rounded once either way there, as acc is +0 or a is 0."""
+    if interpret:
+        return acc + a * b
     return _asm("fma.rn.f32 $0, $1, $2, $3;", [a, b, acc], "=f,f,f,f")
 
 
@@ -121,8 +149,8 @@ def _pow2(e: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type((e + 127) << 23, jnp.float32)
 
 
-def _split_np(x) -> tuple[np.ndarray, np.ndarray]:
-    q = np.asarray(x).astype(np.int64)
+def _split_np(*xs) -> tuple[np.ndarray, np.ndarray]:
+    q = sum(np.asarray(x).astype(np.int64) for x in xs)
     return (q & ((1 << HALF) - 1)).astype(np.int32), (q >> HALF).astype(np.int32)
 
 
@@ -130,16 +158,19 @@ def _join_np(hi, lo) -> np.ndarray:
     return ((np.asarray(hi).astype(np.int64) << HALF) + np.asarray(lo).astype(np.int64)).astype(np.float32)
 
 
-def _fixed_sum(x: jax.Array, inv_scale: jax.Array, interpret: bool) -> jax.Array:
-    """The Triton kernel's exact row sum: sum_j trunc(x_j) * inv_scale for terms 0 <= x_j < 2**(31 - log2 BLOCK_N +
-    HALF), each integer split into its low HALF bits and the rest, each part summed in int32, the total rounded once
-    to fp32. The split and the join are the Triton kernel's inline PTX on the GPU (a jnp cast would clamp first) and
-    the same int64 numpy arithmetic in interpret mode (through host callbacks: JAX has no int64 without x64)."""
+def _fixed_sum(xs: list, inv_scale: jax.Array, interpret: bool) -> jax.Array:
+    """The Triton kernel's exact row sum over the slot tiles xs of a row: sum_j trunc(x_j) * inv_scale for terms
+    0 <= x_j < 2**(31 - log2 BLOCK_N + HALF); a tile position's terms are truncated to int64 and added, the group sum
+    is split into its low HALF bits and the rest, each part is summed in int32, and the total is rounded once to
+    fp32. The truncations, the group sum, the split and the join are the Triton kernel's inline PTX on the GPU (a jnp
+    cast would clamp first) and the same int64 numpy arithmetic in interpret mode (through host callbacks: JAX has no
+    int64 without x64)."""
+    i32 = jax.ShapeDtypeStruct(xs[0].shape, jnp.int32)
     if interpret:
-        i32 = jax.ShapeDtypeStruct(x.shape, jnp.int32)
-        lo, hi = jax.pure_callback(_split_np, (i32, i32), x)
+        lo, hi = jax.pure_callback(_split_np, (i32, i32), *xs)
     else:
-        lo, hi = (_asm_i32(text, x) for text in (_LO_ASM, _HI_ASM))
+        lo, hi = (plt.elementwise_inline_asm(_sum_asm(len(xs), part), args=list(xs), constraints="=r" + ",f" * len(xs),
+                                             pack=1, result_shape_dtypes=[i32])[0] for part in ("lo", "hi"))
     lo = jnp.sum(lo, axis=1, keepdims=True, dtype=jnp.int32)
     hi = jnp.sum(hi, axis=1, keepdims=True, dtype=jnp.int32)
     if interpret:
@@ -149,22 +180,48 @@ def _fixed_sum(x: jax.Array, inv_scale: jax.Array, interpret: bool) -> jax.Array
     return total * inv_scale
 
 
-def _asm_i32(text: str, x: jax.Array) -> jax.Array:
-    """One PTX instruction block per element from an fp32 to an int32 value."""
-    (y,) = plt.elementwise_inline_asm(text, args=[x], constraints="=r,f", pack=1,
+def _window_start(x: jax.Array, hi: jax.Array, interpret: bool) -> jax.Array:
+    """clamp(ceil(x), 0, hi) as int32 for a float hi >= 0 holding an integer: the Triton kernel's min.f32 and
+    saturating cvt.rpi.u32.f32 on the GPU (a jnp cast would clamp first)."""
+    if interpret:
+        return jnp.minimum(jnp.maximum(jnp.ceil(x), 0.0), hi).astype(jnp.int32)
+    shape = jnp.broadcast_shapes(x.shape, hi.shape)
+    (y,) = plt.elementwise_inline_asm(_WINDOW_START_ASM, args=[jnp.broadcast_to(x, shape), jnp.broadcast_to(hi, shape)],
+                                      constraints="=r,f,f", pack=1,
+                                      result_shape_dtypes=[jax.ShapeDtypeStruct(shape, jnp.int32)])
+    return y
+
+
+def _bits(p: jax.Array) -> jax.Array:
+    """The bit pattern of |p| as an int32."""
+    return jax.lax.bitcast_convert_type(p, jnp.int32) & 0x7FFFFFFF
+
+
+def _abs(x: jax.Array, interpret: bool) -> jax.Array:
+    """|x|: abs.f32 on the GPU, the instruction of the Triton kernel's tl.abs (ptxas folds it into the next add as an
+    operand modifier). jnp.abs is libdevice's __nv_fabsf there, abs.ftz.f32, which ptxas keeps as an instruction of
+    its own (FADD.FTZ |x|, -0)."""
+    return jnp.abs(x) if interpret else _asm("abs.f32 $0, $1;", [x], "=f,f")
+
+
+def _to_int(x: jax.Array, interpret: bool) -> jax.Array:
+    """float -> int32 by truncation for in-range values: cvt.rzi.s32.f32 on the GPU (the Triton kernel's .to(int32);
+    a jnp cast clamps first: three more instructions)."""
+    if interpret:
+        return x.astype(jnp.int32)
+    (y,) = plt.elementwise_inline_asm("cvt.rzi.s32.f32 $0, $1;", args=[x], constraints="=r,f", pack=1,
                                       result_shape_dtypes=[jax.ShapeDtypeStruct(x.shape, jnp.int32)])
     return y
 
 
-def _to_int(x: jax.Array, interpret: bool) -> jax.Array:
-    """float -> int32 by truncation for in-range values: cvt.rzi.s32.f32 on the GPU (a jnp cast would clamp first)."""
-    return x.astype(jnp.int32) if interpret else _asm_i32("cvt.rzi.s32.f32 $0, $1;", x)
-
-
-def _hat(b: jax.Array, kp1: jax.Array, km1: jax.Array) -> jax.Array:
-    """The hat weight of position b at atom k, min(clamp((k + 1) - b), clamp(b - (k - 1))): the Triton kernel's
-    formula, 1 - f or f bit for bit inside (k - 1, k + 1) and 0 outside (SPEC.md 8)."""
-    return jnp.minimum(jnp.minimum(jnp.maximum(kp1 - b, 0.0), 1.0), jnp.minimum(jnp.maximum(b - km1, 0.0), 1.0))
+def _hat(b: jax.Array, kf: jax.Array, first: bool, interpret: bool) -> jax.Array:
+    """The hat weight of position b at atom k, the Triton kernel's formulas (SPEC.md 8): the section-3 weight bit for
+    bit inside (k - 1, k + 1), 0 outside. first (the slot tile of atoms 0 .. Q - 1): min(clamp((k + 1) - b),
+    clamp(b - (k - 1))); the other tiles (k >= 2): clamp(1 - |b - k|)."""
+    if first:
+        return jnp.minimum(jnp.minimum(jnp.maximum((kf + 1.0) - b, 0.0), 1.0),
+                           jnp.minimum(jnp.maximum(b - (kf - 1.0), 0.0), 1.0))
+    return jnp.minimum(jnp.maximum(1.0 - _abs(b - kf, interpret), 0.0), 1.0)
 
 
 # Runtime strides (an int32 input) instead of compile-time constants: the Triton kernel receives its row strides as
@@ -183,14 +240,14 @@ def _strides(E: int, R: int, N: int, row_offset: int) -> np.ndarray:
 
 def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, *, B: int, R: int, E: int, N: int,
                BLOCK_N: int, BR: int, RPP: int, min_v: float, inv_delta: float, exp_mode: str, interpret: bool):
-    """One program: RPP tiles of BR rows x BLOCK_N lanes (destination atoms k); the statements of the Triton kernel, in
-    order.
+    """One program: RPP tiles of BR rows x BLOCK_N lanes (destination atoms k), the lanes as SLOTS slot tiles of Q;
+    the statements of the Triton kernel, in order.
 
     Refs are whole flat arrays (no BlockSpec): gamma (1,) f32; strides (8,) int32 (STRIDE_NAMES); q (E*R,) f32;
     lp (E*R*N,) f32/bf16/f16; r, d, s (B,) f32; out (B*N,) f32 (also the staging row of the probabilities). Target
     row i of critic e reads q[q_0 + e * q_e + i * q_b] and lp[lp_0 + e * lp_e + i * lp_b + j] (R = B and
     q_0 = lp_0 = 0 unless the caller passed a row offset). Only these integer offsets see R and the offset: the float
-    arithmetic is the same for all of them. Per-row quantities are (BR, 1) tensors in the layout of the (BR, BLOCK_N)
+    arithmetic is the same for all of them. Per-row quantities are (BR, 1) tensors in the layout of the (BR, Q)
     tiles, as in the Triton kernel; rows past B read row B - 1 and are never stored. In interpret mode masked lanes
     address a one-past-the-end sentinel, which the interpret-mode scatter drops (a masked store is a read-modify-write
     scatter there: an in-bounds masked lane, e.g. column 101..127 of row r = column 0..26 of row r + 1, would write
@@ -207,11 +264,12 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     q_e, q_b, lp_e, lp_b, row_stride, out_b, q_0, lp_0 = (stride_ref[i] for i in range(8))
     gamma = gamma_ref[0]
     pid = pl.program_id(0)
-    k = jnp.arange(BLOCK_N, dtype=jnp.int32)[None, :]  # (1, BLOCK_N) destination atom (= source of the full pass)
-    lane_ok = k < N
-    kf = k.astype(f32)
-    km1 = kf - 1.0
-    kp1 = kf + 1.0
+    # A row's BLOCK_N lanes are SLOTS slot tiles of Q lanes, lane t Q + i at position i of tile t (the Triton
+    # kernel's): four from 128 lanes on, two at 64, one below.
+    SLOTS = 4 if BLOCK_N >= 128 else (2 if BLOCK_N == 64 else 1)
+    Q = BLOCK_N // SLOTS
+    i = jnp.arange(Q, dtype=jnp.int32)[None, :]  # (1, Q) position in a slot tile
+    kks = [i + t * Q for t in range(SLOTS)]  # lane t Q + i: source (step 2) or destination atom (steps 3-4)
 
     def load_means(rows):
         # The E critic means of the (clamped) rows: loads only, so a prefetch does not wait for them.
@@ -219,6 +277,29 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
         for e in range(1, E):
             qs = qs + (plt.load(q_ref.at[q_0 + e * q_e + rows * q_b]),)
         return qs
+
+    def load_row(base, ok):
+        # The log-prob row at flat offset base (BR, 1) as slot tiles (BR, Q), -inf on masked lanes; ok: None, or a
+        # scalar that masks the whole row off (a prefetch past the program's last tile). Loads only.
+        lps = ()
+        for t, kk in enumerate(kks):
+            if (t + 1) * Q <= N and ok is None:  # every lane of the tile is a source
+                x = plt.load(lp_ref.at[base + kk])
+            else:
+                m = jnp.broadcast_to(ok, (BR, Q)) if (t + 1) * Q <= N else (kk < N if ok is None else (kk < N) & ok)
+                x = plt.load(lp_ref.at[addr(base + kk, m, E * R * N)], mask=m, other=-inf)
+            lps = lps + (x.astype(f32),)
+        return lps
+
+    def store_row(out_row, xs, row_ok):
+        # Stores the slot tiles xs (lanes < N; rows with row_ok, or every row when row_ok is None).
+        for t, (kk, x) in enumerate(zip(kks, xs, strict=True)):
+            if (t + 1) * Q <= N and row_ok is None:
+                plt.store(out_ref.at[out_row + kk], x)
+            else:
+                m = jnp.broadcast_to(row_ok, (BR, Q)) if (t + 1) * Q <= N else (
+                    kk < N if row_ok is None else (kk < N) & row_ok)
+                plt.store(out_ref.at[addr(out_row + kk, m, B * N)], x, mask=m)
 
     def select(qs):
         # Min-mean critic (strict < scan: ties -> the first critic) and the rows' NaN-mean flag.
@@ -233,106 +314,115 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
             sel = jnp.where(take, e, sel)
         return sel, bad
 
-    def tile(lp, sel, bad, r, d, s, rows):
-        """Steps 1 (after the loads) to 4 for one tile (the Triton kernel's _tile): lp is the selected log-prob row,
-        or None (loaded here: the one-tile kernel, RPP = 1); stores the tile's rows < B."""
+    def tile(lps, sel, bad, r, d, s, rows):
+        """Steps 1 (after the loads) to 4 for one tile (the Triton kernel's _tile): lps is the selected log-prob row
+        as slot tiles, or None (loaded here: the one-tile kernel, RPP = 1); stores the tile's rows < B."""
         row_ok = rows < B
         rows = jnp.minimum(rows, B - 1)
-        row_off = rows * row_stride
         g = gamma * (1.0 - d)
-        h_raw = g * (min_v - s)
-        c_raw = ((r - min_v) + h_raw) * inv_delta
-        c = _round(((r - min_v) + _round(h_raw)) * inv_delta)  # (BR, 1)
-        # A NaN reward or shift makes c_raw NaN (g * NaN is NaN for every g), so c_raw's test covers them (SPEC.md 6).
-        bad = bad | (c_raw != c_raw) | ~((d >= 0.0) & (d <= 1.0))
-        bad = bad | ~((g >= 0.0) & (g < inf))
+        c = _mul((r - min_v) + _mul(g, min_v - s, interpret), inv_delta, interpret)  # (BR, 1)
+        # A NaN reward or shift makes the raw c NaN (g * NaN is NaN for every g), so its test covers them (SPEC.md 6).
+        # On the GPU c is the raw c (mul.rn keeps NaN); in interpret mode R turns a NaN product into 0.
+        c_raw = ((r - min_v) + g * (min_v - s)) * inv_delta if interpret else c
+        # d outside [0, 1] (or NaN) is clamp(d) != d (the Triton kernel's form: one comparison).
+        bad = bad | (c_raw != c_raw) | (jnp.minimum(jnp.maximum(d, 0.0), 1.0) != d)
+        bad = bad | ~((g >= 0.0) & (g <= FLT_MAX))  # g in [0, inf): one comparison each
         # Rows with g == 0 (and invalid rows, overwritten in step 4) place every source at b = -1, the low edge.
         live = ~bad & (g > 0.0)
         gl = jnp.where(live, g, 0.0)
         cs = jnp.where(live, c, -1.0)
+        kfs = [kk.astype(f32) for kk in kks]
 
         # 2. The full-row pass (lane = source j): one load and one exp per element, staged in the output row (gathered
-        #    by the window steps after the barrier); the edge atoms' exact sums (fixed point from the row maximum, two
-        #    int32 part sums).
-        prefetched = lp is not None
-        if lp is None:
-            row_base = (lp_0 + sel * lp_e + rows * lp_b) & OFF_MASK  # (BR, 1) flat offset of the selected row
-            lp = plt.load(lp_ref.at[addr(row_base + k, lane_ok, E * R * N)], mask=lane_ok, other=-inf).astype(f32)
-        p = _exp(lp, exp_mode, interpret)  # (BR, BLOCK_N), 0 on masked lanes
+        #    by the window steps after the barrier); the edge atoms' exact sums (fixed point from the row maximum, a
+        #    tile position's terms in int64, then two int32 part sums).
+        if lps is None:
+            lps = load_row((lp_0 + sel * lp_e + rows * lp_b) & OFF_MASK, None)  # the selected row; AND: OFF_MASK
+        ps = [_exp(lp, exp_mode, interpret) for lp in lps]  # (BR, Q), 0 on masked lanes
         out_row = (rows * out_b) & OFF_MASK  # (BR, 1); the AND: see OFF_MASK
-        plt.store(out_ref.at[addr(out_row + k, lane_ok, B * N)], p, mask=lane_ok)
+        store_row(out_row, ps, None)  # all loads before the stores
         if not interpret:  # interpret mode runs the program's statements in order: nothing to wait for
             plt.debug_barrier()
-        b = _line(cs, gl, kf, interpret)  # unclamped positions
-        w_lo = jnp.minimum(jnp.maximum(1.0 - b, 0.0), 1.0)
-        w_hi = jnp.minimum(jnp.maximum(b - (N - 2.0), 0.0), 1.0)
-        m_bits1 = jnp.max(jax.lax.bitcast_convert_type(p, jnp.int32) & 0x7FFFFFFF, axis=1)  # (BR,) bits of max p
+        m_bits = _bits(ps[0])
+        for p in ps[1:]:
+            m_bits = jnp.maximum(m_bits, _bits(p))
+        m_bits1 = jnp.max(m_bits, axis=1)  # (BR,) bits of each row's max p
         m_bits = m_bits1[:, None]
         bad = bad | (m_bits >= 0x7F800000)  # a NaN or +inf probability
         FIX = 32 - BLOCK_N.bit_length() + HALF  # max p scales to [2**(FIX - 1), 2**FIX): 43 bits at N = 101
         shift = jnp.minimum(FIX - 1 - ((m_bits >> 23) - 127), 126)
         scale = _pow2(shift)
         inv_scale = _pow2(-shift)
-        ps = p * scale  # exact
-        if interpret:
-            ps = jnp.where(ps < inf, ps, 0.0)  # as in the Triton kernel's interpret mode (the row is NaN anyway)
-        e_lo = _fixed_sum(ps * w_lo, inv_scale, interpret)  # (BR, 1)
-        e_hi = _fixed_sum(ps * w_hi, inv_scale, interpret)
+        t_lo, t_hi, t_all = [], [], []
+        for p, kf in zip(ps, kfs, strict=True):
+            b = _line(cs, gl, kf, interpret)  # unclamped positions
+            pst = p * scale  # exact
+            if interpret:
+                pst = jnp.where(pst < inf, pst, 0.0)  # as in the Triton kernel's interpret mode (the row is NaN anyway)
+            t_lo.append(pst * jnp.minimum(jnp.maximum(1.0 - b, 0.0), 1.0))
+            t_hi.append(pst * jnp.minimum(jnp.maximum(b - (N - 2.0), 0.0), 1.0))
+            t_all.append(pst)
+        e_lo = _fixed_sum(t_lo, inv_scale, interpret)  # (BR, 1)
+        e_hi = _fixed_sum(t_hi, inv_scale, interpret)
         # The total mass can overflow fp32 only if max p >= 2**(127 - log2 BLOCK_N); only then is it summed (lax.cond:
         # the Triton kernel's branch).
         bad = jax.lax.cond((jnp.max(m_bits1) >> 23) >= 254 - BLOCK_N.bit_length(),
-                           lambda bad: bad | ~(_fixed_sum(ps, inv_scale, interpret) < inf), lambda bad: bad, bad)
+                           lambda bad: bad | ~(_fixed_sum(t_all, inv_scale, interpret) < inf), lambda bad: bad, bad)
 
         # 3. Interior atoms 1 <= k <= N - 2: the window [j0, j0 + W) of sources, gathered from the staged row in
         #    ascending j, each adding p_j times its hat weight (the window's other sources add +0).
-        acc = jnp.zeros((BR, BLOCK_N), f32)
+        accs = [jnp.zeros((BR, Q), f32) for _ in range(SLOTS)]
         if N > 2:
             band = live & (g >= G_BAND_MIN) & (g <= 1.0)  # g > 1 (a gamma above 1): the whole row
             inv_g = _rcp(jnp.where(band, g, 1.0), interpret)  # only used for the window
             eps = (N * WINDOW_MARGIN) * inv_g  # (BR, 1) in source steps; far above the fp32 error of the estimates
             n_win = jnp.where(band, jnp.minimum(jnp.ceil(2.0 * inv_g + 2.0 * eps), N * 1.0),
                               jnp.where(live, N * 1.0, UNROLL * 1.0))  # (BR, 1) W >= UNROLL
-            cb = jnp.where(band, c, 0.0)
-            jf0 = jnp.ceil((km1 - cb) * inv_g - eps)  # (BR, BLOCK_N) first source of the window
-            jf0 = jnp.minimum(jnp.maximum(jf0, 0.0), N - n_win)  # dense rows: 0
-            ptr = (out_row + _to_int(jf0, interpret)) & OFF_MASK  # jf0 in [0, N - W]: ptr + w < B * N
+            # j0 = ceil((k - 1 - c) / g - eps) as k / g - ((1 + c) / g + eps) (an estimate: the margin covers it)
+            t0 = (1.0 + jnp.where(band, c, 0.0)) * inv_g + eps  # (BR, 1)
+            j0s = [_window_start(kf * inv_g - t0, N - n_win, interpret) for kf in kfs]  # (BR, Q); dense rows: 0
+            jf0s = [j0.astype(f32) for j0 in j0s]
+            ptrs = [(out_row + j0) & OFF_MASK for j0 in j0s]  # j0 in [0, N - W]: ptr + w < B * N
 
-            def step(w, acc, pj):
+            def step(t, jf, acc, pj):
                 # Unclamped b: a pile source gets weight 0 at every interior atom.
-                return _fma(pj, _hat(_line(cs, gl, jf0 + w, interpret), kp1, km1), acc, interpret)
+                return _fma(pj, _hat(_line(cs, gl, jf, interpret), kfs[t], t == 0, interpret), acc, interpret)
 
             for w in range(UNROLL):
-                acc = step(w, acc, plt.load(out_ref.at[ptr + w]))
-            # The remaining steps' bound from g alone (every row's W or more; a row's loads past its W are masked).
-            # (a prefetched tile: g itself, the same value, without reloading d)
-            gw = g if prefetched else gamma * (1.0 - plt.load(d_ref.at[row_off]))
-            gb = (gw >= G_BAND_MIN) & (gw <= 1.0)  # as band
-            inv_gw = _rcp(jnp.where(gb, gw, 1.0), interpret)
-            n_wb = jnp.where(gb, jnp.ceil(2.0 * inv_gw + (2 * N * WINDOW_MARGIN) * inv_gw),
-                             jnp.where(gw > 0.0, N * 1.0, UNROLL * 1.0))
-            n_w = jnp.max(jnp.minimum(n_wb, N * 1.0)).astype(jnp.int32)
+                accs = [step(t, jf0s[t] + w if w > 0 else jf0s[t], accs[t], plt.load(out_ref.at[ptrs[t] + w]))
+                        for t in range(SLOTS)]
+            n_w = jnp.max(_to_int(n_win, interpret))  # the tile's largest W (integers: the order is free)
 
-            def more(w, acc):
+            def more(w, accs):
                 ok = w < n_win
-                pj = plt.load(out_ref.at[addr(ptr + w, ok, B * N)], mask=ok, other=0.0)
-                return step(w.astype(f32), acc, pj)
+                return tuple(step(t, jf0s[t] + w.astype(f32), accs[t],
+                                  plt.load(out_ref.at[addr(ptrs[t] + w, ok, B * N)], mask=ok, other=0.0))
+                             for t in range(SLOTS))
 
-            acc = jax.lax.fori_loop(UNROLL, n_w, more, acc)  # traced bound: scf.for on the GPU
+            accs = list(jax.lax.fori_loop(UNROLL, n_w, more, tuple(accs)))  # traced bound: scf.for on the GPU
 
-        # 4. Edges, the two-hot of g == 0 rows (total mass e_lo at b* = clamp(c)), NaN rows; store.
-        done = ~live
+        # 4. Edges, the two-hot of g == 0 rows (total mass e_lo at b* = clamp(c)), NaN rows; store. The NaN flag rides
+        #    on e_d, the epilogue's multiplier (the Triton kernel's): NaN in invalid rows, e_lo in rows with g == 0
+        #    (window sum +0), 0 in the others.
+        done = ~live | bad
+        e_d = jnp.where(bad, jnp.nan, jnp.where(done, e_lo, 0.0))  # (BR, 1)
         b_star = jnp.minimum(jnp.maximum(c, 0.0), N - 1.0)  # (BR, 1)
-        acc = jnp.where(done, e_lo * _hat(b_star, kp1, km1), acc)
-        lo = jnp.where(done, e_lo * jnp.minimum(jnp.maximum(1.0 - b_star, 0.0), 1.0), e_lo)  # (BR, 1)
-        hi = jnp.where(done, e_lo * jnp.minimum(jnp.maximum(b_star - (N - 2.0), 0.0), 1.0), e_hi)
-        acc = jnp.where(k == 0, lo, jnp.where(k == N - 1, hi, acc))
-        acc = jnp.where(bad, jnp.nan, acc)
+        lo = jnp.where(done, e_d * jnp.minimum(jnp.maximum(1.0 - b_star, 0.0), 1.0), e_lo)  # (BR, 1)
+        hi = jnp.where(done, e_d * jnp.minimum(jnp.maximum(b_star - (N - 2.0), 0.0), 1.0), e_hi)
+        outs = []
+        for t in range(SLOTS):
+            acc = _fma_nan(e_d, _hat(b_star, kfs[t], t == 0, interpret), accs[t], interpret)
+            if t == 0:
+                acc = jnp.where(i == 0, lo, acc)
+            if t * Q <= N - 1 < (t + 1) * Q:
+                acc = jnp.where(i == N - 1 - t * Q, hi, acc)
+            outs.append(acc)
         if not interpret:
             plt.debug_barrier()  # every window gather is done before the row is overwritten
-        m2 = row_ok & lane_ok
-        plt.store(out_ref.at[addr(out_row + k, m2, B * N)], acc, mask=m2)
+        store_row(out_row, outs, row_ok)
 
     ar = jnp.arange(BR, dtype=jnp.int32)[:, None]
+
     def scalars(rows):
         row_off = rows * row_stride
         return plt.load(r_ref.at[row_off]), plt.load(d_ref.at[row_off]), plt.load(s_ref.at[row_off])
@@ -359,27 +449,24 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     r, d, s = scalars(rows0)
     qs_next = load_means(clamped(t0 + 1))
     sel, bad = select(qs)
-    lp = plt.load(lp_ref.at[addr(((lp_0 + sel * lp_e + rows0 * lp_b) & OFF_MASK) + k, lane_ok, E * R * N)],
-                  mask=lane_ok, other=-inf).astype(f32)
+    lps = load_row((lp_0 + sel * lp_e + rows0 * lp_b) & OFF_MASK, None)
 
     def step(carry):
-        i, qs_next, lp, bad, r, d, s = carry
-        # Tile i + 1: its critic (its means arrived during tile i - 1), its row and scalars.
-        rows1 = clamped(t0 + i + 1)
+        i_t, qs_next, lps, bad, r, d, s = carry
+        # Tile i_t + 1: its critic (its means arrived during tile i_t - 1), its row and scalars.
+        rows1 = clamped(t0 + i_t + 1)
         sel1, bad1 = select(qs_next)
-        m1 = lane_ok & (i + 1 < n_tiles)
-        lp1 = plt.load(lp_ref.at[addr(((lp_0 + sel1 * lp_e + rows1 * lp_b) & OFF_MASK) + k, m1, E * R * N)],
-                       mask=m1, other=-inf).astype(f32)
+        lps1 = load_row((lp_0 + sel1 * lp_e + rows1 * lp_b) & OFF_MASK, i_t + 1 < n_tiles)
         r1, d1, s1 = scalars(rows1)
-        # Tile i + 2: its critic means.
-        qs_next = load_means(clamped(t0 + i + 2))
-        tile(lp, None, bad, r, d, s, (t0 + i) * BR + ar)
-        return i + 1, qs_next, lp1, bad1, r1, d1, s1
+        # Tile i_t + 2: its critic means.
+        qs_next = load_means(clamped(t0 + i_t + 2))
+        tile(lps, None, bad, r, d, s, (t0 + i_t) * BR + ar)
+        return i_t + 1, qs_next, lps1, bad1, r1, d1, s1
 
     # A while loop (scf.while on the GPU), as in the Triton kernel. With fori_loop (scf.for) Triton's layout pass
     # carried six of the values in a second layout as well (13 carried instead of 7) and repeated part of the body
     # (the critic scan) for it: about 30 more instructions a row at RPP 16 (bench.sass_count). Same arithmetic.
-    jax.lax.while_loop(lambda c: c[0] < n_tiles, step, (jnp.int32(0), qs_next, lp, bad, r, d, s))
+    jax.lax.while_loop(lambda c: c[0] < n_tiles, step, (jnp.int32(0), qs_next, lps, bad, r, d, s))
 
 
 def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret: bool, block_rows: int | None,

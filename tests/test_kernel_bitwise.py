@@ -146,3 +146,68 @@ def test_the_baseline_kernel_file_computes_the_same_bits():
         assert np.array_equal(base.numpy().view(np.int32), ours.numpy().view(np.int32)), rpp
     with pytest.raises(ValueError, match="RPP"):
         launch(mod.categorical_td_target_kernel, *args, 0.99, mv, inv_delta, config={"BR": 1, "RPP": 2})
+
+
+def _baseline_kernel(name):
+    """The kernel of bench/baselines/categorical_td_target_<name>.py."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "baselines",
+                        f"categorical_td_target_{name}.py")
+    spec = importlib.util.spec_from_file_location(f"baseline_{name}_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.categorical_td_target_kernel
+
+
+@pytest.mark.parametrize("N,kind,gamma,support", [
+    (101, "nonfinite", 0.99, (-5.0, 5.0)),  # NaN and +-inf rows, terminated rows, clamps at both ends
+    (101, "mixed", 0.99, (0.0, 1.0)),  # the support of a sum of 0-1 rewards: many sources near atom 1
+    (101, "random", 0.0626, (-5.0, 5.0)),  # just above the band threshold: long windows, the window loop
+    (101, "mixed", 0.0624, (-5.0, 5.0)),  # just below it: the whole row
+    (101, "integral", 1.0, (-5.0, 5.0)),  # integer b: all mass on one atom
+    (51, "mixed", 0.5, (-5.0, 5.0)),  # two slot tiles
+    (256, "peaked", 0.99, (-3.0, 11.0)),  # slot tiles of 64 lanes (two warps on the GPU)
+    (2, "mixed", 0.0, (-5.0, 5.0)),  # no interior atom; gamma = 0
+    (101, "atom1", 0.99, (0.0, 1.0)),  # sources and two-hots at 0 < b < 1/2 (below)
+    (51, "atom1", 0.0626, (0.0, 1.0)),
+])
+def test_the_kernel_computes_the_bits_of_the_kernel_before_the_instruction_cut(N, kind, gamma, support):
+    """The kernel (slot-tile window with the two-instruction hat weight beyond atom Q - 1, two-level exact edge sums,
+    window start from one FMA, the NaN flag in the epilogue's multiplier, SPEC.md 8) gives, bit for bit, the output of
+    main's kernel before that cut (bench/baselines/categorical_td_target_rpp.py, the kernel the GPU timings compare
+    it with): the cut changes no weight of SPEC.md section 3, atom 1's included, and no sum (Triton interpreter, RPP
+    1 and 3 against the baseline's RPP 1; the Pallas kernel in interpret mode too, up to XLA:CPU's flush of
+    subnormal values, see the module docstring)."""
+    from jax_impl import ops as pallas_ops
+    from torch_impl.reference import support_constants
+    from triton_kernels import categorical_td_target_kernel, launch
+
+    base_kernel = _baseline_kernel("rpp")
+    x = make_inputs(23, N, 2, seed=7 + N, kind="random" if kind == "atom1" else kind, min_v=support[0],
+                    max_v=support[1])
+    if kind == "atom1":
+        # s = min_v = 0 and r = u Delta / 2: source 0 at b = c = u / 2 in (0, 1/2), with bits below 2**-24 (atom 1's
+        # weight is b, where 1 - fl(1 - b) would differ; a min_v far from 0 would round them away); terminated rows
+        # put their two-hot there.
+        rng = np.random.default_rng(N)
+        delta = (support[1] - support[0]) / (N - 1)
+        x["next_alpha_log_pi"][:] = support[0]
+        x["reward"][:] = (support[0] + rng.uniform(0.01, 0.99, 23) * delta / 2).astype(np.float32)
+        x["terminated"][:] = (np.arange(23) % 3 == 0).astype(np.float32)
+    args = [torch.from_numpy(x[k]) for k in ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
+    mv, inv_delta = support_constants(N, *support)
+    base = launch(base_kernel, *args, gamma, mv, inv_delta, config={"BR": 4, "RPP": 1}).numpy()
+    for br, rpp in ((4, 1), (2, 3)):
+        ours = launch(categorical_td_target_kernel, *args, gamma, mv, inv_delta, config={"BR": br, "RPP": rpp}).numpy()
+        assert np.array_equal(np.isnan(base), np.isnan(ours)), (br, rpp)
+        assert np.array_equal(base.view(np.int32), ours.view(np.int32)), (br, rpp, np.abs(base - ours).max())
+    names = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
+    pal = np.asarray(pallas_ops.categorical_td_target_pallas(*(jnp.asarray(x[k]) for k in names), gamma,
+                                                             min_v=support[0], max_v=support[1], block_rows=2,
+                                                             rows_per_program=3))
+    ok = ~np.isnan(base)
+    assert np.array_equal(np.isnan(base), np.isnan(pal))
+    assert np.all((base.view(np.int32) == pal.view(np.int32)) | ~ok |
+                  (np.abs(base.astype(np.float64) - pal.astype(np.float64)) < SUBNORMAL_SCALE))

@@ -30,17 +30,23 @@ def test_compiles_for_sm90_without_spills(args):
         assert all(r["registers"] <= 64 for r in reports if r["N"] == 101), reports
 
 
-def test_one_tile_per_program_is_the_one_tile_kernel():
-    """RPP = 1 compiles to the SASS of the kernel before the tile loop (bench/baselines/categorical_td_target_v2.py),
-    instruction for instruction (sm_90a), for one-warp and multi-warp rows."""
+def test_baseline_rpp_kernel_with_one_tile_is_the_one_tile_kernel():
+    """The tile-loop baseline kernel file (bench/baselines/categorical_td_target_rpp.py, main's kernel before the
+    instruction cut) compiles with RPP = 1 to the SASS of the kernel before the tile loop
+    (bench/baselines/categorical_td_target_v2.py), instruction for instruction (sm_90a), for one-warp and multi-warp
+    rows: the baselines are the kernels they say they are. (The package kernel's own code is the instruction cut's;
+    tests/test_kernel_bitwise.py checks its bits against both files.)"""
     code = (
         "import importlib.util, sys\n"
         "from triton_kernels.aot import compile_kernel, sass_text\n"
-        "spec = importlib.util.spec_from_file_location('v2', 'bench/baselines/categorical_td_target_v2.py')\n"
-        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "def load(name):\n"
+        "    spec = importlib.util.spec_from_file_location(name, f'bench/baselines/categorical_td_target_{name}.py')\n"
+        "    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "    return mod.categorical_td_target_kernel\n"
+        "v2, rpp = load('v2'), load('rpp')\n"
         "for n, e, dt in ((101, 2, 'fp32'), (256, 3, 'bf16')):\n"
-        "    a = sass_text(compile_kernel(n, e, lp_dtype=dt, RPP=1)[0])\n"
-        "    b = sass_text(compile_kernel(n, e, lp_dtype=dt, kernel=mod.categorical_td_target_kernel)[0])\n"
+        "    a = sass_text(compile_kernel(n, e, lp_dtype=dt, RPP=1, kernel=rpp)[0])\n"
+        "    b = sass_text(compile_kernel(n, e, lp_dtype=dt, kernel=v2)[0])\n"
         "    print(n, len(a.splitlines()), a == b)\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
