@@ -1,16 +1,19 @@
-"""Nsight Compute profile of the Triton kernel alone, to find what holds it above the bytes floor at large B.
+"""Nsight Compute profile of the kernels alone, to find what holds them above the bytes floor at large B.
 
     ncu --profile-from-start off --set full --import-source no --export $OUT/ncu_kernel \\
-        python3 -m bench.gpu_ncu_kernel --sizes 65536,1048576
+        python3 -m bench.gpu_ncu_kernel --sizes 65536,1048576 [--backends triton,pallas]
     ncu --import $OUT/ncu_kernel.ncu-rep --page details > $OUT/ncu_kernel.txt
     ncu --import $OUT/ncu_kernel.ncu-rep --page raw --csv > $OUT/ncu_kernel.csv
     python3 -m bench.gpu_ncu_kernel --summary $OUT/ncu_kernel.csv
 
 Each size's inputs (the ``random`` kind, N = 101, E = 2, fp32 log-probs) are built and the op is called a few times
-(compile, warm-up) outside the profiled range; then one call per size runs between ``cudaProfilerStart`` and
-``cudaProfilerStop``, so the report holds exactly one kernel launch per size, under the default launch configuration
-(the RPP the launch rule picks for that B). ``--summary`` prints, per profiled launch, the few metrics the kernel notes
-quote (duration, DRAM throughput, achieved occupancy, registers, the top warp stall reasons) from the CSV of
+(compile, warm-up) outside the profiled range; then one call per size and backend runs between ``cudaProfilerStart``
+and ``cudaProfilerStop``, so the report holds exactly one kernel launch per size and backend, under the default launch
+configuration (the RPP the launch rule picks for that B): the Triton kernel through ``torch_impl``, and with
+``--backends triton,pallas`` the Pallas kernel through a jitted ``jax_impl`` call on the same inputs, so both kernels'
+device time and instruction counts come from the same tool (the timing benches measure them by different methods).
+``--summary`` prints, per profiled launch, the few metrics the kernel notes quote (duration, DRAM throughput,
+achieved occupancy, registers, issue activity, warp instructions, the top warp stall reasons) from the CSV of
 ``ncu --import ... --page raw --csv``.
 """
 
@@ -31,21 +34,34 @@ SUMMARY_METRICS = {
     "launch__registers_per_thread": "registers/thread",
     "launch__grid_size": "grid",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM % of peak",
+    "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue active %",
+    "smsp__inst_executed.sum": "warp instructions",
 }
 # Stall reasons, cycles per issued instruction; the name differs between ncu versions.
 STALL = re.compile(r"smsp__average_warps?_(?:latency_)?issue_stalled_(\w+?)(?:_per_issue_active)?\.ratio$")
 
 
-def profile(sizes: list[int], warmup: int) -> None:
+def profile(sizes: list[int], warmup: int, backends: tuple[str, ...] = ("triton",)) -> None:
     import torch
 
     from bench.common import repeated_inputs
-    from torch_impl import categorical_td_target
 
     calls = []
     for B in sizes:
-        x = {k: torch.from_numpy(v).cuda() for k, v in repeated_inputs(B, "random").items()}
-        calls.append(lambda x=x: categorical_td_target(**x, gamma=0.99, backend="triton", strict=True))
+        host = repeated_inputs(B, "random")
+        if "triton" in backends:
+            from torch_impl import categorical_td_target
+
+            x = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
+            calls.append(lambda x=x: categorical_td_target(**x, gamma=0.99, backend="triton", strict=True))
+        if "pallas" in backends:
+            import jax
+
+            from jax_impl import categorical_td_target as jax_target
+
+            xj = {k: jax.device_put(v) for k, v in host.items()}
+            fn = jax.jit(lambda x: jax_target(**x, gamma=0.99, backend="pallas", strict=True))
+            calls.append(lambda xj=xj, fn=fn: fn(xj).block_until_ready())
     for call in calls:
         for _ in range(warmup):
             call()
@@ -83,12 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="65536,1048576", help="comma-separated batch sizes, one profiled launch each")
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--backends", default="triton", help="comma-separated: triton, pallas (both on the same inputs)")
     ap.add_argument("--summary", metavar="CSV", help="print the summary of ncu's raw CSV instead of profiling")
     a = ap.parse_args(argv)
     if a.summary:
         sys.stdout.write(summary(a.summary))
         return 0
-    profile([int(s) for s in a.sizes.split(",")], a.warmup)
+    backends = tuple(a.backends.split(","))
+    if not backends or set(backends) - {"triton", "pallas"}:
+        ap.error(f"--backends: expected a comma-separated subset of triton,pallas, got {a.backends!r}")
+    profile([int(s) for s in a.sizes.split(",")], a.warmup, backends)
     return 0
 
 

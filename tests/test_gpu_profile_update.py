@@ -90,3 +90,11 @@ def test_kernel_profile_summary_reads_metrics_units_and_top_stalls(tmp_path):
     stalls = [line for line in text.splitlines() if "stall" in line]
     assert stalls == ["- stall long_scoreboard: 4.50 cycles per issued instruction",
                       "- stall wait: 1.50 cycles per issued instruction"]  # the two largest, largest first
+
+
+def test_kernel_profile_rejects_unknown_backends_before_any_work():
+    from bench.gpu_ncu_kernel import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--backends", "triton,cuda"])
+    assert exc.value.code == 2
