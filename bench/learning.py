@@ -380,8 +380,8 @@ def curves_plot(folders: Sequence[str], path: str, published_path: str = PUBLISH
         ax.set_title(task)
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)  # every panel its own: the tasks do not all have the same agents and schedules
     axes[0][0].set_ylabel("evaluation return")
-    axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
