@@ -211,7 +211,7 @@ def _load_kernel_file(path: str):
 
 
 def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep: list[tuple[int, int, int]],
-               dtype: str = "float32") -> dict:
+               dtype: str = "float32", sweep_pallas: bool = True) -> dict:
     import jax
     import jax.numpy as jnp
     import torch
@@ -220,6 +220,7 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
     from bench.common import jit_loop
     from jax_impl import ops as pallas_ops
     from shared_spec import make_inputs
+    from shared_spec.launch_config import gpu_rows_per_program
     from torch_impl import ops
     from torch_impl.reference import support_constants
     from triton_kernels import categorical_td_target_kernel, kernel_config
@@ -237,9 +238,9 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
         t["next_log_probs"] = t["next_log_probs"].to(getattr(torch, dtype))
         args = tuple(t[k] for k in NAMES)
         variants = {"upstream_compiled": lambda: upstream.upstream_target(sel, comp, *args, GAMMA)}
-        if base is not None:
-            variants["baseline_kernel"] = lambda: ops.launch(base, *args, GAMMA, mv, inv_delta,
-                                                             config={"BR": 1, "num_warps": 1})
+        if base is not None:  # one row a warp, with the tiles per program of that launch rule (RPP if it has one)
+            base_cfg = {"BR": 1, "num_warps": 1, "RPP": gpu_rows_per_program(B) if "RPP" in base.arg_names else 1}
+            variants["baseline_kernel"] = lambda: ops.launch(base, *args, GAMMA, mv, inv_delta, config=base_cfg)
         pinned = kernel_config(B, 101, False)
         pin = (pinned["BR"], pinned["num_warps"], pinned["RPP"])
         variants[f"triton_pinned_BR{pin[0]}_w{pin[1]}_rpp{pin[2]}"] = lambda: ops.launch(
@@ -266,14 +267,15 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
             return lambda q, lp, r, d, s, g, base: pallas_ops.categorical_td_target_pallas(
                 q, lp, r, d, s, g, block_rows=br, num_warps=nw, rows_per_program=rpp)
 
+        pallas_sweep = sweep if sweep_pallas else []
         pallas_loops = {"pallas_pinned": jit_loop(pallas_op(None, None, None), K)}
-        for br, nw, rpp in sweep:
+        for br, nw, rpp in pallas_sweep:
             pallas_loops[f"pallas_BR{br}_w{nw}_rpp{rpp}"] = jit_loop(pallas_op(br, nw, rpp), K)
         # One call of each Pallas configuration: the pinned Pallas kernel gives the pinned Triton kernel's bits, and
         # every configuration the pinned one's.
         pal_ref = np.asarray(pallas_ops.categorical_td_target_pallas(*jx, GAMMA))
         same["pallas_pinned_vs_triton_pinned"] = bool(np.array_equal(_bits(pal_ref), ref))
-        for br, nw, rpp in sweep:
+        for br, nw, rpp in pallas_sweep:
             got = np.asarray(pallas_ops.categorical_td_target_pallas(*jx, GAMMA, block_rows=br, num_warps=nw,
                                                                       rows_per_program=rpp))
             same[f"pallas_BR{br}_w{nw}_rpp{rpp}"] = bool(np.array_equal(_bits(got), _bits(pal_ref)))
@@ -327,6 +329,8 @@ def main() -> int:
     ap.add_argument("--sweep", default="1:1:1,1:1:2,1:1:4,1:1:16,2:2:1",
                     help="launch configurations BR:num_warps[:RPP] timed beside the pinned one ('' for none)")
     ap.add_argument("--timing-dtype", default="float32", help="log-prob dtype of the timed inputs")
+    ap.add_argument("--sweep-kernels", choices=("both", "triton"), default="both",
+                    help="kernels timed under the --sweep configurations (the pinned Pallas kernel is always timed)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     import jax
@@ -347,7 +351,8 @@ def main() -> int:
         json.dump(res, f, indent=1, default=str)
     if not a.skip_timing:
         res["timing"] = run_timing(a.rounds, a.baseline_kernel, [int(s) for s in a.sizes.split(",")],
-                                   parse_sweep(a.sweep), a.timing_dtype)
+                                   parse_sweep(a.sweep), a.timing_dtype,
+                                   sweep_pallas=a.sweep_kernels == "both")
         failures += res["timing"]["failures"]
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)

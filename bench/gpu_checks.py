@@ -106,7 +106,7 @@ def _launch_parts(args: tuple, mv: float, inv_delta: float) -> tuple[dict, dict]
     q, lp, r, d, s = args
     E, B, N = lp.shape
     cfg = kernel_config(B, N, False)
-    constexprs = kernel_constexprs(categorical_td_target_kernel, cfg, E, N)  # E, N, BLOCK_N, BR, RPP: launch's
+    constexprs = kernel_constexprs(categorical_td_target_kernel, cfg, E, N)  # E, N, BLOCK_N, BR, RPP, Q: launch's
     grid = kernel_grid(B, constexprs)
     out = torch.empty((B, N), dtype=torch.float32, device=lp.device)
     bound = (q, *q.stride(), lp, *lp.stride(), r, r.stride(0), d, d.stride(0), s, s.stride(0), out, out.stride(0), B,

@@ -38,19 +38,20 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
+from shared_spec.launch_config import kernel_config, with_overrides  # noqa: E402
 from triton_kernels.aot import assemble, compile_kernel  # noqa: E402
 
 _JNP_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def triton_kernel(N: int, E: int, dtype: str, rpp: int = 1) -> dict:
-    c = compile_kernel(N, E, 90, lp_dtype=dtype, RPP=rpp)[0]
+def triton_kernel(N: int, E: int, dtype: str, rpp: int = 1, br: int = 1) -> dict:
+    c = compile_kernel(N, E, 90, BR=br, lp_dtype=dtype, RPP=rpp)[0]
     info, sass = assemble(c.asm["ptx"], line_info=True)
     return {"ptx": c.asm["ptx"], "ttir": c.asm["ttir"], "info": info, "sass": sass,
             "src": "triton_kernels/categorical_td_target.py"}
 
 
-def pallas_ttir(N: int, E: int, dtype: str, B: int = 37, rpp: int = 1) -> tuple[str, int]:
+def pallas_ttir(N: int, E: int, dtype: str, B: int = 37, rpp: int = 1, br: int = 1) -> tuple[str, int]:
     """The Pallas kernel's Triton IR (text) and num_warps, lowered for CUDA on a CPU-only JAX."""
     import jax
     import jax.numpy as jnp
@@ -64,7 +65,9 @@ def pallas_ttir(N: int, E: int, dtype: str, B: int = 37, rpp: int = 1) -> tuple[
     x = make_inputs(B, N=N, E=E)
     xs = [jnp.asarray(x[k]) for k in names]
     xs[1] = xs[1].astype(getattr(jnp, _JNP_DTYPES[dtype]))
-    low = jax.jit(lambda *a: pk.launch(*a[:5], a[5], interpret=False, rows_per_program=rpp)).trace(
+    nw = with_overrides(kernel_config(1 << 20, N, False), {"BR": br}, False)["num_warps"]  # compile_kernel's
+    low = jax.jit(lambda *a: pk.launch(*a[:5], a[5], interpret=False, rows_per_program=rpp, block_rows=br,
+                                       num_warps=nw)).trace(
         *xs, jnp.float32(0.99)).lower(lowering_platforms=("cuda",))
     found = []
 
@@ -88,8 +91,8 @@ def pallas_ttir(N: int, E: int, dtype: str, B: int = 37, rpp: int = 1) -> tuple[
     return re.sub(r"\"gpu.barrier\"\(\) <[^>]*> : \(\) -> \(\)", "gpu.barrier", text), int(nw)
 
 
-def pallas_kernel(N: int, E: int, dtype: str, rpp: int = 1) -> dict:
-    ttir, nw = pallas_ttir(N, E, dtype, rpp=rpp)
+def pallas_kernel(N: int, E: int, dtype: str, rpp: int = 1, br: int = 1) -> dict:
+    ttir, nw = pallas_ttir(N, E, dtype, rpp=rpp, br=br)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.ttir")
         with open(path, "w") as f:
@@ -179,15 +182,15 @@ def dynamic_path(bl: list[dict], loop_trips: int = 0, tiles: int = 1) -> list[in
     return path
 
 
-def report(name: str, k: dict, src_lines: list[str], lines: bool, loop_trips: int, rpp: int = 1) -> dict:
+def report(name: str, k: dict, src_lines: list[str], lines: bool, loop_trips: int, rpp: int = 1, br: int = 1) -> dict:
     ins = parse(k["sass"], k["src"])
     bl = blocks(ins)
     path = dynamic_path(bl, loop_trips, rpp)
     regs = re.search(r"Used (\d+) registers", k["info"])
     spill = re.search(r"(\d+) bytes spill stores", k["info"])
     total = sum(len(bl[n]["ins"]) for n in path)
-    dyn = round(total / rpp)
-    tiles = f", a program of {rpp} tiles: {total} / {rpp}" if rpp > 1 else ""
+    dyn = round(total / (rpp * br), 1)
+    tiles = f", a program of {rpp} tiles of {br} rows: {total} / {rpp * br}" if rpp * br > 1 else ""
     print(f"== {name}: static {len(ins)} instructions, {regs.group(1) if regs else '?'} registers, "
           f"{spill.group(1) if spill else 0} bytes spilled; dynamic estimate per thread per row "
           f"(gamma = 0.99, {loop_trips} loop trips{tiles}): {dyn}")
@@ -221,16 +224,18 @@ def main() -> None:
     ap.add_argument("--lines", action="store_true", help="also print the static count per source line")
     ap.add_argument("--loop-trips", type=int, default=0)
     ap.add_argument("--rpp", type=int, default=1, help="tiles per program (1: the one-tile kernel)")
+    ap.add_argument("--br", type=int, default=1, help="rows per tile (2: the row pairs of large B at N <= 128)")
     ap.add_argument("--dump", default=None, help="folder for the SASS, PTX and Triton IR")
     a = ap.parse_args()
     sys.path.insert(0, os.getcwd())
     names = ("triton", "pallas") if a.kernel == "both" else (a.kernel,)
     for n in a.N:
         for name in names:
-            k = (triton_kernel if name == "triton" else pallas_kernel)(n, a.E, a.dtype, a.rpp)
+            k = (triton_kernel if name == "triton" else pallas_kernel)(n, a.E, a.dtype, a.rpp, a.br)
             with open(k["src"]) as f:
                 src_lines = f.read().splitlines()
-            report(f"{name} N={n} E={a.E} {a.dtype} RPP={a.rpp}", k, src_lines, a.lines, a.loop_trips, a.rpp)
+            report(f"{name} N={n} E={a.E} {a.dtype} BR={a.br} RPP={a.rpp}", k, src_lines, a.lines, a.loop_trips,
+                   a.rpp, a.br)
             if a.dump:
                 os.makedirs(a.dump, exist_ok=True)
                 for ext in ("sass", "ptx", "ttir"):

@@ -28,7 +28,7 @@ import numpy as np
 
 from jax_impl import pallas_kernel
 from jax_impl.pallas_kernel import DEFAULT_EXP_MODE, EXP_MODES
-from shared_spec.launch_config import MAX_E, MAX_N
+from shared_spec.launch_config import MAX_E, MAX_N, kernel_config
 from shared_spec.tolerances import atol_vs_float64
 
 __all__ = ["DEPRECATION_MESSAGE", "INTERPRET_ENV", "TESTED_JAX", "categorical_td_target_pallas", "exp_mode",
@@ -90,7 +90,7 @@ def categorical_td_target_pallas(next_qs, next_log_probs, reward, terminated, ne
                                  min_v: float = -5.0, max_v: float = 5.0, *, interpret: bool | None = None,
                                  block_rows: int | None = None, num_warps: int | None = None,
                                  exp_mode: str | None = None, row_offset: int | None = None,
-                                 rows_per_program: int | None = None) -> jax.Array:
+                                 rows_per_program: int | None = None, lanes_per_slot: int | None = None) -> jax.Array:
     """The registered "pallas" implementation: `pallas_kernel.launch` with this process's interpret rule and exp mode.
 
     Inputs are validated by jax_impl/dispatch.py; call through `jax_impl.categorical_td_target(backend="pallas")`.
@@ -98,8 +98,8 @@ def categorical_td_target_pallas(next_qs, next_log_probs, reward, terminated, ne
     Args:
         next_qs ... gamma, min_v, max_v, row_offset: as `pallas_kernel.launch`.
         interpret: None -> `interpret_mode()` (FLASHSAC_PALLAS_INTERPRET=1).
-        block_rows, num_warps, rows_per_program: launch overrides (BR, num_warps, RPP); None -> the pinned
-            configuration.
+        block_rows, num_warps, rows_per_program, lanes_per_slot: launch overrides (BR, num_warps, RPP, Q); None -> the
+            pinned configuration.
         exp_mode: None -> `exp_mode()` (the mode the self-test selected; default "ex2").
 
     Returns:
@@ -109,7 +109,8 @@ def categorical_td_target_pallas(next_qs, next_log_probs, reward, terminated, ne
                                 interpret=interpret_mode() if interpret is None else bool(interpret),
                                 block_rows=block_rows, num_warps=num_warps,
                                 exp_mode=_exp_mode_choice[0] if exp_mode is None else exp_mode,
-                                row_offset=row_offset, rows_per_program=rows_per_program)
+                                row_offset=row_offset, rows_per_program=rows_per_program,
+                                lanes_per_slot=lanes_per_slot)
 
 
 def _self_test_once(platform: str, dtype_name: str, E: int, N: int, interpret: bool, exp_mode: str) -> str | None:
@@ -126,10 +127,12 @@ def _self_test_once(platform: str, dtype_name: str, E: int, N: int, interpret: b
         got = np.asarray(pallas_kernel.launch(*args, 0.99, interpret=interpret, exp_mode=exp_mode))
         want = np.asarray(jax.jit(categorical_td_target_reference, static_argnums=(6, 7))(
             *args, jnp.float32(0.99), -5.0, 5.0))
-        # On the GPU also the tile loop that large B runs (RPP > 1; B = 19 is a small B): it must compile and give
-        # the same bits (interpret mode: tests/test_kernel_bitwise.py).
-        tiles = None if interpret else np.asarray(pallas_kernel.launch(*args, 0.99, interpret=False,
-                                                                      exp_mode=exp_mode, rows_per_program=2))
+        # On the GPU also the tiles and tile loop that large B runs (its BR and RPP > 1; B = 19 is a small B): they
+        # must compile and give the same bits (interpret mode: tests/test_kernel_bitwise.py).
+        big = kernel_config(1 << 20, N, False)
+        tiles = None if interpret else np.asarray(pallas_kernel.launch(
+            *args, 0.99, interpret=False, exp_mode=exp_mode, block_rows=big["BR"], num_warps=big["num_warps"],
+            rows_per_program=max(2, big["RPP"])))
     if got.shape != want.shape or got.dtype != np.float32:
         return f"self-test: output {got.dtype}{got.shape}, expected float32{want.shape}"
     if tiles is not None and not np.array_equal(np.where(np.isnan(tiles), -1, tiles.view(np.int32)),

@@ -27,7 +27,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from shared_spec.launch_config import kernel_config
+from shared_spec.launch_config import kernel_config, slot_lanes
 from shared_spec.reference import check_shapes
 from shared_spec.support import BAND_MIN_DISCOUNT, CategoricalSupport
 
@@ -158,6 +158,22 @@ def _join_np(hi, lo) -> np.ndarray:
     return ((np.asarray(hi).astype(np.int64) << HALF) + np.asarray(lo).astype(np.int64)).astype(np.float32)
 
 
+def _row_reduce(x: jax.Array, is_max: bool, interpret: bool) -> jax.Array:
+    """The (BR, 1) row sums (or maxima) of a (BR, Q) int32 array x >= 0 (the Triton kernel's _row_reduce): along the
+    lanes for one row (and in interpret mode); for BR > 1 rows sharing a warp on the GPU, one whole-tile reduction per
+    row with the other rows' lanes set to 0 (warp reduction instructions, not a butterfly of shuffles)."""
+    red = jnp.max if is_max else functools.partial(jnp.sum, dtype=jnp.int32)
+    BR = x.shape[0]
+    if BR == 1 or interpret:
+        return red(x, axis=1, keepdims=True)
+    ar = jnp.arange(BR, dtype=jnp.int32)[:, None]
+    out = jnp.zeros((BR, 1), x.dtype)
+    for r in range(BR):
+        # flattened first: Pallas lowers a reduction over both axes as two (the lanes, then the rows: shuffles)
+        out = jnp.where(ar == r, red(jnp.where(ar == r, x, 0).reshape(-1)), out)
+    return out
+
+
 def _fixed_sum(xs: list, inv_scale: jax.Array, interpret: bool) -> jax.Array:
     """The Triton kernel's exact row sum over the slot tiles xs of a row: sum_j trunc(x_j) * inv_scale for terms
     0 <= x_j < 2**(31 - log2 BLOCK_N + HALF); a tile position's terms are truncated to int64 and added, the group sum
@@ -171,8 +187,8 @@ def _fixed_sum(xs: list, inv_scale: jax.Array, interpret: bool) -> jax.Array:
     else:
         lo, hi = (plt.elementwise_inline_asm(_sum_asm(len(xs), part), args=list(xs), constraints="=r" + ",f" * len(xs),
                                              pack=1, result_shape_dtypes=[i32])[0] for part in ("lo", "hi"))
-    lo = jnp.sum(lo, axis=1, keepdims=True, dtype=jnp.int32)
-    hi = jnp.sum(hi, axis=1, keepdims=True, dtype=jnp.int32)
+    lo = _row_reduce(lo, False, interpret)
+    hi = _row_reduce(hi, False, interpret)
     if interpret:
         total = jax.pure_callback(_join_np, jax.ShapeDtypeStruct(hi.shape, jnp.float32), hi, lo)
     else:
@@ -239,7 +255,8 @@ def _strides(E: int, R: int, N: int, row_offset: int) -> np.ndarray:
 
 
 def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, *, B: int, R: int, E: int, N: int,
-               BLOCK_N: int, BR: int, RPP: int, min_v: float, inv_delta: float, exp_mode: str, interpret: bool):
+               BLOCK_N: int, BR: int, RPP: int, Q: int, min_v: float, inv_delta: float, exp_mode: str,
+               interpret: bool):
     """One program: RPP tiles of BR rows x BLOCK_N lanes (destination atoms k), the lanes as SLOTS slot tiles of Q;
     the statements of the Triton kernel, in order.
 
@@ -264,10 +281,9 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
     q_e, q_b, lp_e, lp_b, row_stride, out_b, q_0, lp_0 = (stride_ref[i] for i in range(8))
     gamma = gamma_ref[0]
     pid = pl.program_id(0)
-    # A row's BLOCK_N lanes are SLOTS slot tiles of Q lanes, lane t Q + i at position i of tile t (the Triton
-    # kernel's): four from 128 lanes on, two at 64, one below.
-    SLOTS = 4 if BLOCK_N >= 128 else (2 if BLOCK_N == 64 else 1)
-    Q = BLOCK_N // SLOTS
+    # A row's lanes are SLOTS slot tiles of Q lanes (shared_spec.launch_config.slot_lanes), lane t Q + i at position
+    # i of tile t (the Triton kernel's), only as many as hold a lane below N.
+    SLOTS = -(-N // Q)
     i = jnp.arange(Q, dtype=jnp.int32)[None, :]  # (1, Q) position in a slot tile
     kks = [i + t * Q for t in range(SLOTS)]  # lane t Q + i: source (step 2) or destination atom (steps 3-4)
 
@@ -291,14 +307,13 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
             lps = lps + (x.astype(f32),)
         return lps
 
-    def store_row(out_row, xs, row_ok):
-        # Stores the slot tiles xs (lanes < N; rows with row_ok, or every row when row_ok is None).
+    def store_row(out_row, xs):
+        # Stores the slot tiles xs (lanes < N) of every row of the tile (rows past B: see tile()).
         for t, (kk, x) in enumerate(zip(kks, xs, strict=True)):
-            if (t + 1) * Q <= N and row_ok is None:
+            if (t + 1) * Q <= N:
                 plt.store(out_ref.at[out_row + kk], x)
             else:
-                m = jnp.broadcast_to(row_ok, (BR, Q)) if (t + 1) * Q <= N else (
-                    kk < N if row_ok is None else (kk < N) & row_ok)
+                m = kk < N
                 plt.store(out_ref.at[addr(out_row + kk, m, B * N)], x, mask=m)
 
     def select(qs):
@@ -316,8 +331,9 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
 
     def tile(lps, sel, bad, r, d, s, rows):
         """Steps 1 (after the loads) to 4 for one tile (the Triton kernel's _tile): lps is the selected log-prob row
-        as slot tiles, or None (loaded here: the one-tile kernel, RPP = 1); stores the tile's rows < B."""
-        row_ok = rows < B
+        as slot tiles, or None (loaded here: the one-tile kernel, RPP = 1); stores the tile's rows. Rows past B (the
+        grid's last tile, when BR does not divide B) are row B - 1 again: the same inputs, staged probabilities and
+        result, stored to its row in the same instructions, so no store needs a row mask (the Triton kernel's)."""
         rows = jnp.minimum(rows, B - 1)
         g = gamma * (1.0 - d)
         c = _mul((r - min_v) + _mul(g, min_v - s, interpret), inv_delta, interpret)  # (BR, 1)
@@ -340,14 +356,13 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
             lps = load_row((lp_0 + sel * lp_e + rows * lp_b) & OFF_MASK, None)  # the selected row; AND: OFF_MASK
         ps = [_exp(lp, exp_mode, interpret) for lp in lps]  # (BR, Q), 0 on masked lanes
         out_row = (rows * out_b) & OFF_MASK  # (BR, 1); the AND: see OFF_MASK
-        store_row(out_row, ps, None)  # all loads before the stores
+        store_row(out_row, ps)  # all loads before the stores
         if not interpret:  # interpret mode runs the program's statements in order: nothing to wait for
             plt.debug_barrier()
         m_bits = _bits(ps[0])
         for p in ps[1:]:
             m_bits = jnp.maximum(m_bits, _bits(p))
-        m_bits1 = jnp.max(m_bits, axis=1)  # (BR,) bits of each row's max p
-        m_bits = m_bits1[:, None]
+        m_bits = _row_reduce(m_bits, True, interpret)  # (BR, 1) bits of each row's max p
         bad = bad | (m_bits >= 0x7F800000)  # a NaN or +inf probability
         FIX = 32 - BLOCK_N.bit_length() + HALF  # max p scales to [2**(FIX - 1), 2**FIX): 43 bits at N = 101
         shift = jnp.minimum(FIX - 1 - ((m_bits >> 23) - 127), 126)
@@ -366,7 +381,7 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
         e_hi = _fixed_sum(t_hi, inv_scale, interpret)
         # The total mass can overflow fp32 only if max p >= 2**(127 - log2 BLOCK_N); only then is it summed (lax.cond:
         # the Triton kernel's branch).
-        bad = jax.lax.cond((jnp.max(m_bits1) >> 23) >= 254 - BLOCK_N.bit_length(),
+        bad = jax.lax.cond((jnp.max(m_bits) >> 23) >= 254 - BLOCK_N.bit_length(),
                            lambda bad: bad | ~(_fixed_sum(t_all, inv_scale, interpret) < inf), lambda bad: bad, bad)
 
         # 3. Interior atoms 1 <= k <= N - 2: the window [j0, j0 + W) of sources, gathered from the staged row in
@@ -419,7 +434,7 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
             outs.append(acc)
         if not interpret:
             plt.debug_barrier()  # every window gather is done before the row is overwritten
-        store_row(out_row, outs, row_ok)
+        store_row(out_row, outs)
 
     ar = jnp.arange(BR, dtype=jnp.int32)[:, None]
 
@@ -471,13 +486,14 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
 
 def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret: bool, block_rows: int | None,
                     num_warps: int | None, exp_mode: str, row_offset: int = 0,
-                    rows_per_program: int | None = None) -> jax.Array:
+                    rows_per_program: int | None = None, lanes_per_slot: int | None = None) -> jax.Array:
     """The one entry point of the Pallas-Triton lowering (swap this function to add another lowering).
 
     Args:
         q: (E, R) f32. lp: (E, R, N) f32/bf16/f16. r, d, s: (B,) f32, R >= row_offset + B. gamma: () f32 (a runtime
         input). min_v, max_v: static support bounds. interpret: Pallas interpret mode. block_rows, num_warps,
-        rows_per_program: overrides of `kernel_config`'s BR, num_warps and RPP (None: pinned defaults). exp_mode:
+        rows_per_program, lanes_per_slot: overrides of `kernel_config`'s BR, num_warps, RPP and Q (None: pinned
+        defaults; Q then follows BR and num_warps, `shared_spec.launch_config.slot_lanes`). exp_mode:
         "ex2" or "libdevice". row_offset: the first of the B rows of q and lp the target reads (static); they are read
         in place, through the kernel's flat offsets, so no slice of q or lp is made before the custom call.
 
@@ -493,7 +509,7 @@ def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
         o = row_offset
         parts = [_pallas_forward(q[:, o + i:o + min(i + rows_max, B)], lp[:, o + i:o + min(i + rows_max, B)],
                                  r[i:i + rows_max], d[i:i + rows_max], s[i:i + rows_max], gamma, min_v, max_v,
-                                 interpret, block_rows, num_warps, exp_mode, 0, rows_per_program)
+                                 interpret, block_rows, num_warps, exp_mode, 0, rows_per_program, lanes_per_slot)
                  for i in range(0, B, rows_max)]
         return jnp.concatenate(parts, axis=0)
     sup = CategoricalSupport(N, float(min_v), float(max_v))
@@ -505,8 +521,12 @@ def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
     rpp = int(rows_per_program) if rows_per_program is not None else cfg["RPP"]
     if rpp < 1:
         raise ValueError(f"rows_per_program must be >= 1, got {rpp}")
+    q_lanes = int(lanes_per_slot) if lanes_per_slot is not None else slot_lanes(cfg["BLOCK_N"], br, nw, interpret)
+    if q_lanes < 2 or q_lanes & (q_lanes - 1) or q_lanes > cfg["BLOCK_N"]:
+        raise ValueError(f"lanes_per_slot must be a power of 2 in [2, {cfg['BLOCK_N']}], got {q_lanes}")
     kernel = functools.partial(
-        _td_kernel, B=B, R=R, E=E, N=N, BLOCK_N=cfg["BLOCK_N"], BR=br, RPP=rpp, min_v=float(np.float32(sup.min_v)),
+        _td_kernel, B=B, R=R, E=E, N=N, BLOCK_N=cfg["BLOCK_N"], BR=br, RPP=rpp,
+        Q=q_lanes, min_v=float(np.float32(sup.min_v)),
         inv_delta=float(np.float32(sup.inv_bin_width)), exp_mode=exp_mode, interpret=interpret)
     out = pl.pallas_call(
         kernel,
@@ -538,20 +558,20 @@ _td_target.defvjp(_td_target_fwd, _td_target_bwd)
 
 
 @functools.partial(jax.jit, static_argnames=("min_v", "max_v", "interpret", "block_rows", "num_warps", "exp_mode",
-                                             "row_offset", "rows_per_program"))
+                                             "row_offset", "rows_per_program", "lanes_per_slot"))
 def _jitted(q, lp, r, d, s, gamma, *, min_v, max_v, interpret, block_rows, num_warps, exp_mode, row_offset,
-            rows_per_program):
+            rows_per_program, lanes_per_slot):
     B = r.shape[0]
     f32 = jnp.float32
     return _td_target(q.astype(f32), lp, r.reshape(B).astype(f32), d.reshape(B).astype(f32),
                       s.reshape(B).astype(f32), jnp.asarray(gamma, f32).reshape(()), float(min_v), float(max_v),
-                      (interpret, block_rows, num_warps, exp_mode, row_offset, rows_per_program))
+                      (interpret, block_rows, num_warps, exp_mode, row_offset, rows_per_program, lanes_per_slot))
 
 
 def launch(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v: float = -5.0,
            max_v: float = 5.0, *, interpret: bool, block_rows: int | None = None, num_warps: int | None = None,
            exp_mode: str = DEFAULT_EXP_MODE, row_offset: int | None = None,
-           rows_per_program: int | None = None) -> jax.Array:
+           rows_per_program: int | None = None, lanes_per_slot: int | None = None) -> jax.Array:
     """Run the fused Pallas kernel (jit-compiled; usable inside `jax.jit`) on validated inputs.
 
     Args:
@@ -562,8 +582,9 @@ def launch(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma
             changing it never recompiles.
         min_v, max_v: static support bounds.
         interpret: Pallas interpret mode (any platform, slow) instead of the GPU compilation.
-        block_rows, num_warps, rows_per_program: launch overrides (power-of-2 rows per tile, Triton warps, tiles
-            per program: the Triton kernel's BR, num_warps and RPP); None -> pinned config.
+        block_rows, num_warps, rows_per_program, lanes_per_slot: launch overrides (power-of-2 rows per tile, Triton
+            warps, tiles per program, lanes per slot tile: the Triton kernel's BR, num_warps, RPP and Q); None ->
+            pinned config (Q: from BR and num_warps).
         exp_mode: "ex2" or "libdevice".
         row_offset: None, or a static int >= 0: the target reads rows [row_offset, row_offset + B) of next_qs and
             next_log_probs (R >= row_offset + B rows; B = the rows of reward) in place, without a slice before the
@@ -581,4 +602,5 @@ def launch(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma
     return _jitted(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v=float(min_v),
                    max_v=float(max_v), interpret=bool(interpret), block_rows=block_rows, num_warps=num_warps,
                    exp_mode=exp_mode, row_offset=0 if row_offset is None else int(row_offset),
-                   rows_per_program=None if rows_per_program is None else int(rows_per_program))
+                   rows_per_program=None if rows_per_program is None else int(rows_per_program),
+                   lanes_per_slot=None if lanes_per_slot is None else int(lanes_per_slot))

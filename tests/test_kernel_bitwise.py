@@ -83,7 +83,8 @@ def test_tile_shape_does_not_change_the_bits():
 
 
 def _configured(B, N, E, kind, gamma, configs, strided=False, seed=5):
-    """Both interpreted kernels on the same inputs under each (BR, RPP): {(kernel, BR, RPP): (B, N) numpy}."""
+    """Both interpreted kernels on the same inputs under each (BR, RPP) or (BR, RPP, Q) (Q: lanes per slot tile, the
+    interpreter's own without it): {(kernel, *config): (B, N) numpy}."""
     from jax_impl import ops as pallas_ops
     from torch_impl.reference import support_constants
     from triton_kernels import categorical_td_target_kernel, launch
@@ -92,19 +93,21 @@ def _configured(B, N, E, kind, gamma, configs, strided=False, seed=5):
     names = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
     mv, inv_delta = support_constants(N, -5.0, 5.0)
     out = {}
-    for br, rpp in configs:
-        out["triton", br, rpp] = launch(categorical_td_target_kernel, *(t_args[k] for k in names), gamma, mv,
-                                        inv_delta, config={"BR": br, "RPP": rpp}).numpy()
-        out["pallas", br, rpp] = np.asarray(pallas_ops.categorical_td_target_pallas(
-            *(j_args[k] for k in names), gamma, block_rows=br, rows_per_program=rpp, **rows))
+    for cfg in configs:
+        br, rpp, q = (*cfg, None)[:3]
+        out["triton", *cfg] = launch(categorical_td_target_kernel, *(t_args[k] for k in names), gamma, mv, inv_delta,
+                                     config={"BR": br, "RPP": rpp, **({"Q": q} if q else {})}).numpy()
+        out["pallas", *cfg] = np.asarray(pallas_ops.categorical_td_target_pallas(
+            *(j_args[k] for k in names), gamma, block_rows=br, rows_per_program=rpp, lanes_per_slot=q, **rows))
     return out
 
 
 @pytest.mark.parametrize("B,kind,gamma,strided,configs", [
     (1, "nonfinite", 0.99, False, [(1, 4)]),  # one row: every prefetch lies past the end (clamped, never stored)
     # odd B, NaN and +-inf rows: 7 = 2 * 3 + 1 (the last program runs one tile); 4 tiles of 2 rows, the last partial
-    (7, "nonfinite", 0.99, False, [(1, 3), (2, 4)]),
-    (6, "mixed", 0.05, True, [(2, 2)]),  # long windows (the window loop in the tile loop); row_offset
+    # (row 7 is row 6 again); the GPU's row pairs: 7 slot tiles of 16 lanes, the last holding 5 (atoms 96-100)
+    (7, "nonfinite", 0.99, False, [(1, 3), (2, 4), (2, 4, 16)]),
+    (6, "mixed", 0.05, True, [(2, 2), (2, 2, 16)]),  # long windows (the window loop in the tile loop); row_offset
     (37, "mixed", 0.99, True, [(1, 16)]),  # the agents' layout, fewer tiles in the last program (37 = 2 * 16 + 5)
 ])
 def test_tiles_per_program_do_not_change_the_bits(B, kind, gamma, strided, configs):
@@ -113,11 +116,11 @@ def test_tiles_per_program_do_not_change_the_bits(B, kind, gamma, strided, confi
     out = _configured(B, 101, 2, kind, gamma, [(1, 1), *configs], strided)
     for kernel in ("triton", "pallas"):
         ref = out[kernel, 1, 1]
-        for br, rpp in configs:
-            got = out[kernel, br, rpp]
+        for cfg in configs:
+            got = out[kernel, *cfg]
             assert got.shape == ref.shape
-            assert np.array_equal(np.isnan(got), np.isnan(ref)), (kernel, br, rpp)
-            assert np.array_equal(got.view(np.int32), ref.view(np.int32)), (kernel, br, rpp)
+            assert np.array_equal(np.isnan(got), np.isnan(ref)), (kernel, cfg)
+            assert np.array_equal(got.view(np.int32), ref.view(np.int32)), (kernel, cfg)
     if kind == "nonfinite" and B > 1:  # the check sees NaN rows beside finite ones
         nan_rows = np.isnan(out["triton", 1, 1]).all(axis=1)
         assert nan_rows.any() and not nan_rows.all()
@@ -173,18 +176,18 @@ def _baseline_kernel(name):
     (101, "atom1", 0.99, (0.0, 1.0)),  # sources and two-hots at 0 < b < 1/2 (below)
     (51, "atom1", 0.0626, (0.0, 1.0)),
 ])
-def test_the_kernel_computes_the_bits_of_the_kernel_before_the_instruction_cut(N, kind, gamma, support):
-    """The kernel (slot-tile window with the two-instruction hat weight beyond atom Q - 1, two-level exact edge sums,
-    window start from one FMA, the NaN flag in the epilogue's multiplier, SPEC.md 8) gives, bit for bit, the output of
-    main's kernel before that cut (bench/baselines/categorical_td_target_rpp.py, the kernel the GPU timings compare
-    it with): the cut changes no weight of SPEC.md section 3, atom 1's included, and no sum (Triton interpreter, RPP
-    1 and 3 against the baseline's RPP 1; the Pallas kernel in interpret mode too, up to XLA:CPU's flush of
+def test_the_kernel_computes_the_bits_of_the_kernel_before_the_row_pairs(N, kind, gamma, support):
+    """The kernel (rows sharing a warp with slot tiles of 32 / BR lanes, SPEC.md 8) gives, bit for bit, the output of
+    main's kernel before them (bench/baselines/categorical_td_target_cut2.py: one row a warp, four slot tiles, the
+    kernel the GPU timings compare it with): the slot tiles change no weight of SPEC.md section 3, atom 1's included,
+    and no sum (Triton interpreter, one row a tile with RPP 1 and 3 and rows in pairs with 16-lane slot tiles,
+    against the baseline's 4 rows a tile; the Pallas kernel in interpret mode too, in pairs, up to XLA:CPU's flush of
     subnormal values, see the module docstring)."""
     from jax_impl import ops as pallas_ops
     from torch_impl.reference import support_constants
     from triton_kernels import categorical_td_target_kernel, launch
 
-    base_kernel = _baseline_kernel("rpp")
+    base_kernel = _baseline_kernel("cut2")
     x = make_inputs(23, N, 2, seed=7 + N, kind="random" if kind == "atom1" else kind, min_v=support[0],
                     max_v=support[1])
     if kind == "atom1":
@@ -199,14 +202,15 @@ def test_the_kernel_computes_the_bits_of_the_kernel_before_the_instruction_cut(N
     args = [torch.from_numpy(x[k]) for k in ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
     mv, inv_delta = support_constants(N, *support)
     base = launch(base_kernel, *args, gamma, mv, inv_delta, config={"BR": 4, "RPP": 1}).numpy()
-    for br, rpp in ((4, 1), (2, 3)):
-        ours = launch(categorical_td_target_kernel, *args, gamma, mv, inv_delta, config={"BR": br, "RPP": rpp}).numpy()
-        assert np.array_equal(np.isnan(base), np.isnan(ours)), (br, rpp)
-        assert np.array_equal(base.view(np.int32), ours.view(np.int32)), (br, rpp, np.abs(base - ours).max())
+    for cfg in ({"BR": 4, "RPP": 1}, {"BR": 2, "RPP": 3}, {"BR": 2, "RPP": 3, "Q": 16 if N > 2 else 2}):
+        ours = launch(categorical_td_target_kernel, *args, gamma, mv, inv_delta, config=cfg).numpy()
+        assert np.array_equal(np.isnan(base), np.isnan(ours)), cfg
+        assert np.array_equal(base.view(np.int32), ours.view(np.int32)), (cfg, np.abs(base - ours).max())
     names = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
     pal = np.asarray(pallas_ops.categorical_td_target_pallas(*(jnp.asarray(x[k]) for k in names), gamma,
                                                              min_v=support[0], max_v=support[1], block_rows=2,
-                                                             rows_per_program=3))
+                                                             rows_per_program=3,
+                                                             lanes_per_slot=16 if N > 2 else 2))
     ok = ~np.isnan(base)
     assert np.array_equal(np.isnan(base), np.isnan(pal))
     assert np.all((base.view(np.int32) == pal.view(np.int32)) | ~ok |

@@ -138,23 +138,41 @@ def test_kernel_config_is_a_valid_launch(interpret):
             assert cfg["BLOCK_N"] >= N and cfg["BLOCK_N"] & (cfg["BLOCK_N"] - 1) == 0
             assert cfg["BR"] >= 1 and cfg["BR"] & (cfg["BR"] - 1) == 0 and cfg["num_warps"] >= 1
             assert cfg["RPP"] >= 1 and cfg["RPP"] & (cfg["RPP"] - 1) == 0
+            # slot tiles: a power of 2 >= 2 lanes (atom 1 in the first tile), at most 4 a row per warp of 32 threads
+            assert 2 <= cfg["Q"] <= cfg["BLOCK_N"] and cfg["Q"] & (cfg["Q"] - 1) == 0
+            assert -(-N // cfg["Q"]) <= (4 if cfg["BR"] == 1 else 8)
 
 
 def test_tiles_per_program_grow_with_b_on_the_gpu_only(monkeypatch):
-    """Small B keeps one row per program (it needs every program); large B loops over tiles, keeping at least
-    GPU_MIN_PROGRAMS programs; rows wider than one warp and interpret mode keep one tile per program."""
-    from shared_spec import launch_config
-    from shared_spec.launch_config import GPU_MIN_PROGRAMS
+    """Small B keeps one row per program (it needs every program); from GPU_PAIR_MIN_B rows on rows of 65-128 lanes
+    run in pairs (two rows a warp, 16-lane slot tiles) and large B loops over tiles, keeping at least
+    GPU_PAIR_MIN_PROGRAMS programs; rows of other widths keep one row a warp (and the GPU_MIN_PROGRAMS rule), rows
+    wider than one warp and interpret mode keep one tile per program."""
+    from shared_spec import launch_config as lc
 
-    assert launch_config.GPU_MAX_RPP == 16  # the pinned cap (docs/kernel_notes.md, the H200 sweep)
-    GPU_MAX_RPP = 16
-    rpp = {B: kernel_config(B, 101, False)["RPP"] for B in (1, 512, 2048, 65536, 1 << 20)}
-    assert rpp[1] == rpp[512] == rpp[2048] == 1
-    assert 1 < rpp[65536] <= rpp[1 << 20] <= GPU_MAX_RPP
-    for B, r in rpp.items():
-        assert r == 1 or B // r >= GPU_MIN_PROGRAMS
+    # the pinned knobs (docs/kernel_notes.md, the H200 sweeps)
+    assert (lc.GPU_MAX_RPP, lc.GPU_PAIR_MAX_RPP, lc.GPU_PAIR_MIN_B, lc.GPU_PAIR_BLOCK_N) == (16, 4, 2048, 128)
+    cfg = {B: kernel_config(B, 101, False) for B in (1, 512, 2047, 2048, 65536, 1 << 20)}
+    assert [(c["BR"], c["num_warps"], c["Q"]) for c in cfg.values()] == [(1, 1, 32)] * 3 + [(2, 1, 16)] * 3
+    assert [c["RPP"] for c in cfg.values()] == [1, 1, 1, 1, 4, 4]
+    for B, c in cfg.items():
+        assert c["RPP"] == 1 or B // (c["BR"] * c["RPP"]) >= lc.GPU_PAIR_MIN_PROGRAMS
+    one = {B: kernel_config(B, 51, False) for B in (512, 65536, 1 << 20)}  # 64 lanes: one row a warp
+    assert [(c["BR"], c["Q"], c["RPP"]) for c in one.values()] == [(1, 32, 1), (1, 32, 4), (1, 32, 16)]
     assert kernel_config(1 << 20, 1024, False)["RPP"] == 1
-    assert kernel_config(1 << 20, 101, True)["RPP"] == 1
+    assert kernel_config(1 << 20, 101, True)["RPP"] == 1 and kernel_config(1 << 20, 101, True)["Q"] == 32
+
+
+def test_overrides_rederive_the_slot_tiles():
+    from shared_spec.launch_config import slot_lanes, with_overrides
+
+    pinned = kernel_config(1 << 20, 101, False)
+    assert with_overrides(pinned, {"BR": 1}, False)["Q"] == 32  # one row a warp: 4 slot tiles
+    assert with_overrides(pinned, {"BR": 4}, False)["Q"] == 8
+    assert with_overrides(pinned, {"BR": 2, "Q": 32}, False)["Q"] == 32  # given: kept
+    assert with_overrides(pinned, None, False) is pinned
+    assert slot_lanes(128, 2, 1, True) == 32  # interpret mode: the interpreter's own slot tiles
+    assert slot_lanes(16, 2, 1, False) == 16  # a row narrower than its threads: one tile
 
 
 def test_launch_config_needs_neither_triton_nor_jax():
@@ -164,7 +182,7 @@ def test_launch_config_needs_neither_triton_nor_jax():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "{'BLOCK_N': 128, 'BR': 1, 'num_warps': 1, 'RPP': 1}"
+    assert out.stdout.strip() == "{'BLOCK_N': 128, 'BR': 1, 'num_warps': 1, 'RPP': 1, 'Q': 32}"
 
 
 def test_dispatcher_decides_once_logs_by_request_and_counts(caplog):

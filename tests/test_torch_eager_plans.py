@@ -23,7 +23,7 @@ L = importlib.import_module("triton_kernels.launch")  # the module (the package 
 
 NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
 PARAMS = list(inspect.signature(categorical_td_target_kernel.fn).parameters)
-CONSTEXPRS = ("E", "N", "BLOCK_N", "BR", "RPP")  # the kernel's last parameters
+CONSTEXPRS = ("E", "N", "BLOCK_N", "BR", "RPP", "Q")  # the kernel's last parameters
 NC = len(CONSTEXPRS)
 
 
@@ -96,7 +96,7 @@ def _bound(t, out, gamma=0.99, min_v=-5.0, max_v=5.0):
     inv = (N - 1) / (max_v - min_v)
     cfg = L.kernel_config(B, N, False)
     return (q, *q.stride(), lp, *lp.stride(), r, r.stride(0), d, d.stride(0), s, s.stride(0), out, out.stride(0), B,
-            gamma, min_v, inv, E, N, cfg["BLOCK_N"], cfg["BR"], cfg["RPP"])
+            gamma, min_v, inv, E, N, cfg["BLOCK_N"], cfg["BR"], cfg["RPP"], cfg["Q"])
 
 
 def _same(a, b) -> bool:
@@ -529,7 +529,7 @@ def test_plans_pass_the_pinned_tiles_per_program(gpu, monkeypatch):
         a, b = _op(t8), _op(t4)
     assert [(grid, kw["RPP"]) for grid, _, kw in gpu.jit.launches] == [((2,), 4), ((2,), 2)]
     calls = gpu.jit.compiled.calls
-    assert [(c[0], c[-1]) for c in calls] == [(2, 4), (2, 2), (2, 4), (2, 2)]
+    assert [(c[0], c[-2]) for c in calls] == [(2, 4), (2, 2), (2, 4), (2, 2)]  # (grid, RPP: the last but one)
     assert _same(calls[2][9:], _bound(t8, a)) and _same(calls[3][9:], _bound(t4, b))
 
 

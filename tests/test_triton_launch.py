@@ -66,10 +66,10 @@ def test_repeat_signature_calls_the_compiled_launcher_with_every_parameter(gpu_l
     assert call[:9] == (grid[0], 1, 1, 77, "function", "packed", None, None, None)  # no profiler hooks attached
     bound = call[9:]
     params = list(inspect.signature(categorical_td_target_kernel.fn).parameters)
-    assert params[-5:] == ["E", "N", "BLOCK_N", "BR", "RPP"]
-    assert len(bound) == len(params) and params[-5:] == list(constexprs)[:5]
-    assert bound[-5:] == tuple(constexprs[k] for k in params[-5:])
-    same = [a is b if isinstance(a, torch.Tensor) else a == b for a, b in zip(bound[:-5], positional, strict=True)]
+    assert params[-6:] == ["E", "N", "BLOCK_N", "BR", "RPP", "Q"]
+    assert len(bound) == len(params) and params[-6:] == list(constexprs)[:6]
+    assert bound[-6:] == tuple(constexprs[k] for k in params[-6:])
+    same = [a is b if isinstance(a, torch.Tensor) else a == b for a, b in zip(bound[:-6], positional, strict=True)]
     assert all(same[:13]) and all(same[15:])  # the output tensor (13) is a new allocation each call
     assert bound[14] == positional[14]
 
@@ -137,8 +137,9 @@ def test_a_compiled_kernel_without_the_launcher_api_is_never_cached(gpu_like):
 
 @pytest.mark.parametrize("B,config,programs,rpp", [
     (8, None, 8, 1),  # small B: one row per program
-    (1 << 20, {"RPP": 16}, (1 << 20) // 16, 16),  # large B at 16 tiles per program
-    (1 << 20, {"RPP": 1}, 1 << 20, 1),  # RPP = 1: today's one-tile kernel
+    (1 << 20, None, (1 << 20) // 8, 4),  # large B, pinned: row pairs at 4 tiles per program
+    (1 << 20, {"BR": 1, "RPP": 16}, (1 << 20) // 16, 16),  # one row a tile, 16 tiles per program
+    (1 << 20, {"BR": 1, "RPP": 1}, 1 << 20, 1),  # RPP = 1: the one-tile kernel
     (37, {"BR": 2, "RPP": 4}, 5, 4),  # ceil(37 / 8)
 ])
 def test_grid_is_rows_over_tile_rows_times_tiles(gpu_like, monkeypatch, B, config, programs, rpp):
@@ -149,11 +150,12 @@ def test_grid_is_rows_over_tile_rows_times_tiles(gpu_like, monkeypatch, B, confi
     L.launch(jit, *args, 0.99, -5.0, 10.0, config=config)
     (grid, _, constexprs), = jit.launches
     assert grid == (programs,) and constexprs["RPP"] == rpp
+    assert constexprs["Q"] == (16 if constexprs["BR"] == 2 else 32)  # slot tiles follow BR (one warp)
 
 
 def test_a_kernel_without_rpp_gets_one_tile_per_program(gpu_like):
-    class OldJit(_Jit):  # a baseline kernel file: the signature before the RPP parameter
-        arg_names = [n for n in categorical_td_target_kernel.arg_names if n != "RPP"]
+    class OldJit(_Jit):  # a baseline kernel file: the signature before the RPP (and Q) parameter
+        arg_names = [n for n in categorical_td_target_kernel.arg_names if n not in ("RPP", "Q")]
 
     jit, args = OldJit(), _inputs(8)
     for _ in range(2):  # the second launch goes through the fast path
@@ -165,22 +167,35 @@ def test_a_kernel_without_rpp_gets_one_tile_per_program(gpu_like):
         L.launch(jit, *args, 0.99, -5.0, 10.0, config={"RPP": 2})
 
 
+def test_a_kernel_without_q_runs_its_own_slot_tiles(gpu_like):
+    class CutJit(_Jit):  # bench/baselines/categorical_td_target_cut2.py: RPP, no Q
+        arg_names = [n for n in categorical_td_target_kernel.arg_names if n != "Q"]
+
+    jit, args = CutJit(), _inputs(8)
+    L.launch(jit, *args, 0.99, -5.0, 10.0, config={"BR": 1, "RPP": 2})
+    (grid, _, constexprs), = jit.launches
+    assert grid == (4,) and constexprs["RPP"] == 2 and "Q" not in constexprs
+    with pytest.raises(ValueError, match="no Q parameter"):
+        L.launch(jit, *args, 0.99, -5.0, 10.0, config={"Q": 16})
+
+
 def test_a_fast_launcher_built_for_one_rpp_is_never_reused_for_another(gpu_like):
     jit, args = _Jit(), _inputs(37)
     for rpp in (1, 1, 4, 4, 1, 4):  # same inputs, tiles per program switched back and forth
         L.launch(jit, *args, 0.99, -5.0, 10.0, config={"RPP": rpp})
     assert [(grid, constexprs["RPP"]) for grid, _, constexprs in jit.launches] == [((37,), 1), ((10,), 4)]
-    # the repeats: each through the fast launcher of its own RPP (the grid and the last parameter follow it)
-    assert [(call[0], call[-1]) for call in jit.compiled.calls] == [(37, 1), (10, 4), (37, 1), (10, 4)]
+    # the repeats: each through the fast launcher of its own RPP (the grid and the RPP parameter, the last but one,
+    # follow it)
+    assert [(call[0], call[-2]) for call in jit.compiled.calls] == [(37, 1), (10, 4), (37, 1), (10, 4)]
     L.fast_launcher(jit, *args)(*args, 0.99, -5.0, 10.0)  # the pinned configuration's (RPP 1 at B = 37)
-    assert jit.compiled.calls[-1][0] == 37 and jit.compiled.calls[-1][-1] == L.kernel_config(37, 101, False)["RPP"]
+    assert jit.compiled.calls[-1][0] == 37 and jit.compiled.calls[-1][-2] == L.kernel_config(37, 101, False)["RPP"]
 
 
 def test_a_kernel_without_rpp_keeps_one_tile_per_program_under_a_pinned_rpp(gpu_like, monkeypatch):
     """A pinned RPP > 1 (large B) never reaches a kernel without the parameter, on any path: the first
     launch, its fast launcher, and the fast launcher's way back through `launch` on another current device."""
     class OldJit(_Jit):
-        arg_names = [n for n in categorical_td_target_kernel.arg_names if n != "RPP"]
+        arg_names = [n for n in categorical_td_target_kernel.arg_names if n not in ("RPP", "Q")]
 
     pinned = L.kernel_config(8, 101, False)
     monkeypatch.setattr(L, "_config", lambda B, N, interpret: dict(pinned, RPP=4))
@@ -199,14 +214,21 @@ def test_a_kernel_without_rpp_keeps_one_tile_per_program_under_a_pinned_rpp(gpu_
     (grid, _, constexprs), = new.launches
     assert grid == (2,) and constexprs["RPP"] == 4
 
-def test_takes_rpp_reads_a_real_jit_functions_parameters():
-    """A real JITFunction (not the stand-in) of the baseline kernel file has no RPP parameter; Triton 3.6's
-    JITFunction carries a `kernel` attribute of its own (None), which must not be taken for wrap_triton's."""
+def test_takes_reads_a_real_jit_functions_parameters():
+    """A real JITFunction (not the stand-in) of the baseline kernel files has no RPP (v2) or no Q (cut2) parameter;
+    Triton 3.6's JITFunction carries a `kernel` attribute of its own (None), which must not be taken for
+    wrap_triton's."""
     spec = importlib.util.spec_from_file_location("baseline_v2_for_test", "bench/baselines/categorical_td_target_v2.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     baseline = JITFunction(mod.categorical_td_target_kernel.fn)  # also under TRITON_INTERPRET=1
     ours = JITFunction(categorical_td_target_kernel.fn)
-    assert "RPP" not in baseline.arg_names and not L._takes_rpp(baseline)
-    assert L._takes_rpp(ours) and L._takes_rpp(SimpleNamespace(kernel=ours))
-    assert not L._takes_rpp(SimpleNamespace(kernel=baseline))  # wrap_triton's wrapper of the baseline
+    assert "RPP" not in baseline.arg_names and not L._takes(baseline, "RPP")
+    assert L._takes(ours, "RPP") and L._takes(SimpleNamespace(kernel=ours), "RPP")
+    assert not L._takes(SimpleNamespace(kernel=baseline), "RPP")  # wrap_triton's wrapper of the baseline
+    spec = importlib.util.spec_from_file_location("baseline_cut2_for_test",
+                                                  "bench/baselines/categorical_td_target_cut2.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cut2 = JITFunction(mod.categorical_td_target_kernel.fn)
+    assert L._takes(cut2, "RPP") and not L._takes(cut2, "Q") and L._takes(ours, "Q")

@@ -22,7 +22,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from shared_spec.launch_config import kernel_config
+from shared_spec.launch_config import kernel_config, with_overrides
 from triton_kernels.categorical_td_target import categorical_td_target_kernel
 
 __all__ = ["BIN", "assemble", "compile_for_target", "compile_kernel", "sass_text"]
@@ -38,23 +38,24 @@ def compile_kernel(N: int = 101, E: int = 2, arch: int = 90, BR: int | None = No
                    lp_dtype: str = "fp32", RPP: int | None = None, B: int = 1 << 20,
                    kernel: Any = None) -> tuple[Any, int, int, int]:
     """The kernel compiled by Triton for `sm_<arch>` with the pinned configuration at B rows (or the given BR,
-    num_warps, RPP), on any machine. kernel: another JIT function with this signature (a baseline kernel file's; one
-    without the RPP parameter is compiled without it).
+    num_warps, RPP; Q follows from them: `shared_spec.launch_config.with_overrides`), on any machine. kernel: another
+    JIT function with this signature (a baseline kernel file's; one without the RPP or Q parameter is compiled
+    without it).
 
     Returns:
         (Triton's compiled kernel, with ``asm["ttir" | "ttgir" | "ptx" | "cubin"]``; BR; num_warps; RPP).
     """
-    cfg = kernel_config(B, N, interpret=False)
-    BR = cfg["BR"] if BR is None else BR
-    num_warps = cfg["num_warps"] if num_warps is None else num_warps
-    RPP = cfg["RPP"] if RPP is None else RPP
+    over = {k: v for k, v in (("BR", BR), ("num_warps", num_warps), ("RPP", RPP)) if v is not None}
+    cfg = with_overrides(kernel_config(B, N, interpret=False), over, False)
+    BR, num_warps, RPP = cfg["BR"], cfg["num_warps"], cfg["RPP"]
     sig = {"q_ptr": "*fp32", "lp_ptr": f"*{lp_dtype}", "r_ptr": "*fp32", "d_ptr": "*fp32", "s_ptr": "*fp32",
            "out_ptr": "*fp32", "gamma": "fp32", "min_v": "fp32", "inv_delta": "fp32", "lp_stride_n": "constexpr",
-           "E": "constexpr", "N": "constexpr", "BLOCK_N": "constexpr", "BR": "constexpr", "RPP": "constexpr"}
+           "E": "constexpr", "N": "constexpr", "BLOCK_N": "constexpr", "BR": "constexpr", "RPP": "constexpr",
+           "Q": "constexpr"}
     sig.update({name: "i32" for name in _INT_ARGS})
     fn = categorical_td_target_kernel if kernel is None else kernel
     order = fn.arg_names
-    constexprs = {"lp_stride_n": 1, "E": E, "N": N, "BLOCK_N": cfg["BLOCK_N"], "BR": BR, "RPP": RPP}
+    constexprs = {"lp_stride_n": 1, "E": E, "N": N, "BLOCK_N": cfg["BLOCK_N"], "BR": BR, "RPP": RPP, "Q": cfg["Q"]}
     src = ASTSource(fn=fn, signature={k: sig[k] for k in order},
                     constexprs={k: v for k, v in constexprs.items() if k in order})
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})

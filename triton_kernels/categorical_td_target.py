@@ -30,25 +30,25 @@ HALF = tl.constexpr(19)
 HALF_MASK = tl.constexpr((1 << 19) - 1)
 
 
-def _sum_asm(n: int, part: str) -> str:
+@triton.constexpr_function
+def _sum_asm(n, part):
     """PTX for the low HALF bits (part "lo") or the rest ("hi") of the sum q of n fp32 terms truncated to int64: the
     first exact level of the edge sums (n terms of one slot-tile position). The terms are added one after the other
-    (fewer 64-bit temporaries live at once than a tree: at RPP 16, 63 registers instead of 66-71)."""
+    (fewer 64-bit temporaries live at once than a tree: at RPP 16, 63 registers instead of 66-71). The same PTX in both
+    kernels (two instruction blocks per part pair: ptxas computes the shared truncations and sum once)."""
+    n = int(n)
     text = "{ .reg .b64 a, b; cvt.rzi.s64.f32 a, $1; "
     text += "".join(f"cvt.rzi.s64.f32 b, ${t}; add.s64 a, a, b; " for t in range(2, n + 1))
-    if part == "lo":
+    if str(part) == "lo":
         return text + "cvt.u32.u64 $0, a; and.b32 $0, $0, 524287; }"
     return text + "shr.u64 a, a, 19; cvt.u32.u64 $0, a; }"
 
 
-# The same PTX in both kernels (two instruction blocks per part pair: ptxas computes the shared truncations and sum
-# once), for 1, 2 and 4 slot tiles.
-_SUM1_LO = tl.constexpr(_sum_asm(1, "lo"))
-_SUM1_HI = tl.constexpr(_sum_asm(1, "hi"))
-_SUM2_LO = tl.constexpr(_sum_asm(2, "lo"))
-_SUM2_HI = tl.constexpr(_sum_asm(2, "hi"))
-_SUM4_LO = tl.constexpr(_sum_asm(4, "lo"))
-_SUM4_HI = tl.constexpr(_sum_asm(4, "hi"))
+@triton.constexpr_function
+def _sum_constraints(n):
+    return "=r" + ",f" * int(n)
+
+
 _JOIN_ASM = tl.constexpr("{ .reg .b64 a, b; cvt.u64.u32 a, $1; shl.b64 a, a, 19; cvt.u64.u32 b, $2; add.s64 a, a, b; "
                          "cvt.rn.f32.s64 $0, a; }")  # fp32(hi * 2**19 + lo), rounded once
 # clamp(ceil(x), 0, hi) as an int32 (the window start): min.f32, then a conversion that saturates below at 0.
@@ -139,6 +139,29 @@ def _pow2(e):
 
 
 @triton.jit
+def _row_reduce(x, IS_MAX: tl.constexpr):
+    # The (BR, 1) row sums (or maxima) of a (BR, Q) int32 tile x with x >= 0. One row: a warp reduction along the
+    # lanes. Several rows in one warp (BR > 1 on the GPU): one whole-warp reduction per row of the tile with the other
+    # rows' lanes set to 0 (REDUX instructions: a reduction along part of the warp would be a butterfly of shuffles).
+    BR: tl.constexpr = x.shape[0]
+    if BR == 1 or _INTERPRET:  # (the interpreter: one numpy reduction, the same integers)
+        if IS_MAX:
+            return tl.max(x, axis=1, keep_dims=True)
+        else:
+            return tl.sum(x, axis=1, keep_dims=True)
+    else:
+        ar = tl.arange(0, BR)[:, None]
+        out = tl.zeros([BR, 1], dtype=x.dtype)
+        for r in tl.static_range(BR):
+            if IS_MAX:
+                v = tl.max(tl.where(ar == r, x, 0))
+            else:
+                v = tl.sum(tl.where(ar == r, x, 0))
+            out = tl.where(ar == r, v, out)
+        return out
+
+
+@triton.jit
 def _fixed_sum(xs, inv_scale, SLOTS: tl.constexpr):
     # sum_j trunc(x_j) * inv_scale over the SLOTS slot tiles xs of a row (terms 0 <= x_j < 2**(31 - log2 BLOCK_N +
     # HALF)), exact, in two levels: the SLOTS terms of one tile position (the same thread's registers: the tiles have
@@ -153,19 +176,13 @@ def _fixed_sum(xs, inv_scale, SLOTS: tl.constexpr):
             q = q + xs[t].to(tl.int64)
         lo = (q & HALF_MASK).to(tl.int32)
         hi = (q >> HALF).to(tl.int32)
-    elif SLOTS == 1:
-        lo = tl.inline_asm_elementwise(_SUM1_LO, "=r,f", [xs[0]], dtype=tl.int32, is_pure=True, pack=1)
-        hi = tl.inline_asm_elementwise(_SUM1_HI, "=r,f", [xs[0]], dtype=tl.int32, is_pure=True, pack=1)
-    elif SLOTS == 2:
-        lo = tl.inline_asm_elementwise(_SUM2_LO, "=r,f,f", [xs[0], xs[1]], dtype=tl.int32, is_pure=True, pack=1)
-        hi = tl.inline_asm_elementwise(_SUM2_HI, "=r,f,f", [xs[0], xs[1]], dtype=tl.int32, is_pure=True, pack=1)
     else:
-        lo = tl.inline_asm_elementwise(_SUM4_LO, "=r,f,f,f,f", [xs[0], xs[1], xs[2], xs[3]], dtype=tl.int32,
+        lo = tl.inline_asm_elementwise(_sum_asm(SLOTS, "lo"), _sum_constraints(SLOTS), xs, dtype=tl.int32,
                                        is_pure=True, pack=1)
-        hi = tl.inline_asm_elementwise(_SUM4_HI, "=r,f,f,f,f", [xs[0], xs[1], xs[2], xs[3]], dtype=tl.int32,
+        hi = tl.inline_asm_elementwise(_sum_asm(SLOTS, "hi"), _sum_constraints(SLOTS), xs, dtype=tl.int32,
                                        is_pure=True, pack=1)
-    lo = tl.sum(lo, axis=1, keep_dims=True)
-    hi = tl.sum(hi, axis=1, keep_dims=True)
+    lo = _row_reduce(lo, False)
+    hi = _row_reduce(hi, False)
     if _INTERPRET:
         total = ((hi.to(tl.int64) << HALF) + lo).to(tl.float32)
     else:
@@ -275,19 +292,13 @@ def _select(qs, E: tl.constexpr, BR: tl.constexpr):
 
 
 @triton.jit
-def _store_row(out_row, xs, i, row_ok, N: tl.constexpr, SLOTS: tl.constexpr, Q: tl.constexpr):
-    # Stores the slot tiles xs (lanes t Q + i < N; rows with row_ok, or every row when row_ok is None) to out_row.
+def _store_row(out_row, xs, i, N: tl.constexpr, SLOTS: tl.constexpr, Q: tl.constexpr):
+    # Stores the slot tiles xs (lanes t Q + i < N) to out_row (every row of the tile: see _tile on rows past B).
     for t in tl.static_range(SLOTS):
         if (t + 1) * Q <= N:
-            if row_ok is None:
-                tl.store(out_row + i + t * Q, xs[t])
-            else:
-                tl.store(out_row + i + t * Q, xs[t], mask=row_ok)
+            tl.store(out_row + i + t * Q, xs[t])
         else:
-            m = i + t * Q < N
-            if row_ok is not None:
-                m = m & row_ok
-            tl.store(out_row + i + t * Q, xs[t], mask=m)
+            tl.store(out_row + i + t * Q, xs[t], mask=i + t * Q < N)
 
 
 @triton.jit
@@ -296,11 +307,14 @@ def _tile(lps, sel, bad, r, d, s, rows, lp_ptr, lp_stride_e, lp_stride_b, lp_str
           Q: tl.constexpr):
     # Steps 1 (after the loads) to 4 for one tile of BR rows: the row scalars r, d, s, the selected critic `sel` and
     # the NaN-mean flag `bad` are given; `lps` is the selected log-prob row as slot tiles (_load_row), or None: then it
-    # is loaded here (the one-tile kernel, RPP = 1). Stores the tile's output rows (rows < B).
+    # is loaded here (the one-tile kernel, RPP = 1). Stores the tile's output rows.
+    # Rows past B (only in the grid's last tile, when BR does not divide B) are row B - 1 again: they read its inputs,
+    # stage the same probabilities into its output row and store the same result there, in the same instructions as
+    # row B - 1 itself (one tile), so no store needs a row mask (a (BR, 1) mask gave the stores a layout of their own
+    # and a shuffle per slot tile).
     # Every lane-indexed quantity is a tuple of SLOTS slot tiles of Q lanes, (BR, Q) tensors with lane t Q + i at
     # position i of tile t: atom t Q + i in steps 3-4, source t Q + i in step 2. The tiles share one layout, so a
     # tile position's SLOTS values are one thread's registers.
-    row_ok = rows < B
     rows_c = tl.minimum(rows, B - 1)  # int32
     rows64 = rows_c.to(tl.int64)
     g = gamma * (1.0 - d)
@@ -335,13 +349,12 @@ def _tile(lps, sel, bad, r, d, s, rows, lp_ptr, lp_stride_e, lp_stride_b, lp_str
     # The probabilities are staged in the output row, where the window steps gather them after the barrier (one exp
     # per element instead of one per window step; the row is overwritten with the result in step 4).
     out_row = out_ptr + _off(rows_c, out_stride_b)  # (BR, 1)
-    _store_row(out_row, ps, i, None, N, SLOTS, Q)  # all loads before the stores (none waits for a store)
+    _store_row(out_row, ps, i, N, SLOTS, Q)  # all loads before the stores (none waits for a store)
     tl.debug_barrier()
     m_bits = _bits(ps[0])
     for t in tl.static_range(1, SLOTS):
         m_bits = tl.maximum(m_bits, _bits(ps[t]))
-    m_bits1 = tl.max(m_bits, axis=1)  # (BR,) bits of each row's max p
-    m_bits = m_bits1[:, None]
+    m_bits = _row_reduce(m_bits, True)  # (BR, 1) bits of each row's max p
     bad = bad | (m_bits >= 0x7F800000)  # a NaN or +inf probability (a NaN or +inf log-prob, or exp overflowed)
     # Fixed point: the row's largest probability M scales to [2**(FIX - 1), 2**FIX), FIX = 31 - log2(BLOCK_N) + HALF
     # (43 bits at N = 101), so that both part sums fit in int32.
@@ -363,7 +376,8 @@ def _tile(lps, sel, bad, r, d, s, rows, lp_ptr, lp_stride_e, lp_stride_b, lp_str
     e_lo = _fixed_sum(t_lo, inv_scale, SLOTS)  # (BR, 1)
     e_hi = _fixed_sum(t_hi, inv_scale, SLOTS)
     # The total mass can overflow fp32 only if max p >= 2**(127 - log2 BLOCK_N); only then is it summed (the same way).
-    if (tl.max(m_bits1, axis=0) >> 23) >= 254 - BLOCK_N.bit_length():  # e.g. log-probs near 88 (in any row)
+    # (e.g. log-probs near 88, in any row of the tile)
+    if (tl.max(tl.max(m_bits, axis=1), axis=0) >> 23) >= 254 - BLOCK_N.bit_length():
         bad = bad | ~(_fixed_sum(t_all, inv_scale, SLOTS) < float("inf"))  # a branch: a loop would have it hoisted
 
     # 3. Interior atoms 1 <= k <= N - 2 (lane = destination atom k): the sources with k - 1 < b_j < k + 1 form a run
@@ -427,7 +441,7 @@ def _tile(lps, sel, bad, r, d, s, rows, lp_ptr, lp_stride_e, lp_stride_b, lp_str
             acc = tl.where(i == N - 1 - t * Q, hi, acc)
         outs = outs + (acc,)
     tl.debug_barrier()  # every window gather is done before the row is overwritten
-    _store_row(out_row, outs, i, row_ok, N, SLOTS, Q)
+    _store_row(out_row, outs, i, N, SLOTS, Q)
 
 
 @triton.jit
@@ -473,15 +487,15 @@ def categorical_td_target_kernel(
     BLOCK_N: tl.constexpr,  # next power of 2 >= N (lanes)
     BR: tl.constexpr,  # rows per tile (power of 2)
     RPP: tl.constexpr,  # tiles per program (the grid is ceil(B / (BR * RPP)))
+    Q: tl.constexpr,  # lanes per slot tile (shared_spec.launch_config.slot_lanes)
 ):
     gamma = tl.cast(gamma, tl.float32)  # scalars arrive as fp32 from eager launches, fp64 from Inductor
     min_v = tl.cast(min_v, tl.float32)
     inv_delta = tl.cast(inv_delta, tl.float32)
     pid = tl.program_id(0)
-    # A row's BLOCK_N lanes are SLOTS slot tiles of Q lanes (SPEC.md 8): four from 128 lanes on, two at 64, one below
-    # (a tile at least a warp wide: every slot tile then gets the layout of the others).
-    SLOTS: tl.constexpr = 4 if BLOCK_N >= 128 else (2 if BLOCK_N == 64 else 1)
-    Q: tl.constexpr = BLOCK_N // SLOTS
+    # A row's lanes are SLOTS slot tiles of Q lanes (SPEC.md 8; Q from shared_spec.launch_config.slot_lanes), only
+    # as many as hold a lane below N. Every slot tile has one shape, hence one layout.
+    SLOTS: tl.constexpr = (N + Q - 1) // Q
     i = tl.arange(0, Q)[None, :]  # (1, Q) position in a slot tile
     # Every per-row quantity is a (BR, 1) tensor in the same 2-D layout as the (BR, Q) tiles. Rows past B (the last
     # tile) read row B - 1 and are never stored, so no scalar load needs a row mask.

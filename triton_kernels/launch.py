@@ -13,7 +13,7 @@ from triton import knobs
 from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
 
-from shared_spec.launch_config import kernel_config
+from shared_spec.launch_config import kernel_config, with_overrides
 from triton_kernels.categorical_td_target import categorical_td_target_kernel
 
 __all__ = ["INTERPRET", "FastLauncher", "fast_launcher", "kernel_constexprs", "kernel_grid", "launch"]
@@ -41,7 +41,7 @@ _LAUNCHER_API = ("run", "function", "packed_metadata", "launch_metadata")  # use
 _DIRECT_LAUNCH = triton.__version__.startswith("3.6")
 
 
-_CONSTEXPRS = ("E", "N", "BLOCK_N", "BR", "RPP")  # the kernel's constexpr parameters, in order
+_CONSTEXPRS = ("E", "N", "BLOCK_N", "BR", "RPP", "Q")  # the kernel's constexpr parameters, in order
 
 # torch.cuda.current_device (what Triton's CUDA driver returns as get_current_device) and the C call behind it, which
 # returns the same index without the Python wrapper once CUDA is initialised (the fast launchers call it).
@@ -49,21 +49,27 @@ _CUDA_CURRENT_DEVICE = torch.cuda.current_device
 _C_GET_DEVICE = getattr(torch._C, "_cuda_getDevice", None)
 
 
-def _takes_rpp(launcher) -> bool:
-    """Whether the kernel has the RPP parameter (this package's kernel; a baseline kernel file may predate it)."""
+def _takes(launcher, name: str) -> bool:
+    """Whether the kernel has the constexpr parameter `name` ("RPP", "Q": this package's kernel has both; a baseline
+    kernel file may predate them)."""
     if launcher is categorical_td_target_kernel:  # the eager path: no attribute lookups
         return True
     # torch.library.wrap_triton's wrapper holds the JIT function as `kernel`; a JITFunction has a `kernel` attribute
     # of its own (None until Triton's legacy launch path sets it), so only a non-None one is followed
     fn = getattr(launcher, "kernel", None) or launcher
-    return fn is categorical_td_target_kernel or "RPP" in getattr(fn, "arg_names", ("RPP",))
+    return fn is categorical_td_target_kernel or name in getattr(fn, "arg_names", (name,))
 
 
 def kernel_constexprs(launcher, cfg: dict, E: int, N: int, config: dict | None = None) -> tuple[int, ...]:
     """The constexpr arguments of a launch of `launcher` with configuration `cfg`, in the kernel's parameter order:
-    (E, N, BLOCK_N, BR, RPP); for a kernel without the RPP parameter (a baseline kernel file) (E, N, BLOCK_N, BR),
-    one tile per program, and a `config` (the caller's overrides) asking for RPP != 1 raises ValueError."""
-    if _takes_rpp(launcher):
+    (E, N, BLOCK_N, BR, RPP, Q). A baseline kernel file without Q gets (E, N, BLOCK_N, BR, RPP) (it always runs its
+    four slot tiles) and a `config` (the caller's overrides) giving Q raises ValueError; one without RPP gets
+    (E, N, BLOCK_N, BR), one tile per program, and a `config` asking for RPP != 1 raises ValueError."""
+    if _takes(launcher, "Q"):
+        return (E, N, cfg["BLOCK_N"], cfg["BR"], cfg["RPP"], cfg["Q"])
+    if config and "Q" in config:
+        raise ValueError(f"this kernel has no Q parameter: it runs its own slot tiles, got Q = {config['Q']}")
+    if _takes(launcher, "RPP"):
         return (E, N, cfg["BLOCK_N"], cfg["BR"], cfg["RPP"])
     if config and config.get("RPP", 1) != 1:
         raise ValueError("this kernel has no RPP parameter: it runs one tile per program")
@@ -117,8 +123,9 @@ def launch(launcher, next_qs, next_log_probs, reward, terminated, next_alpha_log
         next_qs (E, B), next_log_probs (E, B, N), reward / terminated / next_alpha_log_pi (B,) or (B, 1): validated
             tensors on one device, any strides (per-row inputs index rows with stride(0)).
         gamma, min_v, inv_delta: the fp32 scalars of SPEC.md section 3 (as Python floats).
-        config: overrides of the pinned {"BR", "num_warps", "RPP"} (benchmark sweeps only; BLOCK_N is derived from
-            N). A kernel without the RPP parameter (a baseline kernel file) is launched with one tile per program.
+        config: overrides of the pinned {"BR", "num_warps", "RPP", "Q"} (benchmark sweeps and tests only; BLOCK_N
+            is derived from N, Q from BR and num_warps unless given: `shared_spec.launch_config.with_overrides`). A
+            kernel without the RPP parameter (a baseline kernel file) is launched with one tile per program.
         fast: a JIT function launched on the GPU before with the same signature is called through its compiled
             launcher directly (the same kernel binary and arguments; False: always through JITFunction.run).
 
@@ -128,8 +135,7 @@ def launch(launcher, next_qs, next_log_probs, reward, terminated, next_alpha_log
     E, B, N = next_log_probs.shape
     fast = fast and not INTERPRET and isinstance(launcher, JITFunction)  # B is a SymInt when traced: no cache then
     cfg = _config(B, N, False) if fast else kernel_config(B, N, INTERPRET)
-    if config:
-        cfg = dict(cfg, **config)
+    cfg = with_overrides(cfg, config, INTERPRET)
     constexprs = kernel_constexprs(launcher, cfg, E, N, config)
     if fast:
         key = _signature(launcher, driver.active.get_current_device(), cfg["num_warps"], constexprs, next_qs,
