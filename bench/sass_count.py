@@ -11,7 +11,8 @@ the pinned configuration); the Pallas kernel is traced with
 and compiled with the same pip Triton (XLA's bundled Triton may schedule differently: this counts the IR, not XLA's
 binary). Both PTX files go through the pip package's ptxas for sm_90a; nvdisasm lists the SASS with line info.
 
-Counts are per thread (one warp per row at N <= 128: one thread holds 4 of the 128 lanes), NOPs excluded. The
+Counts are per thread and row (one warp per row at N <= 128: one thread holds 4 of the 128 lanes; `--br 2`, the
+row pairs of large B: a warp holds two rows, and a thread's count is halved), NOPs excluded. The
 SASS is split into basic blocks (at labels and after branches). The dynamic estimate follows one path: at gamma =
 0.99 the window is W = 3 = UNROLL sources, so the window loop runs zero times, and the total-mass branch is not taken
 (no row has a probability >= 2**(127 - log2 BLOCK_N)); in the code both compilers emit, both are skipped by a forward
