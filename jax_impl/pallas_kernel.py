@@ -395,43 +395,26 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
                               jnp.where(live, N * 1.0, UNROLL * 1.0))  # (BR, 1) W >= UNROLL
             # j0 = ceil((k - 1 - c) / g - eps) as k / g - ((1 + c) / g + eps) (an estimate: the margin covers it)
             t0 = (1.0 + jnp.where(band, c, 0.0)) * inv_g + eps  # (BR, 1)
-            n_w = jnp.max(_to_int(n_win, interpret))  # the tile's largest W (integers: the order is free)
+            j0s = [_window_start(kf * inv_g - t0, N - n_win, interpret) for kf in kfs]  # (BR, Q); dense rows: 0
+            jf0s = [j0.astype(f32) for j0 in j0s]
+            ptrs = [(out_row + j0) & OFF_MASK for j0 in j0s]  # j0 in [0, N - W]: ptr + w < B * N
 
             def step(t, jf, acc, pj):
                 # Unclamped b: a pile source gets weight 0 at every interior atom.
                 return _fma(pj, _hat(_line(cs, gl, jf, interpret), kfs[t], t == 0, interpret), acc, interpret)
 
-            def window(t):
-                # Slot tile t's window start (dense rows: 0) and its flat offset, j0 in [0, N - W]: ptr + w < B * N.
-                j0 = _window_start(kfs[t] * inv_g - t0, N - n_win, interpret)
-                return j0.astype(f32), (out_row + j0) & OFF_MASK
+            for w in range(UNROLL):
+                accs = [step(t, jf0s[t] + w if w > 0 else jf0s[t], accs[t], plt.load(out_ref.at[ptrs[t] + w]))
+                        for t in range(SLOTS)]
+            n_w = jnp.max(_to_int(n_win, interpret))  # the tile's largest W (integers: the order is free)
 
-            # Two paths with one accumulation order (the Triton kernel's): tiles whose windows are all UNROLL long
-            # take the unrolled steps, a slot tile at a time; the others loop, a slot tile at a time.
-            def unrolled(accs):
-                out = []
-                for t in range(SLOTS):
-                    jf0, ptr = window(t)
-                    acc = accs[t]
-                    for w in range(UNROLL):
-                        acc = step(t, jf0 + w if w > 0 else jf0, acc, plt.load(out_ref.at[ptr + w]))
-                    out.append(acc)
-                return tuple(out)
+            def more(w, accs):
+                ok = w < n_win
+                return tuple(step(t, jf0s[t] + w.astype(f32), accs[t],
+                                  plt.load(out_ref.at[addr(ptrs[t] + w, ok, B * N)], mask=ok, other=0.0))
+                             for t in range(SLOTS))
 
-            def looped(accs):
-                out = []
-                for t in range(SLOTS):
-                    jf0, ptr = window(t)
-
-                    def more(w, acc, t=t, jf0=jf0, ptr=ptr):
-                        ok = w < n_win  # a row's loads past its own W: 0
-                        return step(t, jf0 + w.astype(f32), acc,
-                                    plt.load(out_ref.at[addr(ptr + w, ok, B * N)], mask=ok, other=0.0))
-
-                    out.append(jax.lax.fori_loop(0, n_w, more, accs[t]))  # traced bound: scf.for on the GPU
-                return tuple(out)
-
-            accs = list(jax.lax.cond(n_w <= UNROLL, unrolled, looped, tuple(accs)))
+            accs = list(jax.lax.fori_loop(UNROLL, n_w, more, tuple(accs)))  # traced bound: scf.for on the GPU
 
         # 4. Edges, the two-hot of g == 0 rows (total mass e_lo at b* = clamp(c)), NaN rows; store. The NaN flag rides
         #    on e_d, the epilogue's multiplier (the Triton kernel's): NaN in invalid rows, e_lo in rows with g == 0

@@ -385,8 +385,8 @@ def _tile(lps, sel, bad, r, d, s, rows, lp_ptr, lp_stride_e, lp_stride_b, lp_str
     #    p_j * w in ascending j; every other source of the window adds +0, so the sum does not depend on the window.
     #    Band rows (g >= 1/16): j0 from the line c + g j widened by a margin above its fp32 error, W = ceil(2/g + 2 eps)
     #    per row (>= UNROLL); 0 < g < 1/16 or g > 1: the whole row. j0 is clamped into [0, N - W], so every load is in
-    #    bounds. A tile whose largest W is UNROLL takes UNROLL unrolled, unmasked steps; a longer one loops up to its
-    #    largest W (a row's loads past its own W are masked).
+    #    bounds and unmasked. The first UNROLL steps are unrolled (every row takes them), the rest loop, up to the
+    #    tile's largest W (a row's loads past its own W are masked).
     accs = ()
     for _t in tl.static_range(SLOTS):
         accs = accs + (tl.zeros([BR, Q], dtype=tl.float32),)
@@ -399,37 +399,27 @@ def _tile(lps, sel, bad, r, d, s, rows, lp_ptr, lp_stride_e, lp_stride_b, lp_str
         # j0 = ceil((k - 1 - c) / g - eps) as k / g - ((1 + c) / g + eps): one fused multiply-add a lane (an
         # estimate: its rounding only moves the window, which the margin covers, never the result).
         t0 = (1.0 + tl.where(band, c, 0.0)) * inv_g + eps  # (BR, 1)
-        # Two paths with one accumulation order (each lane adds its window's sources in ascending j from j0): tiles
-        # whose windows are all UNROLL long (every band row at gamma (1 - d) above 2 / 3 + margin: FlashSAC's rows)
-        # take the unrolled steps, a slot tile at a time; the others loop, a slot tile at a time as well. One slot
-        # tile's window start and address are live at once (the slot-major order), and no value of the loop is
-        # live across the unrolled steps: 64 registers for row pairs at RPP 4 instead of 80 (docs/kernel_notes.md).
+        jf0s = ()
+        ptrs = ()
+        for t in tl.static_range(SLOTS):
+            j0 = _window_start(kfs[t] * inv_g - t0, N - n_win)  # (BR, Q) first source of the window; dense rows: 0
+            jf0s = jf0s + (j0.to(tl.float32),)
+            ptrs = ptrs + (out_row + j0.to(tl.uint32, bitcast=True).to(tl.int64),)  # j0 >= 0: zero-extended
+        for w in tl.static_range(UNROLL):
+            new = ()
+            for t in tl.static_range(SLOTS):
+                jf = jf0s[t] + w if w > 0 else jf0s[t]
+                new = new + (_interior_step(accs[t], tl.load(ptrs[t] + w), jf, cs, gl, kfs[t], t == 0),)
+            accs = new
         n_w = tl.max(tl.max(n_win, axis=1), axis=0).to(tl.int32)  # the tile's largest W
-        if n_w <= UNROLL:
+        w = UNROLL
+        while w < n_w:  # a while loop: the interpreter cannot use a reduced tensor as a range() bound
             new = ()
             for t in tl.static_range(SLOTS):
-                j0 = _window_start(kfs[t] * inv_g - t0, N - n_win)  # (BR, Q) first source of the window
-                jf0 = j0.to(tl.float32)
-                ptr = out_row + j0.to(tl.uint32, bitcast=True).to(tl.int64)  # j0 >= 0: zero-extended
-                acc = accs[t]
-                for w in tl.static_range(UNROLL):
-                    acc = _interior_step(acc, tl.load(ptr + w), jf0 + w if w > 0 else jf0, cs, gl, kfs[t], t == 0)
-                new = new + (acc,)
+                pj = tl.load(ptrs[t] + w, mask=w < n_win, other=0.0)
+                new = new + (_interior_step(accs[t], pj, jf0s[t] + w, cs, gl, kfs[t], t == 0),)
             accs = new
-        else:
-            new = ()
-            for t in tl.static_range(SLOTS):
-                j0 = _window_start(kfs[t] * inv_g - t0, N - n_win)  # dense rows: 0
-                jf0 = j0.to(tl.float32)
-                ptr = out_row + j0.to(tl.uint32, bitcast=True).to(tl.int64)
-                acc = accs[t]
-                w = 0
-                while w < n_w:  # a while loop: the interpreter cannot use a reduced tensor as a range() bound
-                    pj = tl.load(ptr + w, mask=w < n_win, other=0.0)  # a row's loads past its own W: 0
-                    acc = _interior_step(acc, pj, jf0 + w, cs, gl, kfs[t], t == 0)
-                    w += 1
-                new = new + (acc,)
-            accs = new
+            w += 1
 
     # 4. Edges, the two-hot of g == 0 rows, NaN rows; store. A g == 0 row's total mass e_lo sits at
     #    b* = clamp(c, 0, N - 1): interior atoms take e_lo * hat(b*) (the window's weight formula), the edges
