@@ -238,8 +238,10 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
         t["next_log_probs"] = t["next_log_probs"].to(getattr(torch, dtype))
         args = tuple(t[k] for k in NAMES)
         variants = {"upstream_compiled": lambda: upstream.upstream_target(sel, comp, *args, GAMMA)}
-        if base is not None:  # one row a warp, with the tiles per program of that launch rule (RPP if it has one)
-            base_cfg = {"BR": 1, "num_warps": 1, "RPP": gpu_rows_per_program(B) if "RPP" in base.arg_names else 1}
+        if base is not None:  # a kernel with Q: the pinned configuration; else one row a warp, with the tiles per
+            # program of that launch rule (RPP if it has one)
+            base_cfg = None if "Q" in base.arg_names else {
+                "BR": 1, "num_warps": 1, "RPP": gpu_rows_per_program(B) if "RPP" in base.arg_names else 1}
             variants["baseline_kernel"] = lambda: ops.launch(base, *args, GAMMA, mv, inv_delta, config=base_cfg)
         pinned = kernel_config(B, 101, False)
         pin = (pinned["BR"], pinned["num_warps"], pinned["RPP"])

@@ -202,8 +202,11 @@ def test_the_kernel_computes_the_bits_of_the_kernel_before_the_row_pairs(N, kind
     args = [torch.from_numpy(x[k]) for k in ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
     mv, inv_delta = support_constants(N, *support)
     base = launch(base_kernel, *args, gamma, mv, inv_delta, config={"BR": 4, "RPP": 1}).numpy()
-    for cfg in ({"BR": 4, "RPP": 1}, {"BR": 2, "RPP": 3}, {"BR": 2, "RPP": 3, "Q": 16 if N > 2 else 2}):
-        ours = launch(categorical_td_target_kernel, *args, gamma, mv, inv_delta, config=cfg).numpy()
+    pairs = {"BR": 2, "RPP": 3, "Q": 16 if N > 2 else 2}
+    for kernel, cfg in ((categorical_td_target_kernel, {"BR": 4, "RPP": 1}),
+                        (categorical_td_target_kernel, {"BR": 2, "RPP": 3}), (categorical_td_target_kernel, pairs),
+                        (_baseline_kernel("rowpair"), pairs)):  # and the row pairs' first kernel (f5d7832)
+        ours = launch(kernel, *args, gamma, mv, inv_delta, config=cfg).numpy()
         assert np.array_equal(np.isnan(base), np.isnan(ours)), cfg
         assert np.array_equal(base.view(np.int32), ours.view(np.int32)), (cfg, np.abs(base - ours).max())
     names = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
