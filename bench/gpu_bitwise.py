@@ -19,7 +19,11 @@ compiled path (bench/upstream.py), an optional baseline kernel file (a previous 
 optional: one without it runs one tile per program), the kernel under each launch configuration of a small sweep
 (`--sweep BR:num_warps[:RPP],...`: rows per tile, warps, tiles per program, RPP 1 if left out), and the Pallas kernel
 pinned and under the same configurations; plus the copy bandwidth measured in the same process and the bytes floor
-(one read of the selected critic's log-probs + one write of the output). Every Triton variant must give the pinned
+(one read of the selected critic's log-probs + one write of the output); and, in every round, both pinned kernels'
+device durations from one CUPTI session (torch.profiler's kernel records, `_kernel_durations`), each call followed by
+a sum of its output (the Pallas loop, and a CUDA graph of the Triton kernel with the same sum): the same tool and the
+same pattern for both, hence the Pallas / Triton kernel ratio (the per-call times above use different methods for
+the two frameworks). The Pallas variants run in a rotated order each round. Every Triton variant must give the pinned
 Triton kernel's bits, every Pallas variant the pinned Pallas kernel's, and the two pinned kernels the same bits
 (a failure is counted, and the exit status is 1). Writes results.json and prints a table.
 """
@@ -184,6 +188,44 @@ def _copy_bandwidth() -> float:
     return 2 * 4 * n / (t * 1e-6)
 
 
+KERNEL_GRAPH_CALLS = 20  # Triton calls in the graph of the kernel-time rounds
+
+# The kernels' names on the device: the Triton JIT function's and the pallas_call's.
+KERNEL_NAMES = {"triton": "categorical_td_target_kernel", "pallas": "categorical_td_target"}
+
+
+def _kernel_durations(run) -> dict[str, list[float]]:
+    """Device duration (µs) of every launch of the two kernels during `run()`, from the CUPTI kernel records of one
+    torch.profiler session (CUPTI records every kernel of the process, XLA's included), by kernel name
+    (KERNEL_NAMES). Both kernels are thus timed by one tool in one session, independent of how they were launched
+    (a CUDA graph, XLA's loop); what differs between the launch methods (gaps, host work) is not in it."""
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    return kernel_records(events)
+
+
+def kernel_records(events: list[dict]) -> dict[str, list[float]]:
+    """The durations (µs) of the kernel records ("X" events of category "kernel") of a chrome trace whose name is
+    exactly one of KERNEL_NAMES, by key ("triton", "pallas"), in trace order."""
+    out: dict[str, list[float]] = {k: [] for k in KERNEL_NAMES}
+    by_name = {v: k for k, v in KERNEL_NAMES.items()}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel" and e.get("name") in by_name:
+            out[by_name[e["name"]]].append(float(e["dur"]))
+    return out
+
+
 def _bits(a: np.ndarray) -> np.ndarray:
     """The fp32 bit patterns, NaN as -1 (NaN rows compared by position)."""
     return np.where(np.isnan(a), -1, a.view(np.int32))
@@ -217,7 +259,7 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
     import torch
 
     from bench import upstream
-    from bench.common import jit_loop
+    from bench.common import capture_cuda_graph, jit_loop
     from jax_impl import ops as pallas_ops
     from shared_spec import make_inputs
     from shared_spec.launch_config import gpu_rows_per_program
@@ -299,15 +341,39 @@ def run_timing(rounds: int, baseline_kernel: str | None, sizes: list[int], sweep
         pallas_variants = {name: (lambda f=f: (loop_seconds(f) - loop_seconds(empty_loop)) / K * 1e6)
                            for name, f in pallas_loops.items()}
 
-        res = {name: [] for name in list(variants) + list(pallas_variants)}
-        for _ in range(rounds):
+        # Same-method kernel time: both pinned kernels in one CUPTI session per round, in the same pattern (each call
+        # followed by a sum of its output that the next call waits for: the Pallas loop above, and a CUDA graph of
+        # the Triton kernel with the same sum), so the launch method and the cache state between calls match.
+        tri_fn = variants[f"triton_pinned_BR{pin[0]}_w{pin[1]}_rpp{pin[2]}"]
+        acc = torch.zeros((), device="cuda")
+        tri_graph, _ = capture_cuda_graph(lambda: [acc.add_(tri_fn().sum()) for _ in range(KERNEL_GRAPH_CALLS)],
+                                          thread_local=True)
+        pallas_loop = pallas_loops["pallas_pinned"]
+
+        def kernels_round():
+            tri_graph.replay()
+            jax.block_until_ready(pallas_loop(*loop_args))
+
+        res = {name: [] for name in list(variants) + list(pallas_variants) + ["kernel/triton", "kernel/pallas"]}
+        kernel_counts = []
+        pallas_names = list(pallas_variants)
+        for rnd in range(rounds):
             for name, fn in variants.items():
                 res[name].append(_graph_time(fn))
-            for name, f in pallas_variants.items():
-                res[name].append(f())
+            # rotated each round, so no Pallas variant always runs first after the torch side
+            for name in pallas_names[rnd % len(pallas_names):] + pallas_names[:rnd % len(pallas_names)]:
+                res[name].append(pallas_variants[name]())
+            durs = _kernel_durations(kernels_round)
+            kernel_counts.append({k: len(v) for k, v in durs.items()})
+            for k, v in durs.items():
+                res[f"kernel/{k}"].append(statistics.median(v) if v else float("nan"))
+            if not all(durs.values()):
+                failures += 1
+                print(f"B={B} KERNEL RECORDS MISSING: {kernel_counts[-1]}", flush=True)
         bws.append(_copy_bandwidth())  # re-measured beside every size; the floor uses the largest reading
         floor_us = (B * 101 * (t["next_log_probs"].element_size() + 4)) / max(bws) * 1e6
-        out["sizes"][B] = dict(floor_us=floor_us, pinned=pinned, pallas_loop_K=K, same_bits=same, times={
+        out["sizes"][B] = dict(floor_us=floor_us, pinned=pinned, pallas_loop_K=K, same_bits=same,
+                               kernel_records=kernel_counts, times={
             name: dict(median=statistics.median(v), min=min(v), max=max(v), all=v) for name, v in res.items()})
         line = " ".join(f"{n}={statistics.median(v):.1f}" for n, v in res.items())
         print(f"B={B} floor={floor_us:.1f}us {line}", flush=True)

@@ -6,7 +6,7 @@ output row and the edge atoms' exact fixed-point sums, the unrolled window scan 
 the exact fp32 b, two-hot of g == 0 rows and NaN rows last; RPP tiles per program, the next tile's loads issued while
 the current one is computed), the fp32 operation order (section 3) and the NaN policy (section 6) are those of the
 Triton kernel `triton_kernels/categorical_td_target.py`, statement for statement, with the same pinned launch
-configuration (`shared_spec.launch_config.kernel_config`) and runtime row strides. The row sums
+configuration (`shared_spec.launch_config.kernel_config`); its strides are constants. The row sums
 are integer sums (exact in any order), products are never left to a compiler's contraction (R, `mul.rn.f32` and
 `fma.rn.f32`), and exp is the same inline PTX in both kernels: `exp_mode="ex2"` (default) emits
 `ex2.approx.ftz.f32(x * fp32(log2 e))`; `exp_mode="libdevice"` uses `jnp.exp` (not bitwise with the Triton kernel).
@@ -73,6 +73,8 @@ DEFAULT_EXP_MODE = "ex2"
 OFF_MASK = 2**30 - 1
 MAX_FLAT = OFF_MASK
 _LOG2E = 1.4426950408889634  # Triton's constant, rounded to fp32 exactly as Triton does
+# The pallas_call's name: the kernel's name on the device (profiles and CUPTI records, bench/gpu_bitwise.py).
+KERNEL_NAME = "categorical_td_target"
 _trace_count = [0]
 
 
@@ -240,27 +242,31 @@ def _hat(b: jax.Array, kf: jax.Array, first: bool, interpret: bool) -> jax.Array
     return jnp.minimum(jnp.maximum(1.0 - _abs(b - kf, interpret), 0.0), 1.0)
 
 
-# Runtime strides (an int32 input) instead of compile-time constants: the Triton kernel receives its row strides as
-# unspecialised runtime integers, so Triton's axis analysis sees the same (unknown) divisibility and contiguity of
-# every pointer in both kernels, hence the same coalescing and register layouts. The last two are the flat offsets of
-# the first target row in q and lp (the row-offset form; a torch view's storage offset is the same thing, folded into
-# the Triton kernel's base pointers).
+# The strides and row offsets are compile-time constants of the Pallas kernel (the Triton kernel takes its row
+# strides as unspecialised runtime integers: a torch tensor's strides are runtime values, a JAX array's follow from
+# its static shape). Neither the bits nor the launch depend on it: every row sum is exact (integer), so no output
+# depends on the register layouts that pointer divisibility steers. Until 2026-12-03 the Pallas kernel read them from
+# an (8,) int32 input, so that both compilers saw the same unknown divisibility; under XLA's Triton those eight loaded
+# values and the address arithmetic on them lived in per-thread registers (96 a thread against the Triton kernel's
+# 80 at the row pairs' configuration, bench/results/h200-2026-12-03-xla-ptx). The last two are the flat offsets of
+# the first target row in q and lp (the row-offset form; a torch view's storage offset is the same thing, folded
+# into the Triton kernel's base pointers).
 STRIDE_NAMES = ("q_e", "q_b", "lp_e", "lp_b", "row", "out_b", "q_0", "lp_0")
 
 
-def _strides(E: int, R: int, N: int, row_offset: int) -> np.ndarray:
-    """(8,) int32 row-major strides of the flat inputs q (E, R), lp (E, R, N), per-row (B,), out (B, N), then the
-    flat offsets of row `row_offset` in q and lp."""
-    return np.array([R, 1, R * N, N, 1, N, row_offset, row_offset * N], np.int32)
+def _strides(E: int, R: int, N: int, row_offset: int) -> tuple[int, ...]:
+    """Row-major strides of the flat inputs q (E, R), lp (E, R, N), per-row (B,), out (B, N), then the flat offsets
+    of row `row_offset` in q and lp (STRIDE_NAMES)."""
+    return (R, 1, R * N, N, 1, N, row_offset, row_offset * N)
 
 
-def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, *, B: int, R: int, E: int, N: int,
-               BLOCK_N: int, BR: int, RPP: int, Q: int, min_v: float, inv_delta: float, exp_mode: str,
-               interpret: bool):
+def _td_kernel(gamma_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, *, B: int, R: int, E: int, N: int,
+               BLOCK_N: int, BR: int, RPP: int, Q: int, strides: tuple[int, ...], min_v: float, inv_delta: float,
+               exp_mode: str, interpret: bool):
     """One program: RPP tiles of BR rows x BLOCK_N lanes (destination atoms k), the lanes as SLOTS slot tiles of Q;
     the statements of the Triton kernel, in order.
 
-    Refs are whole flat arrays (no BlockSpec): gamma (1,) f32; strides (8,) int32 (STRIDE_NAMES); q (E*R,) f32;
+    Refs are whole flat arrays (no BlockSpec): gamma (1,) f32; q (E*R,) f32;
     lp (E*R*N,) f32/bf16/f16; r, d, s (B,) f32; out (B*N,) f32 (also the staging row of the probabilities). Target
     row i of critic e reads q[q_0 + e * q_e + i * q_b] and lp[lp_0 + e * lp_e + i * lp_b + j] (R = B and
     q_0 = lp_0 = 0 unless the caller passed a row offset). Only these integer offsets see R and the offset: the float
@@ -278,7 +284,7 @@ def _td_kernel(gamma_ref, stride_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_re
 
     f32 = jnp.float32
     inf = float("inf")
-    q_e, q_b, lp_e, lp_b, row_stride, out_b, q_0, lp_0 = (stride_ref[i] for i in range(8))
+    q_e, q_b, lp_e, lp_b, row_stride, out_b, q_0, lp_0 = strides  # Python ints (STRIDE_NAMES)
     gamma = gamma_ref[0]
     pid = pl.program_id(0)
     # A row's lanes are SLOTS slot tiles of Q lanes (shared_spec.launch_config.slot_lanes), lane t Q + i at position
@@ -526,7 +532,7 @@ def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
         raise ValueError(f"lanes_per_slot must be a power of 2 in [2, {cfg['BLOCK_N']}], got {q_lanes}")
     kernel = functools.partial(
         _td_kernel, B=B, R=R, E=E, N=N, BLOCK_N=cfg["BLOCK_N"], BR=br, RPP=rpp,
-        Q=q_lanes, min_v=float(np.float32(sup.min_v)),
+        Q=q_lanes, strides=_strides(E, R, N, row_offset), min_v=float(np.float32(sup.min_v)),
         inv_delta=float(np.float32(sup.inv_bin_width)), exp_mode=exp_mode, interpret=interpret)
     out = pl.pallas_call(
         kernel,
@@ -534,8 +540,8 @@ def _pallas_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
         grid=((B + br * rpp - 1) // (br * rpp),),
         compiler_params=plt.CompilerParams(num_warps=nw, num_stages=1),
         interpret=interpret,
-        name="categorical_td_target",
-    )(gamma.reshape(1), jnp.asarray(_strides(E, R, N, row_offset)), q.reshape(E * R), lp.reshape(E * R * N), r, d, s)
+        name=KERNEL_NAME,
+    )(gamma.reshape(1), q.reshape(E * R), lp.reshape(E * R * N), r, d, s)
     return out.reshape(B, N)
 
 
