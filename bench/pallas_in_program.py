@@ -352,8 +352,8 @@ def _report(out: str, res: dict) -> str:
     for name, h in res.get("hlo", {}).items():
         lines.append(f"- `{name}`: counts {h['counts']}, {len(h['custom_calls'])} custom call(s); file `{h['file']}`")
         if h.get("sources"):
-            lines.append(f"  - StableHLO producers of the TD-target custom call's operands (gamma, strides, q, "
-                         f"log-probs, r, d, s): {h['sources']}")
+            lines.append(f"  - StableHLO producers of the TD-target custom call's operands (gamma, q, log-probs, "
+                         f"r, d, s): {h['sources']}")
     for name, h in res.get("hlo", {}).items():
         kernel_first = sorted(h["custom_calls"], key=lambda c: "xla.gpu.triton" not in c["line"])  # not cuBLAS
         for i, call in enumerate(kernel_first[:2]):
