@@ -55,7 +55,8 @@ def _ratio(num: list[float], den: list[float]) -> str:
 
 def section(folder: str, later: str | None = None) -> str:
     """The kernel section from one GPU call of bench/gpu_kernel_checks.sh: ``bitwise/results.json``
-    (bench.gpu_bitwise: the bitwise case matrix and the interleaved timings) and ``checks/results.json``
+    (bench.gpu_bitwise: the bitwise case matrix and the interleaved timings, with the kernel times that
+    bench.gpu_bitwise records since 2026-12-03) and ``checks/results.json``
     (bench.gpu_checks: eager host time and the contract checks). ``later``: a folder whose ``checks/results.json``
     re-ran some of those sections since (after a change to the code they check); its sections replace the first
     folder's, and the text names it."""
@@ -73,7 +74,6 @@ def section(folder: str, later: str | None = None) -> str:
     sizes = timing["sizes"]
     rounds = len(next(iter(next(iter(sizes.values()))["times"].values()))["all"])
     bw = timing["copy_bandwidth_bytes_per_s"] / 1e12
-    kernel_time = all("kernel/pallas" in row["times"] for row in sizes.values())  # results before 2026-12-03: none
     out = [f"Measured on an {env['gpu']} on {env['date'][:10]} (torch {env['torch']}, triton {env['triton']}, "
            f"jax {env['jax']}, Python {env['python']}) by `bench.gpu_bitwise` and `bench.gpu_checks` (the two halves "
            f"of `bash bench/gpu_kernel_checks.sh`); raw data, commands and notes in [`{folder}`]({folder}/README.md). "
@@ -83,27 +83,23 @@ def section(folder: str, later: str | None = None) -> str:
            "time per call, a jitted loop of dependent calls minus the same loop without the kernel. Ratios are the "
            "median (min-max) of the per-round ratios. Bytes floor: one read of the selected critic's log-probs and "
            f"one write of the output at the copy bandwidth measured in the same process ({bw:.2f} TB/s, read + "
-           "write).",
-           ] + ([] if not kernel_time else [
-               "", "Kernel time (the last three columns): both pinned kernels' device durations per launch from one "
-               "CUPTI session per round (torch.profiler's kernel records), each call followed by a sum of its output "
-               "that the next call waits for (the Pallas loop; a CUDA graph of the Triton kernel with the same sum), "
-               "so one tool and one pattern time both; the per-call columns use different methods for the two "
-               "frameworks and are not a Pallas / Triton comparison."]) + ["",
-           "| B | bytes floor | upstream compiled | Triton | Triton / floor | upstream / Triton | "
-           + ("Pallas per call | kernel time Triton | kernel time Pallas | Pallas / Triton kernel time |"
-              if kernel_time else "Pallas | Pallas / Triton |"),
-           "|---|---|---|---|---|---|---|" + ("---|---|---|" if kernel_time else "---|")]
+           "write).", "",
+           "Kernel time (the last three columns): both pinned kernels' device durations per launch from one CUPTI "
+           "session per round (torch.profiler's kernel records), each call followed by a sum of its output that the "
+           "next call waits for (the Pallas loop; a CUDA graph of the Triton kernel with the same sum), so one tool "
+           "and one pattern time both; the per-call columns use different methods for the two frameworks and are not "
+           "a Pallas / Triton comparison.", "",
+           "| B | bytes floor | upstream compiled | Triton | Triton / floor | upstream / Triton | Pallas per call | "
+           "kernel time Triton | kernel time Pallas | Pallas / Triton kernel time |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for B, row in sizes.items():
         t = row["times"]
         tri = next(v for k, v in t.items() if k.startswith("triton_pinned"))
         up, pal = t["upstream_compiled"], t["pallas_pinned"]
-        tail = (f"{_cell(t['kernel/triton'])} | {_cell(t['kernel/pallas'])} | "
-                f"{_ratio(t['kernel/pallas']['all'], t['kernel/triton']['all'])} |" if kernel_time else
-                f"{_ratio(pal['all'], tri['all'])} |")
+        kt, kp = t["kernel/triton"], t["kernel/pallas"]
         out.append(f"| {int(B):,} | {row['floor_us']:.1f} | {_cell(up)} | **{_cell(tri)}** | "
                    f"{tri['median'] / row['floor_us']:.1f}x | {_ratio(up['all'], tri['all'])} | {_cell(pal)} | "
-                   + tail)
+                   f"{_cell(kt)} | {_cell(kp)} | {_ratio(kp['all'], kt['all'])} |")
     eager = chk["eager_host_time"]
     us = {k: v["median"] for k, v in eager["us"].items()}
     met = us["op_auto"] <= eager["target_us"]
