@@ -8,7 +8,6 @@ The schema names (``Config``, ``AgentConfig``, ``EnvConfig``, ``ConfigError``, `
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 from typing import Any, Literal
@@ -19,9 +18,14 @@ from omegaconf.errors import OmegaConfBaseException
 from agent_common.checkpoint import (
     CONFIG_FILE,
     CheckpointError,
-    candidate_checkpoints,
+    DamagedCheckpointError,
+    NoCheckpointError,
     checkpoint_framework,
     converter_command,
+    no_checkpoint_message,
+    select_checkpoint,
+    set_train_program,
+    train_command,
 )
 from agent_common.schema import (
     BACKENDS,
@@ -34,7 +38,9 @@ from agent_common.schema import (
     EnvConfig,
     build_config,
     check_key,
+    config_help,
     config_to_dict,
+    field_default,
     field_type,
     flatten,
     resume_conflicts,
@@ -61,7 +67,11 @@ __all__ = [
 # Upstream selects config groups with `env=mujoco` / `agent=flashSAC`; these are the only groups that exist here.
 _GROUP_SELECTIONS = {"env": ("mujoco",), "agent": ("flashSAC",)}
 # Per-invocation keys: a resume takes them from its own command line, never from the stored config.
-_NOT_RESTORED = ("agent_load_path", "buffer_load_path", "save_path", "rederive_schedule_on_resume")
+_NOT_RESTORED = ("agent_load_path", "buffer_load_path", "save_path", "rederive_schedule_on_resume",
+                 "overwrite_incomplete")
+# Keys a resolved config fills from another key (upstream interpolations): never needed on a command line.
+_MIRRORED = ("env.num_train_envs", "env.num_eval_envs", "agent.seed", "agent.gamma", "agent.n_step",
+             "agent.critic_min_v", "agent.critic_max_v")
 
 
 def _split_override(item: str) -> tuple[str, str]:
@@ -100,7 +110,7 @@ def parse_overrides(overrides: list[str] | None) -> dict[str, Any]:
                     + ", ".join(_GROUP_SELECTIONS[key])
                 )
             continue
-        check_key(key, difflib.get_close_matches(key, KNOWN_KEYS, n=3, cutoff=0.6))
+        check_key(key)
         values[key] = _parse_value(key, value)
     return values
 
@@ -114,40 +124,74 @@ def read_config_file(path: str) -> dict[str, Any]:
     try:
         tree = OmegaConf.to_container(OmegaConf.load(path))
     except FileNotFoundError:
-        raise CheckpointError(f"{path} is missing") from None
+        raise DamagedCheckpointError(f"{path} is missing", path, "missing") from None
     except Exception as exc:  # noqa: BLE001 - any parse failure means the file is damaged
-        raise CheckpointError(f"cannot read {path} ({type(exc).__name__}): the file is damaged") from None
+        raise DamagedCheckpointError(f"cannot read {path} ({type(exc).__name__}): the file is damaged", path,
+                                     "unreadable") from None
     if not isinstance(tree, dict):
-        raise CheckpointError(f"{path} is not a config file (expected a mapping of keys)")
+        raise DamagedCheckpointError(f"{path} is not a config file (expected a mapping of keys)", path, "unreadable")
     return flatten(tree)  # type: ignore[arg-type]
 
 
 def _stored_config(load_path: str, framework: str) -> tuple[str, dict[str, Any]]:
-    """(checkpoint, its stored config) for a resume from ``load_path``, checked for the framework.
+    """(checkpoint, its stored config) for a resume from ``load_path``, checked for the framework: the newest
+    checkpoint that verifies and whose config reads (``checkpoint.select_checkpoint``: a damaged one is moved aside
+    with a warning and the next older one is used).
 
     Raises:
-        ConfigError: no checkpoint there, a checkpoint of the other framework (with the converter command), or no
-            readable stored config.
+        ConfigError: no checkpoint there (with the next commands), a checkpoint of the other framework (with the
+            converter command), another program's layout, or no readable stored config.
     """
+    stored: dict[str, Any] = {}
+
+    def read(ckpt: str) -> None:
+        written_by = checkpoint_framework(ckpt)
+        if written_by is not None and written_by != framework:
+            raise ConfigError(
+                f"agent_load_path={load_path}: {ckpt} was written by the {written_by} agent, this is the {framework} "
+                f"agent; convert it first: {converter_command(ckpt, written_by, framework)}"
+            )
+        for path in (os.path.join(ckpt, CONFIG_FILE), os.path.join(run_dir_of_checkpoint(ckpt), CONFIG_FILE)):
+            if os.path.exists(path):
+                stored.clear()
+                stored.update(read_config_file(path))
+                return
+        raise ConfigError(f"agent_load_path={load_path}: no {CONFIG_FILE} in {ckpt} or its run directory, so the "
+                          "run's config cannot be restored")
+
     try:
-        ckpt = candidate_checkpoints(load_path)[0]
+        ckpt = select_checkpoint(load_path, read)
+    except NoCheckpointError as exc:
+        if os.path.exists(os.path.join(load_path, CONFIG_FILE)) and "nothing to resume" in str(exc):
+            raise ConfigError(no_checkpoint_message(load_path, start_over_command(load_path, framework))) from None
+        raise ConfigError(str(exc)) from None
     except CheckpointError as exc:
         raise ConfigError(str(exc)) from None
-    written_by = checkpoint_framework(ckpt)
-    if written_by is not None and written_by != framework:
-        raise ConfigError(
-            f"agent_load_path={load_path}: {ckpt} was written by the {written_by} agent, this is the {framework} "
-            f"agent; convert it first: {converter_command(ckpt, written_by, framework)}"
-        )
-    sources = [os.path.join(ckpt, CONFIG_FILE), os.path.join(run_dir_of_checkpoint(ckpt), CONFIG_FILE)]
-    for path in sources:
-        if os.path.exists(path):
-            try:
-                return ckpt, read_config_file(path)
-            except CheckpointError as exc:
-                raise ConfigError(f"agent_load_path={load_path}: {exc}") from None
-    raise ConfigError(f"agent_load_path={load_path}: no {CONFIG_FILE} in {ckpt} or its run directory, so the run's "
-                      "config cannot be restored")
+    return ckpt, stored
+
+
+def start_over_command(run_dir: str, framework: str) -> str | None:
+    """The command that starts a run without a complete checkpoint over in place with its own config (read from
+    ``<run>/config.yaml``: every key that differs from what the defaults give), or None if that file is unusable."""
+    try:
+        stored = read_config_file(os.path.join(run_dir, CONFIG_FILE))
+        stored = {k: v for k, v in stored.items() if k in KNOWN_KEYS and k not in _NOT_RESTORED}
+        values = {k: v for k, v in stored.items() if k not in DERIVED_FROM_BUDGET and k not in _MIRRORED
+                  and v != field_default(k)}
+        resolved = flatten(config_to_dict(build_config(values, framework)))
+        values.update({k: stored[k] for k in (*DERIVED_FROM_BUDGET, *_MIRRORED)
+                       if k in stored and resolved.get(k) != stored[k]})
+    except (CheckpointError, ConfigError):
+        return None
+    backend = values.get("agent.categorical_target_backend")
+    if backend is not None and backend not in BACKENDS[framework]:
+        values.pop("agent.categorical_target_backend")
+
+    def text(value: Any) -> str:
+        return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+    return train_command(f"save_path={run_dir}", "overwrite_incomplete=true",
+                         *(f"{k}={text(v)}" for k, v in sorted(values.items()) if k != "save_path"))
 
 
 def load_config(overrides: list[str] | None = None, framework: Literal["torch", "jax"] = "torch") -> Config:
@@ -207,7 +251,14 @@ def parse_args(
     Returns:
         The frozen resolved ``Config``.
     """
-    parser = argparse.ArgumentParser(prog=prog, description="Train FlashSAC on gym-MuJoCo.")
+    set_train_program(prog or f"python -m agent_{framework}.train")
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Train FlashSAC on gym-MuJoCo (or MJX with env.env_type=mjx). Every config key below is set "
+        "with --overrides KEY=VALUE; null means derived or taken from the named key.",
+        epilog=config_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--overrides",
         action="append",

@@ -29,17 +29,20 @@ from agent_common.checkpoint import (
     atomic_pickle,
     atomic_write_text,
     checkpoint_dir,
-    checkpoint_step,
     commit_checkpoint_dir,
-    complete_checkpoints,
+    continue_lines,
     directory_size,
     holds_run,
     is_disk_full,
     latest_checkpoint,
     load_newest,
+    non_finite_message,
     prune_checkpoints,
     read_checkpoint_file,
     recover_checkpoints,
+    run_dir_taken_message,
+    set_aside_incomplete_run,
+    set_aside_newer,
     warn,
     write_checkpoint,
 )
@@ -555,12 +558,13 @@ def prepare_run_dir(cfg: Config, framework: str | None = None) -> None:
         raise ConfigError(f"save_path={run_dir} is a file, not a directory; choose another save_path")
     if os.path.isdir(run_dir) and holds_run(run_dir):
         same = resumed_run is not None and os.path.isdir(resumed_run) and os.path.samefile(run_dir, resumed_run)
-        if not same:
-            raise ConfigError(
-                f"save_path={run_dir} already holds a run (config.yaml, eval.csv, checkpoints/ or tb/); a new run "
-                f"never writes into it. Resume it with --overrides agent_load_path={run_dir}, or choose another "
-                "save_path (null: a new timestamped directory under runs/)"
-            )
+        if not same and cfg.overwrite_incomplete:
+            try:
+                print(set_aside_incomplete_run(run_dir), file=sys.stderr, flush=True)
+            except CheckpointError as exc:
+                raise ConfigError(f"save_path={run_dir}: {exc}") from None
+        elif not same:
+            raise ConfigError(run_dir_taken_message(run_dir))
     try:
         os.makedirs(run_dir, exist_ok=True)
         probe = os.path.join(run_dir, ".write_test")
@@ -657,10 +661,8 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                 raise CheckpointError(f"the replicas resumed from different checkpoints (replica {replicas.rank}: "
                                       f"{resumed_ckpt}); repair or remove the damaged one and resume again")
             print(f"resumed from {resumed_ckpt} at env step {resumed_step}", file=sys.stderr)
-            for newer in complete_checkpoints(run_dir) if replicas.is_main else []:
-                if checkpoint_step(newer) > resumed_step:  # the abandoned continuation (or a damaged checkpoint)
-                    shutil.rmtree(newer, ignore_errors=True)
-                    print(f"removed {newer}: newer than the checkpoint the run continues from", file=sys.stderr)
+            for line in set_aside_newer(run_dir, resumed_step) if replicas.is_main else []:
+                print(line, file=sys.stderr)  # the abandoned continuation, kept aside
             kept = kept_on_resume(cfg)
             if kept and replicas.is_main:
                 print(
@@ -936,8 +938,7 @@ def _summary(result: TrainResult, num_env_steps: int) -> str:
         f"{result.run_dir})",
         f"  checkpoint: {result.checkpoint}",
     ]
-    if result.status != "completed":
-        lines.append(f"  resume:     --overrides agent_load_path={result.run_dir}")
+    lines += continue_lines(result.status, result.run_dir, num_env_steps)
     return "\n".join(lines)
 
 
@@ -965,7 +966,8 @@ def run_cli(
 
     Returns:
         The process exit code: 0 completed or stopped on the wall-clock budget, 130 after Ctrl-C, 2 for a config,
-        run-directory, checkpoint or strict-backend error, 1 when the disk is full.
+        run-directory, checkpoint or strict-backend error, 1 when the disk is full or a loss, reward or observation
+        became non-finite (with its likely causes and the last good checkpoint).
     """
     cfg = parse_args(argv, framework=framework, prog=f"python -m agent_{framework}.train")  # type: ignore[arg-type]
     run_dir = os.path.abspath(cfg.save_path or ".")
@@ -993,6 +995,10 @@ def run_cli(
         kind = "config" if isinstance(exc, ConfigError) else "checkpoint"
         print(f"{kind} error: {exc}", file=sys.stderr)
         return 2
+    except FloatingPointError as exc:
+        print(f"error: {non_finite_message(exc, run_dir, cfg.agent.learning_rate_peak, cfg.agent.normalize_reward)}",
+              file=sys.stderr)
+        return 1
     except Exception as exc:
         if not is_disk_full(exc):
             raise

@@ -9,10 +9,12 @@ the restoration of a run's config on resume.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.metadata
 import importlib.util
 import math
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +39,9 @@ __all__ = [
     "build_config",
     "check_training_run",
     "check_key",
+    "config_help",
+    "field_default",
+    "field_docs",
     "mjx_missing",
     "config_to_dict",
     "flatten",
@@ -76,6 +81,12 @@ COMPILE_MODES: tuple[str, ...] = (
 """``agent.compile_mode`` values: upstream's torch.compile modes plus ``off``. ``auto`` resolves per framework."""
 
 SEED_MAX = 2**31 - 1  # the largest seed every RNG of both agents accepts (numpy, torch, the JAX PRNG key)
+INT64_MAX = 2**63 - 1  # step counters, schedules and buffer indices are int64 in both agents
+FLOAT32_MAX = 3.4028234663852886e38  # the agents compute in float32: a larger value becomes inf
+LEARNING_RATE_MAX = 1.0  # Adam moves every weight by about the learning rate per step; above 1 the weights diverge
+FASTEST_ENV_STEPS_PER_SECOND = 10**8  # far above any simulator these agents step (MJX on one GPU included)
+LONGEST_WAIT_SECONDS = 30 * 86400  # an evaluation or checkpoint further away than this at that rate never comes
+SMALLEST_ROW_BYTES = 4 * (2 * 11 + 3 + 3)  # one replay row of the smallest task (Hopper: O=11, A=3), float32
 
 
 class ConfigError(ValueError):
@@ -144,16 +155,16 @@ class AgentConfig(_Freezable):
     temp_target_sigma: float = 0.15  # target entropy = entropy of N(0, sigma^2) per dim + sum log range
     temp_target_entropy: float | None = None  # null -> derived from the action space (target_entropy())
     # learning rate: warm-up then cosine decay, per network optimizer step
-    learning_rate_init: float = 3e-4
-    learning_rate_peak: float = 3e-4
-    learning_rate_end: float = 1.5e-4
+    learning_rate_init: float = 3e-4  # learning rate at the first update (start of the warm-up)
+    learning_rate_peak: float = 3e-4  # learning rate at the end of the warm-up (at most 1)
+    learning_rate_end: float = 1.5e-4  # learning rate at the end of the cosine decay
     learning_rate_warmup_rate: float = 1e-6  # warm-up steps = int(rate * N_int * UTD)
     learning_rate_decay_rate: float = 1.0  # decay steps = int(rate * N_int * UTD)
     learning_rate_warmup_step: int | None = None  # derived when null
     learning_rate_decay_step: int | None = None  # derived when null
     # replay buffer
     sample_batch_size: int = 512  # B (CPU-sim recipe; yaml default 2048)
-    buffer_max_length: int = 1_000_000
+    buffer_max_length: int = 1_000_000  # replay capacity in transitions (oldest overwritten first)
     buffer_min_length: int = 10_000  # uniform random actions and no updates until this many transitions
     buffer_device_type: str = "auto"  # auto | cpu | cuda: where the replay rows live (docs/flashsac.md)
     # precision and compilation
@@ -176,22 +187,22 @@ class Config(_Freezable):
     Interval keys are in interaction steps (env steps / num_train_envs); null means derived from N.
     """
 
-    project_name: str = "FlashRL"
-    group_name: str = "test"
+    project_name: str = "FlashRL"  # upstream's project name (accepted for CLI compatibility)
+    group_name: str = "test"  # run group: part of the default save_path
     exp_name: str = "FlashSAC"  # written to the CSV's exp_name column (upstream results use "FlashSAC")
-    seed: int = 0
+    seed: int = 0  # seed of every RNG (envs, networks, noise, replay sampling)
     logger_type: str = "tensorboard"  # tensorboard | none
     save_path: str | None = None  # run directory; null -> runs/<group>/<exp>/<env>/seed<seed>-<MMDD-HHMMSS>
     agent_load_path: str | None = None  # run dir (-> its newest complete checkpoint) or checkpoint dir to resume
     buffer_load_path: str | None = None  # replay_buffer.pkl to load (default: the checkpoint's)
-    num_env_steps: int = 1_000_000
-    num_train_envs: int = 1
-    num_eval_envs: int = 1
+    num_env_steps: int = 1_000_000  # training budget in env steps (all train envs together)
+    num_train_envs: int = 1  # parallel training environments
+    num_eval_envs: int = 1  # parallel evaluation environments
     num_record_envs: int = 1  # accepted for upstream CLI compatibility; video recording is not implemented
-    num_eval_episodes: int = 50
+    num_eval_episodes: int = 50  # episodes per evaluation (0: no evaluation)
     num_record_episodes: int = 1  # accepted for upstream CLI compatibility; video recording is not implemented
-    gamma: float = 0.99
-    n_step: int = 1
+    gamma: float = 0.99  # discount factor
+    n_step: int = 1  # n-step returns in the TD target
     updates_per_interaction_step: float = 1.0  # UTD; fractional values accumulate
     evaluation_per_interaction_step: int | None = None  # null -> N/10
     metrics_per_interaction_step: int | None = None  # null -> N/10 (no extra metrics are computed)
@@ -202,6 +213,8 @@ class Config(_Freezable):
     # project keys
     save_buffer: bool = True  # replay buffer in every checkpoint (exact resume); always on Ctrl-C / budget stops
     keep_checkpoints: int = 2  # newest complete checkpoints kept in <run>/checkpoints (older ones are deleted)
+    overwrite_incomplete: bool = False  # start over in a save_path whose run has no complete checkpoint (its files
+    # are moved to <save_path>/incomplete-<k>/ first, nothing is deleted)
     rederive_schedule_on_resume: bool = False  # resume: re-derive LR steps and intervals from num_env_steps (explicit
     # values of the run are re-derived too; this command line's overrides still win)
     max_wall_seconds: float | None = None  # checkpoint and exit cleanly once this much wall time has passed
@@ -303,16 +316,92 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
 }
 
 
+def close_keys(key: str, n: int = 3) -> list[str]:
+    """The few known keys closest to a misspelled one (whole key, then its last part: a key without its group)."""
+    found = difflib.get_close_matches(key, KNOWN_KEYS, n=n, cutoff=0.6)
+    if not found:
+        last = {k.rsplit(".", 1)[-1]: k for k in KNOWN_KEYS}
+        found = [last[m] for m in difflib.get_close_matches(key.rsplit(".", 1)[-1], list(last), n=n, cutoff=0.75)]
+    return found
+
+
 def check_key(key: str, suggestions: Sequence[str] = ()) -> None:
-    """Raises ``ConfigError`` for a key that is not in ``KNOWN_KEYS``, with ``suggestions`` ("did you mean", from
-    the command-line parser) and the keys of its group."""
+    """Raises ``ConfigError`` for a key that is not in ``KNOWN_KEYS``, naming the few closest keys only
+    (``suggestions``, else ``close_keys``) and where the full list is (``--help``)."""
     if key in _FIELDS:
         return
-    group = key.split(".")[0] + "." if "." in key else ""
-    siblings = [k for k in KNOWN_KEYS if group and k.startswith(group)]
-    hint = f" Did you mean: {', '.join(suggestions)}?" if suggestions else ""
-    listing = f" Allowed keys under '{group[:-1]}': {', '.join(siblings)}." if siblings else ""
-    raise ConfigError(f"unknown config key '{key}'.{hint}{listing}")
+    found = list(suggestions) or close_keys(key)
+    hint = f" Did you mean: {', '.join(found)}?" if found else " No known key is close to it."
+    raise ConfigError(f"unknown config key '{key}'.{hint} Every key with its type, default and meaning: --help")
+
+
+_CLASS_PREFIX = {"Config": "", "EnvConfig": "env.", "AgentConfig": "agent."}
+_SOURCE_CLASS = re.compile(r"^class (\w+)\(")
+_SOURCE_FIELD = re.compile(r"^    (\w+): [^=]+? = (.+?)(?:  # (.*))?$")
+_SOURCE_COMMENT = re.compile(r"^    # ?(.*)$")
+
+
+def field_docs() -> dict[str, tuple[str, str]]:
+    """Every key's (section, one-line meaning), read from the comments of the config dataclasses in this file: the
+    comment after a field is its meaning (continued on the next comment line while a parenthesis is open); a comment
+    line between fields starts a section."""
+    with open(__file__, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    docs: dict[str, list[str]] = {}
+    prefix: str | None = None
+    section, last = "", None
+    for line in lines:
+        match = _SOURCE_CLASS.match(line)
+        if match or (line and not line.startswith(" ")):
+            prefix = _CLASS_PREFIX.get(match.group(1)) if match else None
+            section, last = "", None
+            continue
+        if prefix is None:
+            continue
+        match = _SOURCE_FIELD.match(line)
+        if match and prefix + match.group(1) in _FIELDS:
+            last = prefix + match.group(1)
+            docs[last] = [section, (match.group(3) or "").strip()]
+            continue
+        match = _SOURCE_COMMENT.match(line)
+        if match:
+            text = match.group(1).strip()
+            if last is not None and docs[last][1].count("(") > docs[last][1].count(")"):
+                docs[last][1] += " " + text
+            else:
+                section, last = text, None
+    return {key: (docs[key][0], docs[key][1]) for key in KNOWN_KEYS if key in docs}
+
+
+def field_default(key: str) -> Any:
+    """The default value of a dotted key (None where null means derived or mirrored)."""
+    return _FIELDS[key].default
+
+
+def _default_text(key: str) -> str:
+    value = field_default(key)
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def config_help() -> str:
+    """Every config key with its type, default and meaning, grouped (top-level, ``env.*``, ``agent.*``, then the
+    sections of the schema), for ``--help``."""
+    docs = field_docs()
+    out = ["config keys (--overrides KEY=VALUE; type = default, meaning):"]
+    heading = None
+    for key in KNOWN_KEYS:
+        section, meaning = docs.get(key, ("", ""))
+        group = key.split(".")[0] if "." in key else "top-level"
+        title = f"{group}: {section}" if section else group
+        if title != heading:
+            out += ["", f"{title}"]
+            heading = title
+        base, nullable = field_type(key)
+        kind = f"{base}{'|null' if nullable else ''} = {_default_text(key)}"
+        out.append(f"  {key:<40} {kind:<22} {meaning}".rstrip())
+    return "\n".join(out)
 
 
 def field_type(key: str) -> tuple[str, bool]:
@@ -519,8 +608,83 @@ def _validate(cfg: Config, framework: str) -> None:
             sub_value,
             f"mirrors '{top}' (= {_get(cfg, top)!r}); set '{top}' instead or make them equal",
         )
+    _require(
+        not (cfg.overwrite_incomplete and cfg.agent_load_path is not None),
+        "overwrite_incomplete",
+        cfg.overwrite_incomplete,
+        "starts a run over in save_path; it cannot be combined with agent_load_path (a resume)",
+    )
+    _validate_derived(cfg)
     if cfg.env.env_type == "mjx":
         _validate_mjx(cfg)
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _validate_derived(cfg: Config) -> None:
+    """Values that pass the checks of each key but would misbehave once the run starts: counts beyond int64,
+    floats beyond float32, learning rates that make the weights diverge, intervals (given or derived from
+    ``num_env_steps``) so long that no evaluation or checkpoint would ever come, and a replay buffer or networks
+    larger than this machine's memory."""
+    for key in KNOWN_KEYS:
+        value = _get(cfg, key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            _require(value <= INT64_MAX, key, value, f"must fit in int64 (<= {INT64_MAX}): the agents count in int64")
+        elif isinstance(value, float):
+            _require(abs(value) <= FLOAT32_MAX, key, value,
+                     f"must be within float32 (|value| <= {FLOAT32_MAX:.4g}): the agents compute in float32, where "
+                     "it becomes inf")
+    for key in ("learning_rate_init", "learning_rate_peak", "learning_rate_end"):
+        value = getattr(cfg.agent, key)
+        _require(value <= LEARNING_RATE_MAX, f"agent.{key}", value,
+                 f"must be <= {LEARNING_RATE_MAX:g}: Adam moves every weight by about the learning rate per step, so "
+                 "the weights diverge and the losses become non-finite within a few updates")
+    derived = budget_defaults(cfg)
+    n_int = max(1, cfg.num_env_steps // cfg.num_train_envs)
+    _require(n_int * cfg.updates_per_interaction_step <= INT64_MAX, "updates_per_interaction_step",
+             cfg.updates_per_interaction_step,
+             f"num_env_steps={cfg.num_env_steps} with it makes more updates than int64 counts")
+    for key in ("agent.learning_rate_warmup_step", "agent.learning_rate_decay_step"):
+        if _get(cfg, key) is None:
+            rate = key.replace("_step", "_rate")
+            _require(derived[key] <= INT64_MAX, rate, _get(cfg, rate),
+                     f"derives {key}={derived[key]} (rate * num_env_steps / num_train_envs * UTD), beyond int64")
+    limit = FASTEST_ENV_STEPS_PER_SECOND * LONGEST_WAIT_SECONDS
+    events = ["save_checkpoint_per_interaction_step", "logging_per_interaction_step"]
+    if cfg.num_eval_episodes > 0:
+        events.insert(0, "evaluation_per_interaction_step")
+    for key in events:
+        given = _get(cfg, key)
+        every = derived[key] if given is None else given
+        first = min(every, n_int) * cfg.num_train_envs  # the end of the run has one anyway
+        if first > limit:
+            days = first / FASTEST_ENV_STEPS_PER_SECOND / 86400
+            what = (f"the first {key.split('_per_')[0].replace('save_', '')} would come after {first:.3g} env steps, "
+                    f"{days:.3g} days even at {FASTEST_ENV_STEPS_PER_SECOND:.0e} env steps/s (far above any simulator "
+                    "here), so it would never come")
+            if given is None:
+                _require(False, "num_env_steps", cfg.num_env_steps,
+                         f"{what} ({key}={every} is derived from it: N/10 or N/100 interaction steps); lower "
+                         "num_env_steps, or set the interval")
+            _require(False, key, given, f"{what}; lower it")
+    memory = _physical_memory()
+    if memory is not None:
+        rows = cfg.agent.buffer_max_length
+        _require(rows * SMALLEST_ROW_BYTES <= memory, "agent.buffer_max_length", rows,
+                 f"the replay rows alone need at least {rows * SMALLEST_ROW_BYTES / 2**30:.3g} GiB "
+                 f"({SMALLEST_ROW_BYTES} bytes a row for the smallest task), more than this machine's "
+                 f"{memory / 2**30:.3g} GiB")
+        for net in ("actor", "critic"):
+            dim, blocks = getattr(cfg.agent, f"{net}_hidden_dim"), getattr(cfg.agent, f"{net}_num_blocks")
+            weights = 4 * 8 * dim * dim * blocks  # each block: d -> 4d -> d, float32
+            _require(weights <= memory, f"agent.{net}_hidden_dim", dim,
+                     f"with agent.{net}_num_blocks={blocks} the {net}'s weights alone need {weights / 2**30:.3g} GiB, "
+                     f"more than this machine's {memory / 2**30:.3g} GiB")
 
 
 def mjx_missing() -> list[str]:

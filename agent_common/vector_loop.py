@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -35,13 +34,12 @@ from agent_common.checkpoint import (
     CheckpointError,
     atomic_pickle,
     atomic_write_text,
-    checkpoint_step,
-    complete_checkpoints,
     directory_size,
     latest_checkpoint,
     load_newest,
     read_checkpoint_file,
     recover_checkpoints,
+    set_aside_newer,
     warn,
     write_checkpoint,
 )
@@ -367,10 +365,8 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
             resumed_ckpt = run.load(cfg.agent_load_path)
             resumed_step = run.interaction_step * num_envs
             print(f"resumed from {resumed_ckpt} at env step {resumed_step}", file=sys.stderr)
-            for newer in complete_checkpoints(run_dir):
-                if checkpoint_step(newer) > resumed_step:  # the abandoned continuation (or a damaged checkpoint)
-                    shutil.rmtree(newer, ignore_errors=True)
-                    print(f"removed {newer}: newer than the checkpoint the run continues from", file=sys.stderr)
+            for line in set_aside_newer(run_dir, resumed_step):
+                print(line, file=sys.stderr)  # the abandoned continuation, kept aside
             kept = kept_on_resume(cfg)
             if kept:
                 print("the run's schedule and intervals are kept: " + "; ".join(kept)

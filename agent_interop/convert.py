@@ -444,9 +444,13 @@ def _convert_dir(src: str, dst: str, load_agent: Any, save_agent: Any, convert: 
 
         src = resolve_checkpoint(src)  # a run directory -> <run>/checkpoints/step<N>; FileNotFoundError otherwise
     if os.path.isdir(os.path.join(src, CHECKPOINT_AGENT_DIR)):
+        from agent_common.checkpoint import COMPLETE_FILE, verify_checkpoint, write_manifest
+
+        if os.path.exists(os.path.join(src, COMPLETE_FILE)):
+            verify_checkpoint(src)  # a damaged source is refused (DamagedCheckpointError names the file)
         os.makedirs(dst, exist_ok=True)
         for entry in os.listdir(src):
-            if entry == CHECKPOINT_AGENT_DIR:
+            if entry in (CHECKPOINT_AGENT_DIR, COMPLETE_FILE):  # the manifest is written anew below, last
                 continue
             s, d = os.path.join(src, entry), os.path.join(dst, entry)
             if os.path.isdir(s):
@@ -455,6 +459,8 @@ def _convert_dir(src: str, dst: str, load_agent: Any, save_agent: Any, convert: 
                 shutil.copy2(s, d)
         _convert_dir(os.path.join(src, CHECKPOINT_AGENT_DIR), os.path.join(dst, CHECKPOINT_AGENT_DIR), load_agent,
                      save_agent, convert)
+        if os.path.exists(os.path.join(src, COMPLETE_FILE)):
+            write_manifest(dst)
         return dst
     try:
         load_agent.load(src, load_optimizer=True)
@@ -473,7 +479,8 @@ def convert_torch_checkpoint(src_dir: str, dst_dir: str, torch_agent: Any, jax_a
 
     ``src_dir`` is an agent directory (``actor.pt`` ... ``agent_state.pt``, what ``FlashSACAgent.save`` writes), a
     training checkpoint ``<run>/checkpoints/step<N>/`` (its ``agent/`` is converted; the framework-free files next
-    to it -- ``loop_state.pkl``, ``replay_buffer.pkl``, ``COMPLETE`` -- are copied) or a run directory (its latest
+    to it -- ``loop_state.pkl``, ``replay_buffer.pkl`` -- are copied, after the source is verified against its manifest
+    ``COMPLETE``, and a new manifest is written last) or a run directory (its latest
     complete checkpoint). ``dst_dir`` receives the same layout (for a training checkpoint: the step directory;
     resuming from it takes ``agent_load_path=<dst_dir>``).
 

@@ -112,13 +112,13 @@ def test_resume_restores_the_run_config_and_extending_keeps_the_schedule(run_cop
 
 
 def test_the_printed_resume_line_works_as_printed(tmp_path, capsys):
-    """A run stopped early prints ``resume: --overrides agent_load_path=<run>``; that line alone resumes it (the
-    run's non-default widths come from its config.yaml)."""
+    """A run stopped early prints ``resume: python -m agent_torch.train --overrides agent_load_path=<run>``; that
+    line alone resumes it (the run's non-default widths come from its config.yaml)."""
     code, out, err = _cli([*TINY, "max_wall_seconds=0.001", f"save_path={tmp_path / 'r'}"], capsys)
     assert code == 0 and "[budget]" in out, err
     line = next(x for x in out.splitlines() if x.strip().startswith("resume:")).split("resume:", 1)[1].split()
-    assert line == ["--overrides", f"agent_load_path={tmp_path / 'r'}"]
-    code, out, err = _cli([line[1]], capsys)
+    assert line == ["python", "-m", "agent_torch.train", "--overrides", f"agent_load_path={tmp_path / 'r'}"]
+    code, out, err = _cli([line[4]], capsys)
     assert code == 0 and "resumed from" in err and "[budget]" in out, err
 
 
@@ -163,7 +163,8 @@ def test_damaged_newest_checkpoint_falls_back_with_a_warning(run_copy, capsys):
     assert f"skipping the checkpoint {run_copy / 'checkpoints' / 'step60'}" in err and str(actor) in err
     assert f"resumed from {run_copy / 'checkpoints' / 'step45'}" in err
     assert "[completed] env_step=60" in out
-    assert sorted(os.listdir(run_copy / "checkpoints")) == ["latest", "step45", "step60"]  # step60 written again
+    assert sorted(os.listdir(run_copy / "checkpoints")) == ["damaged", "latest", "step45", "step60"]  # step60 again
+    assert os.listdir(run_copy / "checkpoints" / "damaged") == ["step60-checksum"]  # kept aside, not deleted
     assert len((run_copy / "checkpoints" / "step60" / "agent" / "actor.pt").read_bytes()) > 100
 
 
@@ -173,23 +174,23 @@ def test_missing_buffer_is_an_error_naming_the_file(run_copy, capsys):
     code, _, err = _cli([f"agent_load_path={ckpt}"], capsys)
     assert code == 2
     assert f"{ckpt / 'replay_buffer.pkl'} is missing" in err and "Traceback" not in err
-    from agent_common.checkpoint import CheckpointError
-
-    with pytest.raises(CheckpointError):
-        train(load_config([f"agent_load_path={ckpt}"], "torch"), make_agent)
+    assert f"agent_load_path={run_copy}" in err  # the next command: the run directory falls back past it
+    with pytest.raises(ConfigError, match="replay_buffer.pkl is missing"):
+        load_config([f"agent_load_path={ckpt}"], "torch")
 
 
 def test_unreadable_loop_state_names_the_file(run_copy, capsys):
     ckpt = run_copy / "checkpoints" / "step60"
     (ckpt / "loop_state.pkl").write_bytes(b"")
     code, _, err = _cli([f"agent_load_path={ckpt}"], capsys)
-    assert code == 2 and str(ckpt / "loop_state.pkl") in err and "EOFError" in err
+    assert code == 2 and str(ckpt / "loop_state.pkl") in err and "does not match its SHA-256" in err
 
 
 def test_foreign_checkpoint_points_to_the_converter(run_copy):
     agent_dir = run_copy / "checkpoints" / "step60" / "agent"
     for name in os.listdir(agent_dir):
         os.replace(agent_dir / name, agent_dir / name.replace(".pt", ".pkl"))  # what the JAX agent writes
+    checkpoint_module.write_manifest(str(run_copy / "checkpoints" / "step60"))  # an intact checkpoint of the other
     with pytest.raises(ConfigError) as info:
         load_config([f"agent_load_path={run_copy}"], "torch")
     assert "written by the jax agent" in str(info.value)
