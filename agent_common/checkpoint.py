@@ -631,8 +631,8 @@ def detect_foreign_layout(path: str) -> str | None:
     loader (a folder this project did not write is never moved or changed).
 
     Recognised: upstream FlashSAC's checkpoint (``actor.pt``, ``critic.pt``, ``target_critic.pt``, ``temperature.pt``,
-    ``agent_state.pt`` as its ``train.py`` writes them into ``<save_path>/step<N>/``) and upstream's run directory
-    (such ``step<N>`` folders).
+    ``agent_state.pt`` as its ``train.py`` writes them into ``<save_path>/step<N>/``) and a directory holding such
+    ``step<N>`` folders (directly, as upstream's run directory, or in ``checkpoints/``).
 
     Returns:
         None, or one sentence naming the layout and the conversion command.
@@ -643,10 +643,11 @@ def detect_foreign_layout(path: str) -> str | None:
         step, what = path, "an upstream FlashSAC checkpoint (actor.pt, critic.pt, target_critic.pt, temperature.pt)"
     else:
         steps = []
-        for name in os.listdir(path):
-            child = os.path.join(path, name)
-            if _STEP_DIR.match(name) and not name.endswith((".tmp", ".old")) and _upstream_step(child):
-                steps.append((checkpoint_step(child), child))
+        for folder in (path, os.path.join(path, "checkpoints")):
+            for name in os.listdir(folder) if os.path.isdir(folder) else []:
+                child = os.path.join(folder, name)
+                if _STEP_DIR.match(name) and not name.endswith((".tmp", ".old")) and _upstream_step(child):
+                    steps.append((checkpoint_step(child), child))
         if not steps:
             return None
         step = max(steps)[1]
