@@ -58,8 +58,9 @@ Agent interface (what ``loop.train`` calls; both frameworks implement it identic
         the loop waits for that evaluation before its first call into the agent.
 
 Checkpoint layout: ``<save_path>/checkpoints/step<env_step>/{agent/, config.yaml, loop_state.pkl, replay_buffer.pkl,
-COMPLETE}``; ``agent_load_path`` accepts the step directory or the run directory (its newest complete checkpoint,
-found by scanning; ``checkpoints/latest`` only names it for people).
+COMPLETE}`` (``COMPLETE``, written last, is the SHA-256 manifest of the other files, verified before a load);
+``agent_load_path`` accepts the step directory or the run directory (its newest checkpoint that verifies, found by
+scanning; damaged ones are moved to ``checkpoints/damaged/``; ``checkpoints/latest`` only names it for people).
 """
 
 from typing import Any
