@@ -297,6 +297,7 @@ class _Loop:
         self.last_checkpoint_step = -1
         self.last_checkpoint_has_buffer = False
         self.last_eval_return = float("nan")
+        self.eval_envs_before_last_eval: list[dict[str, Any]] | None = None  # replayed by agent_*.evaluate
         self.num_interaction_steps = max(1, cfg.num_env_steps // self.num_envs)
 
     # ----------------------------------------------------------------------------------------- checkpoints
@@ -375,6 +376,7 @@ class _Loop:
             "buffer_saved": bool(save_data),
             "train_envs": get_env_states(self.train_envs),
             "eval_envs": get_env_states(self.eval_envs),
+            "eval_envs_before_last_eval": self.eval_envs_before_last_eval,
             "meter": self.meter.state_dict(),
             "next_action": None if self.next_action is None else self.next_action.copy(),
             "config_yaml": config_yaml,
@@ -453,6 +455,7 @@ class _Loop:
             )
         set_env_states(self.train_envs, state["train_envs"])
         set_env_states(self.eval_envs, state["eval_envs"])
+        self.eval_envs_before_last_eval = state.get("eval_envs_before_last_eval")
         self.meter.load_state_dict(state["meter"])
         # The action the agent's step already computed for the next env step (its noise is drawn); without the
         # buffer the run starts its warm-up again and acts at random.
@@ -499,6 +502,7 @@ class _Loop:
 
     def evaluate(self) -> dict[str, float]:
         """Deterministic evaluation on the eval env."""
+        self.eval_envs_before_last_eval = get_env_states(self.eval_envs)
         return evaluate(lambda obs: self.agent.act(obs, None), self.eval_envs, self.cfg.num_eval_episodes)
 
     def start_initial_evaluation(self) -> _BackgroundEvaluation | None:
@@ -525,6 +529,7 @@ class _Loop:
         else:
             return None
         envs, episodes = self.eval_envs, self.cfg.num_eval_episodes
+        self.eval_envs_before_last_eval = get_env_states(envs)
 
         def run(cancelled: Callable[[], bool]) -> dict[str, float]:
             def act(observation: np.ndarray) -> np.ndarray:
