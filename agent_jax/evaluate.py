@@ -12,10 +12,9 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     """Loads the checkpoint, plays the episodes, prints each return and the mean; returns the exit code."""
-    from agent_jax.policy import export_actor
-    from agent_jax.train import _factory
+    from agent_jax.policy import agent_factory, export_actor
 
-    return evaluate_main(sys.argv[1:] if argv is None else argv, "jax", _factory, export_actor)
+    return evaluate_main(sys.argv[1:] if argv is None else argv, "jax", agent_factory, export_actor)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,21 @@ from agent_common.policy import Policy
 from agent_common.policy import load_policy as _load_policy
 from agent_jax.step import policy_actions
 
-__all__ = ["export_actor", "load_exported", "load_policy"]
+__all__ = ["agent_factory", "export_actor", "load_exported", "load_policy"]
 
 
 def load_policy(path: str, deterministic: bool = True, seed: int = 0, overrides: Sequence[str] = ()) -> Policy:
     """The JAX checkpoint at ``path`` (run or checkpoint directory) as a ``Policy`` (``agent_common.policy``)."""
-    from agent_jax.train import _factory
+    return _load_policy(path, "jax", agent_factory(), deterministic, seed, overrides)
 
-    return _load_policy(path, "jax", _factory(), deterministic, seed, overrides)
+
+def agent_factory():  # noqa: ANN201  an agent_common.loop.AgentFactory
+    """The agent factory (imported on the call), a strict backend that cannot run here as a ``ConfigError``."""
+    from agent_common.loop import strict_backend_as_config_error
+    from agent_jax.agent import make_agent
+    from jax_impl import BackendUnavailable
+
+    return strict_backend_as_config_error(make_agent, BackendUnavailable)
 
 
 def export_actor(policy: Policy, path: str) -> str:

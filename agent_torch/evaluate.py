@@ -12,10 +12,9 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     """Loads the checkpoint, plays the episodes, prints each return and the mean; returns the exit code."""
-    from agent_torch.policy import export_actor
-    from agent_torch.train import _factory
+    from agent_torch.policy import agent_factory, export_actor
 
-    return evaluate_main(sys.argv[1:] if argv is None else argv, "torch", _factory, export_actor)
+    return evaluate_main(sys.argv[1:] if argv is None else argv, "torch", agent_factory, export_actor)
 
 
 if __name__ == "__main__":
