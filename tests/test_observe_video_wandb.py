@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes.util
 import glob
 import os
+import re
 
 import pytest
 
@@ -123,3 +124,15 @@ def test_mjx_refuses_record_video(monkeypatch):
                                           "have no renderer here"):
         build_config({"env.env_type": "mjx", "env.env_name": "halfcheetah", "num_train_envs": 16,
                       "record_video": True})
+
+
+def test_jax_compute_path_names_every_device_of_a_data_parallel_run(tmp_path):
+    overrides = [o for o in TINY if not o.startswith("agent.categorical")] + [
+        "num_devices=2", "num_env_steps=40", "logger_type=none", f"save_path={tmp_path / 'run'}"]
+    done = run_module("agent_jax.train", overrides=overrides, cwd=str(tmp_path),
+                      env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stderr.splitlines() if x.startswith("compute path: "))
+    devices = re.search(r" on 2 devices of 1 process \(data parallel, batch split along the mesh\): (\S+), (\S+): jit",
+                        line)
+    assert devices and devices.group(1) != devices.group(2), line
