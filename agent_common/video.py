@@ -211,17 +211,19 @@ class RunVideos:
         path = self.recorder.write(frames, f"eval_step{env_step:09d}")
         self.written.append(path)
         self.last_step = interaction_step
+        start = time.perf_counter()
         logger.log_video("video", path, frames, self.recorder.fps, env_step)  # type: ignore[attr-defined]
+        self.recorder.seconds += time.perf_counter() - start  # the TensorBoard GIF / W&B upload counts too
         mean = f", return {np.mean(returns):.1f}" if returns else ""
         return f"video {path} ({len(frames)} frames{mean})"
 
     def summary(self) -> str:
         """The cost line: videos written and the share of the wall time since the recorder was built (the run's
-        setup after it, training, evaluations) spent building it, recording and encoding."""
+        setup after it, training, evaluations) spent building it, recording, encoding and logging the videos."""
         wall = time.perf_counter() - self.created
         share = 100.0 * self.recorder.seconds / max(wall, 1e-9)
-        return (f"videos: {len(self.written)} in {self.recorder.out_dir}, {self.recorder.seconds:.1f} s rendering and "
-                f"encoding = {share:.1f}% of the run's {wall:.1f} s since the recorder was built")
+        return (f"videos: {len(self.written)} in {self.recorder.out_dir}, {self.recorder.seconds:.1f} s rendering, "
+                f"encoding and logging = {share:.1f}% of the run's {wall:.1f} s since the recorder was built")
 
     def close(self) -> None:
         """Closes the recorder's envs."""
