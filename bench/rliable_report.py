@@ -12,7 +12,8 @@ in the file). rliable needs the same number of runs on every task of a group, so
 runs as its task with the fewest (the lowest seeds; the report lists what it leaves out). The published group is
 FlashSAC's per-seed returns at the same step (``bench/results/published/flashsac_gym_mujoco_per_seed.csv``).
 The median is rliable's: the median over tasks of each task's mean score. Writes ``rliable.json`` (raw),
-``rliable.md`` (the table and the per-seed returns) and ``performance_profile_<suite>.png``. ``--tiny`` runs on the
+``rliable.md`` (the table and the per-seed returns; the command also writes it as ``results.md``) and
+``performance_profile_<suite>.png``. ``--tiny`` runs on the
 committed results of ``bench/results/learning-h200-2026-12-02-lr1m`` with few bootstrap samples.
 """
 
@@ -235,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         for label, agg in body["aggregates"].items():
             p, lo, hi = agg["IQM"]
             print(f"{suite} {label}: IQM {p:.3f} [{lo:.3f}, {hi:.3f}]")
-    print(f"wrote {os.path.join(args.out, 'rliable.md')}")
+    with open(os.path.join(args.out, "results.md"), "w") as f:  # the bench jobs' summary name
+        f.write(markdown(record))
+    print(f"wrote {os.path.join(args.out, 'rliable.md')} (and results.md), rliable.json")
     return 0
 
 

@@ -28,6 +28,7 @@ def test_tiny_writes_table_profile_and_json(tmp_path):
     png = (tmp_path / "performance_profile_gym-mujoco.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     md = (tmp_path / "rliable.md").read_text()
+    assert (tmp_path / "results.md").read_text() == md
     assert "| group | tasks x runs | IQM | median | mean |" in md
     assert "| FlashSAC (published) | HalfCheetah-v4 | 0 |" in md
 
