@@ -81,7 +81,8 @@ def _time_limits(env: gym.Env) -> list[TimeLimit]:
 
 
 def make_env(
-    env_name: str, seed: int, rescale_action: bool = True, max_episode_steps: int | None = None, index: int = 0
+    env_name: str, seed: int, rescale_action: bool = True, max_episode_steps: int | None = None, index: int = 0,
+    render_size: int | None = None,
 ) -> gym.Env:
     """One gym-MuJoCo env, wrapped as upstream ``make_mujoco_env`` does (docs/flashsac.md).
 
@@ -91,13 +92,17 @@ def make_env(
         rescale_action: wrap ``RescaleAction`` to [-1, 1] with float32 bounds.
         max_episode_steps: a positive value overrides the task's TimeLimit; ``None`` or <= 0 keeps it (1000).
         index: position of this env in its vector env.
+        render_size: build the env with ``render_mode="rgb_array"`` at this width and height (None: no renderer).
 
     Returns:
         The wrapped env; its outermost wrapper is ``EnvSnapshot``.
     """
     if env_name not in SUPPORTED_ENVS:
         raise ValueError(f"unsupported env {env_name!r}; supported: {', '.join(SUPPORTED_ENVS)}")
-    env = gym.make(env_name)
+    if render_size is None:
+        env = gym.make(env_name)
+    else:
+        env = gym.make(env_name, render_mode="rgb_array", width=render_size, height=render_size)
     if rescale_action:
         env = RescaleAction(env, np.float32(-1.0), np.float32(1.0))
     limits = _time_limits(env)

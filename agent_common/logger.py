@@ -11,6 +11,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.text.summary_v2 import text_pb
@@ -160,6 +161,8 @@ class RunLogger:
         config_yaml: resolved config text, saved as ``config.yaml`` and as TensorBoard text ``config``.
         use_tensorboard: False for ``logger_type=none`` (the CSV and config are still written).
         resume_step: the env step of the checkpoint a resume starts from; None for a fresh run.
+        wandb: keyword arguments of ``agent_common.wandb_logger.WandbSink`` (project, entity, group, name, config)
+            to log to W&B as well; None: no W&B.
 
     Attributes:
         first_step: the first env step this logger writes at (0, or ``resume_step + 1``).
@@ -174,6 +177,7 @@ class RunLogger:
         config_yaml: str,
         use_tensorboard: bool = True,
         resume_step: int | None = None,
+        wandb: dict[str, Any] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.exp_name = exp_name
@@ -194,6 +198,11 @@ class RunLogger:
             self._csv_file.flush()
         self.tb_dir = os.path.join(run_dir, "tb")
         self._texts: dict[str, str] = {}  # last text per tag, so unchanged texts are not re-logged
+        self._wandb: Any = None
+        if wandb is not None:
+            from agent_common.wandb_logger import WandbSink
+
+            self._wandb = WandbSink(run_dir, **wandb)
         self._writer: EventFileWriter | None = None
         if use_tensorboard:
             os.makedirs(self.tb_dir, exist_ok=True)
@@ -205,13 +214,12 @@ class RunLogger:
 
     def log_scalars(self, metrics: dict[str, float], step: int) -> None:
         """Writes scalars at ``step`` (non-numeric values are ignored)."""
+        numbers = {key: float(value) for key, value in metrics.items() if isinstance(value, int | float)}
+        if self._wandb is not None and numbers:
+            self._wandb.log(numbers, step)
         if self._writer is None:
             return
-        values = [
-            Summary.Value(tag=key, simple_value=float(value))
-            for key, value in metrics.items()
-            if isinstance(value, int | float)
-        ]
+        values = [Summary.Value(tag=key, simple_value=value) for key, value in numbers.items()]
         if values:
             self._writer.add_event(Event(wall_time=time.time(), step=int(step), summary=Summary(value=values)))
 
@@ -220,6 +228,8 @@ class RunLogger:
         if only_if_changed and self._texts.get(tag) == text:
             return
         self._texts[tag] = text
+        if self._wandb is not None:
+            self._wandb.log_text(tag, text)
         if self._writer is None:
             return
         summary = text_pb(tag, text)
@@ -244,6 +254,24 @@ class RunLogger:
                 self._csv_rows += 1
         self._csv_file.flush()
 
+    def log_video(self, tag: str, path: str, frames: np.ndarray, fps: int, step: int) -> None:
+        """Logs an evaluation video (already written to ``path`` as MP4): an animated GIF image in TensorBoard (as
+        upstream), the MP4 file in W&B."""
+        if self._wandb is not None:
+            self._wandb.log_video(tag, path, fps, step)
+        if self._writer is None:
+            return
+        from PIL import Image
+
+        images = [Image.fromarray(frame) for frame in frames]  # (H, W, 3) each
+        buffer = io.BytesIO()
+        images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:],
+                       duration=max(20, round(1000 / fps)), loop=0)
+        height, width = frames.shape[1:3]
+        image = Summary.Image(encoded_image_string=buffer.getvalue(), height=height, width=width)
+        self._writer.add_event(Event(wall_time=time.time(), step=int(step),
+                                     summary=Summary(value=[Summary.Value(tag=tag, image=image)])))
+
     def flush(self) -> None:
         """Flushes the event file and the CSV."""
         if self._writer is not None:
@@ -252,6 +280,9 @@ class RunLogger:
 
     def close(self) -> None:
         """Flushes and closes everything."""
+        if self._wandb is not None:
+            self._wandb.close()
+            self._wandb = None
         if self._writer is not None:
             self._writer.close()
             self._writer = None

@@ -53,6 +53,8 @@ from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
 from agent_common.replicas import SINGLE, NullLogger, Replicas
 from agent_common.schema import Config, ConfigError, budget_defaults, check_training_run, run_dir_of_checkpoint
+from agent_common.video import RunVideos, run_videos
+from agent_common.wandb_logger import logger_options
 
 __all__ = [
     "AGENT_DIR",
@@ -298,6 +300,7 @@ class _Loop:
         self.last_checkpoint_step = -1
         self.last_checkpoint_has_buffer = False
         self.last_eval_return = float("nan")
+        self.eval_envs_before_last_eval: list[dict[str, Any]] | None = None  # replayed by agent_*.evaluate
         self.num_interaction_steps = max(1, cfg.num_env_steps // self.num_envs)
 
     # ----------------------------------------------------------------------------------------- checkpoints
@@ -376,6 +379,7 @@ class _Loop:
             "buffer_saved": bool(save_data),
             "train_envs": get_env_states(self.train_envs),
             "eval_envs": get_env_states(self.eval_envs),
+            "eval_envs_before_last_eval": self.eval_envs_before_last_eval,
             "meter": self.meter.state_dict(),
             "next_action": None if self.next_action is None else self.next_action.copy(),
             "config_yaml": config_yaml,
@@ -454,6 +458,7 @@ class _Loop:
             )
         set_env_states(self.train_envs, state["train_envs"])
         set_env_states(self.eval_envs, state["eval_envs"])
+        self.eval_envs_before_last_eval = state.get("eval_envs_before_last_eval")
         self.meter.load_state_dict(state["meter"])
         # The action the agent's step already computed for the next env step (its noise is drawn); without the
         # buffer the run starts its warm-up again and acts at random.
@@ -500,6 +505,7 @@ class _Loop:
 
     def evaluate(self) -> dict[str, float]:
         """Deterministic evaluation on the eval env."""
+        self.eval_envs_before_last_eval = get_env_states(self.eval_envs)
         return evaluate(lambda obs: self.agent.act(obs, None), self.eval_envs, self.cfg.num_eval_episodes)
 
     def start_initial_evaluation(self) -> _BackgroundEvaluation | None:
@@ -526,6 +532,7 @@ class _Loop:
         else:
             return None
         envs, episodes = self.eval_envs, self.cfg.num_eval_episodes
+        self.eval_envs_before_last_eval = get_env_states(envs)
 
         def run(cancelled: Callable[[], bool]) -> dict[str, float]:
             def act(observation: np.ndarray) -> np.ndarray:
@@ -653,7 +660,9 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
     replicas.barrier()  # the run directory exists and its checkpoints are repaired before any replica reads them
     loop = _Loop(cfg, make_agent, replicas)
     resumed_ckpt: str | None = None
+    videos: RunVideos | None = None
     try:
+        videos = run_videos(cfg, run_dir) if replicas.is_main else None  # None: no renderer is ever created
         if cfg.agent_load_path is not None:
             resumed_ckpt = loop.load(cfg.agent_load_path)
             resumed_step = loop.interaction_step * loop.num_envs
@@ -676,11 +685,13 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
             cfg.env.env_name,
             cfg.seed,
             config_to_yaml(cfg),
-            use_tensorboard=cfg.logger_type == "tensorboard",
             resume_step=None if resumed_ckpt is None else loop.interaction_step * loop.num_envs,
+            **logger_options(cfg, run_dir),
         )
     except BaseException:
         loop.close()
+        if videos is not None:
+            videos.close()
         raise
     evaluations: list[tuple[int, dict[str, float]]] = []
     initial_eval: _BackgroundEvaluation | None = None  # the step-0 evaluation while it runs in the background
@@ -713,6 +724,12 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
         finish_initial_eval()  # evaluations are logged in step order, and this one steps the same eval env
         log_eval(loop.evaluate(), loop.interaction_step)
 
+    def record_video() -> None:
+        assert videos is not None
+        line = videos.record(lambda obs: loop.agent.act(obs, None), loop.interaction_step,
+                             loop.interaction_step * loop.num_envs, logger)
+        tqdm.write(line, file=sys.stderr)
+
     def log_info(step: int) -> dict[str, float]:
         scalars: dict[str, float] = {}
         for key, value in loop.agent.info().items():
@@ -737,6 +754,8 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
     if replicas.is_main:
         announce_compute_path(loop.agent)
     timeline = UpdateTimeline(launch_time())
+    if start_step == 0 and videos is not None:
+        record_video()  # before the step-0 evaluation starts on its thread: the two never call the agent at once
     if start_step == 0 and cfg.num_eval_episodes > 0 and replicas.is_main:
         initial_eval = loop.start_initial_evaluation()  # None: it runs here, before training
         if initial_eval is None:
@@ -813,6 +832,9 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                         cfg.num_eval_episodes > 0
                     ):
                         do_eval()
+                    if videos is not None and videos.due(step, replicas.interval(cfg.recording_per_interaction_step,
+                                                                                 n_int)):
+                        record_video()
                     if step % replicas.interval(cfg.logging_per_interaction_step, n_int) == 0:
                         now = time.monotonic()
                         loop.take_metrics()
@@ -859,6 +881,8 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
             if status == "completed":
                 if loop.last_eval_step != loop.interaction_step and cfg.num_eval_episodes > 0:
                     do_eval()
+                if videos is not None and videos.last_step != loop.interaction_step:
+                    record_video()
             if status != "completed":
                 if loop.last_checkpoint_step != loop.interaction_step or not loop.last_checkpoint_has_buffer:
                     last_ckpt = save(with_buffer=True)  # stopped early: the resume must be exact
@@ -868,6 +892,9 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
             if initial_eval is not None:  # the run failed or was aborted while the evaluation ran
                 initial_eval.cancel()
             bar.close()
+            if videos is not None:
+                videos.close()
+                tqdm.write(videos.summary(), file=sys.stderr)
             logger.close()
             loop.close()
     wall = time.monotonic() - t_start

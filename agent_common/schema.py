@@ -187,30 +187,33 @@ class Config(_Freezable):
     Interval keys are in interaction steps (env steps / num_train_envs); null means derived from N.
     """
 
-    project_name: str = "FlashRL"  # upstream's project name (accepted for CLI compatibility)
-    group_name: str = "test"  # run group: part of the default save_path
+    project_name: str = "FlashRL"  # W&B project (upstream's key)
+    group_name: str = "test"  # run group: part of the default save_path; W&B group
+    entity_name: str | None = None  # W&B entity (upstream's key; null: the W&B account's default entity)
     exp_name: str = "FlashSAC"  # written to the CSV's exp_name column (upstream results use "FlashSAC")
     seed: int = 0  # seed of every RNG (envs, networks, noise, replay sampling)
-    logger_type: str = "tensorboard"  # tensorboard | none
+    logger_type: str = "tensorboard"  # tensorboard | wandb | none, or a comma list (tensorboard,wandb)
     save_path: str | None = None  # run directory; null -> runs/<group>/<exp>/<env>/seed<seed>-<MMDD-HHMMSS>
     agent_load_path: str | None = None  # run dir (-> its newest complete checkpoint) or checkpoint dir to resume
     buffer_load_path: str | None = None  # replay_buffer.pkl to load (default: the checkpoint's)
     num_env_steps: int = 1_000_000  # training budget in env steps (all train envs together)
     num_train_envs: int = 1  # parallel training environments
     num_eval_envs: int = 1  # parallel evaluation environments
-    num_record_envs: int = 1  # accepted for upstream CLI compatibility; video recording is not implemented
+    num_record_envs: int = 1  # envs filmed side by side in each evaluation video (with record_video=true)
     num_eval_episodes: int = 50  # episodes per evaluation (0: no evaluation)
-    num_record_episodes: int = 1  # accepted for upstream CLI compatibility; video recording is not implemented
+    num_record_episodes: int = 1  # episodes per evaluation video (rounds of num_record_envs; with record_video=true)
     gamma: float = 0.99  # discount factor
     n_step: int = 1  # n-step returns in the TD target
     updates_per_interaction_step: float = 1.0  # UTD; fractional values accumulate
     evaluation_per_interaction_step: int | None = None  # null -> N/10
     metrics_per_interaction_step: int | None = None  # null -> N/10 (no extra metrics are computed)
-    recording_per_interaction_step: int | None = None  # null -> N (recording not implemented)
+    recording_per_interaction_step: int | None = None  # null -> N: a video at the start, every N and at the end
     logging_per_interaction_step: int | None = None  # null -> N/100
     save_checkpoint_per_interaction_step: int | None = None  # null -> N/10 (and always at the end)
     save_buffer_per_interaction_step: int | None = None  # null -> with every checkpoint if save_buffer, else every k
     # project keys
+    record_video: bool = False  # write evaluation videos (<run>/videos/*.mp4; gymnasium envs; MUJOCO_GL=egl|osmesa)
+    record_size: int = 480  # evaluation video frame width and height in pixels
     save_buffer: bool = True  # replay buffer in every checkpoint (exact resume); always on Ctrl-C / budget stops
     keep_checkpoints: int = 2  # newest complete checkpoints kept in <run>/checkpoints (older ones are deleted)
     overwrite_incomplete: bool = False  # start over in a save_path whose run has no complete checkpoint (its files
@@ -306,7 +309,6 @@ configuration (its seed names the run). Everything else (budget, intervals, logg
 may change on resume."""
 
 _CHOICES: dict[str, tuple[Any, ...]] = {
-    "logger_type": ("tensorboard", "none"),
     "env.env_type": tuple(ENV_TYPES),
     "env.env_name": SUPPORTED_ENVS,  # replaced by ENV_TYPES[env.env_type] in _validate
     "agent.device_type": ("auto", "cpu", "cuda"),
@@ -480,7 +482,9 @@ def _validate(cfg: Config, framework: str) -> None:
         value = _get(cfg, key)
         if isinstance(value, float):
             _require(math.isfinite(value), key, value, "must be a finite number")
+    _validate_loggers(cfg.logger_type)
     positive_int = [
+        "record_size",
         "num_env_steps",
         "num_train_envs",
         "num_eval_envs",
@@ -498,6 +502,9 @@ def _validate(cfg: Config, framework: str) -> None:
     for key in positive_int:
         value = _get(cfg, key)
         _require(value is not None and value >= 1, key, value, "must be an integer >= 1")
+    _require(cfg.record_size % 2 == 0, "record_size", cfg.record_size, "must be even (H.264 video frames)")
+    for key in ("num_record_envs", "num_record_episodes"):
+        _require(_get(cfg, key) >= 0, key, _get(cfg, key), "must be an integer >= 0")
     for key in [k for k in KNOWN_KEYS if k.endswith("_per_interaction_step")] + ["num_threads",
                                                                                    "interaction_steps_per_call"]:
         value = _get(cfg, key)
@@ -702,6 +709,26 @@ def mjx_missing() -> list[str]:
     return missing
 
 
+LOGGER_TYPES: tuple[str, ...] = ("tensorboard", "wandb", "none")
+"""What ``logger_type`` may name (one, or several joined by commas)."""
+
+
+def loggers(cfg: Config) -> tuple[str, ...]:
+    """The loggers ``cfg.logger_type`` names: ``"tensorboard,wandb"`` -> ``("tensorboard", "wandb")``; ``none`` ->
+    ``()``."""
+    return tuple(name for name in (part.strip() for part in cfg.logger_type.split(",")) if name and name != "none")
+
+
+def _validate_loggers(value: str) -> None:
+    names = [part.strip() for part in value.split(",")]
+    bad = [name for name in names if name not in LOGGER_TYPES]
+    if bad or not names or ("none" in names and len(names) > 1):
+        raise ConfigError(
+            f"invalid value {value!r} for 'logger_type'. Allowed values: {', '.join(LOGGER_TYPES)}, or several of "
+            "tensorboard / wandb joined by commas (e.g. logger_type=tensorboard,wandb)"
+        )
+
+
 def _validate_mjx(cfg: Config) -> None:
     """``env.env_type=mjx``: the extra is installed, and the vectorised env count fits the buffer and the batch."""
     missing = mjx_missing()
@@ -745,6 +772,9 @@ def _validate_mjx(cfg: Config) -> None:
              "one-step transitions)")
     _require(cfg.num_devices == 1, "num_devices", cfg.num_devices, "must be 1 with env.env_type=mjx (the envs, the "
              "replay and the update run on one device)")
+    _require(not cfg.record_video, "record_video", cfg.record_video, "must be false with env.env_type=mjx: the MJX "
+             "environments have no renderer here (record videos with env.env_type=mujoco, or python -m "
+             "agent_<framework>.evaluate <run> --video on the gymnasium task)")
 
 
 def check_training_run(cfg: Config, framework: str | None = None) -> None:
@@ -765,6 +795,12 @@ def check_training_run(cfg: Config, framework: str | None = None) -> None:
         cfg.agent.buffer_min_length,
         f"must be <= num_env_steps={cfg.num_env_steps}, or the run would end without a single update",
     )
+    missing = [f"{module} (pip install -e \".[{extra}]\")" for module, extra, wanted in (
+        ("wandb", "wandb", "wandb" in loggers(cfg)), ("imageio_ffmpeg", "video", cfg.record_video))
+        if wanted and importlib.util.find_spec(module) is None]
+    if missing:
+        raise ConfigError(f"logger_type={cfg.logger_type} record_video={cfg.record_video} needs packages that are not "
+                          f"installed: {', '.join(missing)}")
     if cfg.env.env_type == "mjx" and framework not in MJX_TRAINING_FRAMEWORKS:
         raise ConfigError(
             "env.env_type='mjx' is not wired into this agent yet: the gymnasium training loop steps gymnasium only; "

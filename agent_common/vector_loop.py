@@ -55,6 +55,7 @@ from agent_common.loop import (
 )
 from agent_common.replicas import SINGLE, Replicas
 from agent_common.schema import Config, ConfigError, run_dir_of_checkpoint
+from agent_common.wandb_logger import logger_options
 
 __all__ = [
     "DRIVER",
@@ -372,8 +373,8 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
                 print("the run's schedule and intervals are kept: " + "; ".join(kept)
                       + " (rederive_schedule_on_resume=true re-derives them from num_env_steps)", file=sys.stderr)
         logger = RunLogger(run_dir, cfg.exp_name, cfg.env.env_name, cfg.seed, config_to_yaml(cfg),
-                           use_tensorboard=cfg.logger_type == "tensorboard",
-                           resume_step=None if resumed_ckpt is None else run.interaction_step * num_envs)
+                           resume_step=None if resumed_ckpt is None else run.interaction_step * num_envs,
+                           **logger_options(cfg, run_dir))
     except BaseException:
         trainer.close()
         raise

@@ -278,7 +278,7 @@ class FlashSACAgent:
         return {
             "backend/fallback_count": float(dispatch_stats()["fallback_count"]),
             "backend/selected": f"{self.ctx.backend} (requested {d.requested}: {d.reason})",
-            "compile/path": compute_path(self.device),
+            "compile/path": compute_path(self.device, () if self.mesh is None else list(self.mesh.devices.flat)),
         }
 
     # ------------------------------------------------------------------------------------------------ fused step

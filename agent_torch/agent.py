@@ -121,6 +121,8 @@ class FlashSACAgent:
         self.use_cuda_graph, self.cuda_graph_reason = resolve_cuda_graph(cfg, self.device, compile_mode)
         self.compute_path = compute_path(self.device, compile_mode, compile_reason, self.use_cuda_graph,
                                          self.cuda_graph_reason)
+        if distributed.is_distributed():
+            self.compute_path += distributed.describe_replicas(self.device)
         log.info("compute path: %s", self.compute_path)
         # under data parallel the NCCL watchdog thread queries CUDA events while a graph is captured
         mode = "thread_local" if distributed.is_distributed() else "global"

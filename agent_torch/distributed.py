@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -33,7 +34,8 @@ from torch import nn
 
 from agent_common.replicas import SINGLE, Replicas
 
-__all__ = ["GradientAverager", "Launch", "broadcast_modules", "init_replicas", "launch_from_env", "local_device"]
+__all__ = ["GradientAverager", "Launch", "broadcast_modules", "describe_replicas", "init_replicas", "launch_from_env",
+           "local_device"]
 
 _LAUNCH_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
@@ -135,6 +137,16 @@ def init_replicas(device_type: str, timeout_seconds: float, launch: Launch | Non
 def is_distributed() -> bool:
     """Whether a process group of more than one process is active."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def describe_replicas(device: torch.device) -> str:
+    """The ``compute path`` suffix of a data-parallel run: the torchrun world size, the process group's backend and
+    every replica's device (``host/device`` by rank; a collective, so every replica calls it once, at the same
+    point)."""
+    names: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(names, f"{socket.gethostname()}/{device}")
+    return (f". Data parallel: torchrun world size {dist.get_world_size()} ({dist.get_backend()}), replicas on "
+            + ", ".join(f"rank {rank} {name}" for rank, name in enumerate(names)))
 
 
 @torch.no_grad()

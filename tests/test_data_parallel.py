@@ -191,6 +191,9 @@ def test_torchrun_cli_writes_one_run_and_resumes(tmp_path):
                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert first.stdout.count("[completed]") == 1  # replica 0 alone prints the summary
+    host = socket.gethostname()
+    assert f"Data parallel: torchrun world size 2 (gloo), replicas on rank 0 {host}/cpu, rank 1 {host}/cpu" in (
+        first.stderr)
     assert sorted(os.listdir(run_dir)) == ["checkpoints", "config.yaml", "eval.csv", "tb"]
     assert len(os.listdir(run_dir / "tb")) == 1
     steps = [line.split(",")[5] for line in (run_dir / "eval.csv").read_text().splitlines()[1:]]

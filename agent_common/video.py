@@ -1,0 +1,235 @@
+"""Evaluation videos: deterministic episodes of the policy on rendering envs of their own, written as MP4 files.
+
+A ``VideoRecorder`` exists only when ``record_video`` is on (``recording_on``): a run without it builds no rendering
+env and no OpenGL context. The recorder's envs are separate from the training and evaluation envs (upstream's
+"record" env), seeded with ``seed + i``, so recording changes neither the training nor the evaluation returns.
+
+Each video holds ``max(num_record_episodes // num_record_envs, 1)`` rounds; in a round every one of the
+``num_record_envs`` envs plays one episode, side by side (an env that has finished keeps its last frame until all
+have). A frame is rendered before each action (upstream's ``record_video``), so an episode of L steps gives L frames,
+and a video is capped at ``MAX_FRAMES`` frames. The camera is the task's tracking camera (``track``) where its model
+has one. Headless rendering needs ``MUJOCO_GL=egl`` (a GPU) or ``MUJOCO_GL=osmesa`` (Debian: ``libosmesa6``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import mujoco
+import numpy as np
+
+from agent_common.envs import make_env
+from agent_common.schema import Config, ConfigError
+
+__all__ = ["MAX_FRAMES", "TRACKING_CAMERA", "RunVideos", "VideoRecorder", "read_video_frames", "recording_on",
+           "run_videos", "write_mp4"]
+
+MAX_FRAMES = 1000
+"""Most frames in one video (upstream's ``video_length``)."""
+
+TRACKING_CAMERA = "track"
+"""The camera gym-MuJoCo models define to follow the agent's torso."""
+
+
+def recording_on(cfg: Config) -> bool:
+    """Whether ``cfg`` records evaluation videos: ``record_video`` with at least one env and one episode."""
+    return bool(cfg.record_video) and cfg.num_record_envs > 0 and cfg.num_record_episodes > 0
+
+
+def _use_tracking_camera(env: object) -> str | None:
+    """Points the env's renderer at the tracking camera where the model has one; returns the camera's name."""
+    base = env.unwrapped  # type: ignore[attr-defined]
+    camera = mujoco.mj_name2id(base.model, mujoco.mjtObj.mjOBJ_CAMERA, TRACKING_CAMERA)
+    if camera < 0:
+        return None
+    base.mujoco_renderer.camera_id = camera
+    base.mujoco_renderer.camera_name = None
+    return TRACKING_CAMERA
+
+
+def write_mp4(path: str, frames: np.ndarray, fps: int) -> str:
+    """Writes (T, H, W, 3) uint8 frames as an H.264 MP4 (imageio-ffmpeg) atomically; returns ``path``."""
+    import imageio.v2 as imageio  # the video extra
+
+    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or len(frames) == 0:
+        raise ValueError(f"frames must be (T>0, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp.mp4"
+    writer = imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=1, quality=7,
+                                ffmpeg_log_level="error")
+    try:
+        for frame in frames:
+            writer.append_data(frame)
+    finally:
+        writer.close()
+    os.replace(tmp, path)
+    return path
+
+
+def read_video_frames(path: str) -> np.ndarray:
+    """Decodes an MP4 into (T, H, W, 3) uint8 frames (for checks and tests)."""
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(path)
+    try:
+        return np.stack([np.asarray(frame) for frame in reader])
+    finally:
+        reader.close()
+
+
+class VideoRecorder:
+    """Deterministic evaluation episodes on ``num_envs`` rendering envs, written to ``<out_dir>/*.mp4``.
+
+    Args:
+        env_name: the gymnasium task.
+        num_envs: envs filmed side by side.
+        seed: env ``i`` is seeded with ``seed + i`` at its first reset.
+        rescale_action: as ``make_env``.
+        max_episode_steps: as ``make_env``.
+        size: frame width and height of one env, in pixels.
+        out_dir: where the MP4 files go (created on the first write).
+        max_frames: most frames in one video.
+
+    Raises:
+        ConfigError: no OpenGL backend can render here (the message says which ``MUJOCO_GL`` to set).
+
+    Attributes:
+        camera: the camera filmed (``"track"``), or None for the model's default free camera.
+        fps: frames per second of the videos (real time: 1 / the env's control step).
+        seconds: wall time spent recording and encoding so far.
+    """
+
+    def __init__(self, env_name: str, num_envs: int, seed: int, rescale_action: bool, max_episode_steps: int | None,
+                 size: int, out_dir: str, max_frames: int = MAX_FRAMES) -> None:
+        if num_envs < 1 or max_frames < 1:
+            raise ValueError(f"num_envs and max_frames must be >= 1, got {num_envs}, {max_frames}")
+        start = time.perf_counter()
+        self.out_dir = out_dir
+        self.max_frames = max_frames
+        self.envs = [make_env(env_name, seed + i, rescale_action, max_episode_steps, i, render_size=size)
+                     for i in range(num_envs)]
+        self.camera = _use_tracking_camera(self.envs[0])
+        for env in self.envs[1:]:
+            _use_tracking_camera(env)
+        self._observations = [np.asarray(env.reset(seed=seed + i)[0], dtype=np.float32)
+                              for i, env in enumerate(self.envs)]
+        try:
+            self.envs[0].render()  # creates the OpenGL context now, before any training work
+        except Exception as exc:  # noqa: BLE001  any backend failure becomes one line naming the setting
+            self.close()
+            backend = os.environ.get("MUJOCO_GL", "<unset: glfw, which needs a display>")
+            raise ConfigError(
+                f"record_video=true cannot render {env_name} with MUJOCO_GL={backend} ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:200]}). Set MUJOCO_GL=egl (GPU) or MUJOCO_GL=osmesa (apt-get install "
+                "libosmesa6), or record_video=false"
+            ) from None
+        self.fps = max(1, round(1.0 / float(self.envs[0].unwrapped.dt)))
+        self.seconds = time.perf_counter() - start
+
+    @classmethod
+    def from_config(cls, cfg: Config, run_dir: str) -> VideoRecorder:
+        """The recorder ``cfg`` asks for, writing to ``<run_dir>/videos``."""
+        env = cfg.env
+        return cls(env.env_name, cfg.num_record_envs, cfg.seed, env.rescale_action, env.max_episode_steps,
+                   cfg.record_size, os.path.join(run_dir, "videos"))
+
+    def record(self, act: Callable[[np.ndarray], np.ndarray], num_episodes: int) -> tuple[np.ndarray, list[float]]:
+        """Plays ``max(num_episodes // num_envs, 1)`` rounds with ``act`` ((n, O) float32 -> (n, A)).
+
+        Returns:
+            (frames, returns): (T, H, n*W, 3) uint8 frames, T <= ``max_frames``, and each finished episode's return
+            (an episode cut by the frame cap is not counted).
+        """
+        start = time.perf_counter()
+        n = len(self.envs)
+        frames: list[np.ndarray] = []
+        returns: list[float] = []
+        for _ in range(max(num_episodes // n, 1)):
+            if len(frames) >= self.max_frames:
+                break
+            obs = np.stack(self._observations)  # (n, O)
+            done = np.zeros(n, dtype=bool)
+            ret = np.zeros(n, dtype=np.float64)
+            last: list[np.ndarray] = [np.empty(0)] * n
+            while not done.all() and len(frames) < self.max_frames:
+                for i in np.flatnonzero(~done):
+                    last[i] = np.asarray(self.envs[i].render(), dtype=np.uint8)  # (H, W, 3)
+                frames.append(np.concatenate(last, axis=1))  # (H, n*W, 3)
+                action = np.asarray(act(obs), dtype=np.float32)  # (n, A)
+                for i in np.flatnonzero(~done):
+                    o, r, terminated, truncated, _ = self.envs[i].step(action[i])
+                    obs[i] = np.asarray(o, dtype=np.float32)
+                    ret[i] += float(r)
+                    done[i] = bool(terminated or truncated)
+            if done.all():
+                returns.extend(ret.tolist())
+            self._observations = [np.asarray(env.reset()[0], dtype=np.float32) for env in self.envs]
+        self.seconds += time.perf_counter() - start
+        return np.stack(frames), returns
+
+    def write(self, frames: np.ndarray, name: str) -> str:
+        """Encodes ``frames`` to ``<out_dir>/<name>.mp4``; returns the path."""
+        start = time.perf_counter()
+        path = write_mp4(os.path.join(self.out_dir, f"{name}.mp4"), frames, self.fps)
+        self.seconds += time.perf_counter() - start
+        return path
+
+    def close(self) -> None:
+        """Closes the rendering envs (and their OpenGL contexts)."""
+        for env in self.envs:
+            env.close()
+        self.envs = []
+
+
+class RunVideos:
+    """The training loop's videos: one at the start, one every ``recording_per_interaction_step`` and one at the
+    end (upstream's schedule), each written to ``<run>/videos/eval_step<env_step>.mp4`` and sent to the logger.
+
+    Attributes:
+        written: the MP4 paths written so far.
+        last_step: the interaction step of the latest video (-1 before the first).
+    """
+
+    def __init__(self, cfg: Config, run_dir: str) -> None:
+        self.created = time.perf_counter()
+        self.recorder = VideoRecorder.from_config(cfg, run_dir)
+        self.episodes = cfg.num_record_episodes
+        self.every = cfg.recording_per_interaction_step
+        self.written: list[str] = []
+        self.last_step = -1
+
+    def due(self, interaction_step: int, interval: int) -> bool:
+        """Whether a video is due at ``interaction_step`` (every ``interval`` steps)."""
+        return interaction_step % interval == 0 and interaction_step != self.last_step
+
+    def record(self, act: Callable[[np.ndarray], np.ndarray], interaction_step: int, env_step: int,
+               logger: object) -> str:
+        """Records, writes and logs one video of the deterministic policy ``act``; returns a line saying where."""
+        frames, returns = self.recorder.record(act, self.episodes)
+        path = self.recorder.write(frames, f"eval_step{env_step:09d}")
+        self.written.append(path)
+        self.last_step = interaction_step
+        start = time.perf_counter()
+        logger.log_video("video", path, frames, self.recorder.fps, env_step)  # type: ignore[attr-defined]
+        self.recorder.seconds += time.perf_counter() - start  # the TensorBoard GIF / W&B upload counts too
+        mean = f", return {np.mean(returns):.1f}" if returns else ""
+        return f"video {path} ({len(frames)} frames{mean})"
+
+    def summary(self) -> str:
+        """The cost line: videos written and the share of the wall time since the recorder was built (the run's
+        setup after it, training, evaluations) spent building it, recording, encoding and logging the videos."""
+        wall = time.perf_counter() - self.created
+        share = 100.0 * self.recorder.seconds / max(wall, 1e-9)
+        return (f"videos: {len(self.written)} in {self.recorder.out_dir}, {self.recorder.seconds:.1f} s rendering, "
+                f"encoding and logging = {share:.1f}% of the run's {wall:.1f} s since the recorder was built")
+
+    def close(self) -> None:
+        """Closes the recorder's envs."""
+        self.recorder.close()
+
+
+def run_videos(cfg: Config, run_dir: str) -> RunVideos | None:
+    """The run's ``RunVideos`` when ``recording_on(cfg)``; None (no renderer, no rendering env) otherwise."""
+    return RunVideos(cfg, run_dir) if recording_on(cfg) else None
