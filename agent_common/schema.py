@@ -158,6 +158,7 @@ class AgentConfig(_Freezable):
     buffer_device_type: str = "auto"  # auto | cpu | cuda: where the replay rows live (docs/flashsac.md)
     # precision and compilation
     use_amp: bool = False  # fp16 autocast + GradScaler (torch) / bf16 matmuls (jax)
+    amp_dtype: str = "auto"  # auto | bf16 | fp16 (torch, with use_amp): auto = fp16 + loss scale on CUDA, bf16 on CPU
     use_compile: bool = True  # torch.compile the networks (torch); ignored by jax (always jit)
     compile_mode: str = "auto"  # auto | off | torch.compile modes; auto -> off (on CUDA: CUDA graphs instead)
     use_cuda_graph: bool = True  # project key (torch): capture update + acting in CUDA graphs; jax ignores it
@@ -287,6 +288,7 @@ RESUME_LOCKED: dict[str, str] = {
     "agent.buffer_max_length": _UPDATE,
     "agent.buffer_min_length": _UPDATE,
     "agent.use_amp": _UPDATE,
+    "agent.amp_dtype": _UPDATE,
 }
 """Keys a resume may not change, with what they belong to: the checkpoint's task, architecture or update
 configuration (its seed names the run). Everything else (budget, intervals, logging, backends, devices, paths)
@@ -299,6 +301,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "agent.device_type": ("auto", "cpu", "cuda"),
     "agent.buffer_device_type": ("auto", "cpu", "cuda"),
     "agent.compile_mode": COMPILE_MODES,
+    "agent.amp_dtype": ("auto", "bf16", "fp16"),
     "agent.asymmetric_observation": (False,),
 }
 
