@@ -7,7 +7,7 @@ import io
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import gymnasium as gym
@@ -190,6 +190,16 @@ class FlashSACAgent:
         if self.graphs is not None:
             return self.graphs(("act", obs.shape, noise is None), self._act, *inputs)
         return self._act(*inputs)
+
+    def run_captured(self, key: Hashable, fn: Callable[..., Any], *inputs: torch.Tensor) -> Any:
+        """``fn(*inputs)`` as a replay of its CUDA graph (captured under ``key`` on first use, ``GraphCache``'s rules)
+        when the agent captures graphs, else eagerly; for device work around ``act_tensor`` (MJX evaluation)."""
+        return fn(*inputs) if self.graphs is None else self.graphs(key, fn, *inputs)
+
+    @torch.no_grad()
+    def act_tensor(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
+        """``act_device``'s computation, never captured by itself (for functions given to ``run_captured``)."""
+        return self._act(obs, eps)
 
     def _act(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
         """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A)."""
