@@ -162,6 +162,8 @@ class AgentConfig(_Freezable):
     use_compile: bool = True  # torch.compile the networks (torch); ignored by jax (always jit)
     compile_mode: str = "auto"  # auto | off | torch.compile modes; auto -> off (on CUDA: CUDA graphs instead)
     use_cuda_graph: bool = True  # project key (torch): capture update + acting in CUDA graphs; jax ignores it
+    compilation_cache_dir: str = "auto"  # jax: auto ($JAX_COMPILATION_CACHE_DIR, else user cache dir) | off | a path
+    compilation_cache_max_mb: int = 4096  # jax: size cap of that cache in MiB (least recently used programs removed)
     # checkpoint loading
     load_optimizer: bool = True  # restore optimizer/scheduler/scaler state on load
     load_reward_normalizer: bool = True  # restore reward normaliser on load
@@ -453,6 +455,10 @@ def _validate(cfg: Config, framework: str) -> None:
     )
     a = cfg.agent
     _require(a.critic_num_bins >= 2, "agent.critic_num_bins", a.critic_num_bins, "must be an integer >= 2")
+    _require(a.compilation_cache_max_mb >= 1, "agent.compilation_cache_max_mb", a.compilation_cache_max_mb,
+             "must be >= 1 (MiB)")
+    _require(a.compilation_cache_dir != "", "agent.compilation_cache_dir", a.compilation_cache_dir,
+             "must be auto, off or a directory")
     _require(a.buffer_min_length >= 1, "agent.buffer_min_length", a.buffer_min_length, "must be >= 1")
     _require(
         a.buffer_min_length <= a.buffer_max_length,
