@@ -8,9 +8,14 @@ https://github.com/leeyngdo/FlashSAC``; nothing of it is copied here)::
     python -m bench gpu-recipe --out $OUT/gpu_recipe --upstream ~/FlashSAC
 
 Phases (``--phases``, default all, in this order), each in its own child process, results kept after every phase:
-``train`` runs ``bench.mjx_training_speed`` (``python -m agent_<framework>.train`` on ``mjx_envs.recipe.gpu_recipe``
-at each ``--envs`` count: steady env steps/s and updates/s) for jax and for torch with ``agent.use_amp=false``, bf16
-and fp16; ``env-step`` runs ``bench.mjx_env_speed`` (the jitted batched step alone, random actions, same env
+``capture`` checks, per torch AMP variant (off / bf16 / fp16), that the MJX interaction step runs as CUDA-graph
+replays with no host synchronisation: it builds the torch MJX trainer at the first ``--envs`` count, runs the warm-up
+and a few update steps (warm-up calls and graph capture), then ``--capture-steps`` more steps under
+``torch.cuda.set_sync_debug_mode("error")`` (any synchronising CUDA call raises), and records the captured graphs,
+the loss scale and the metrics (on the CPU: no graphs and no sync mode, the steps only); ``train`` runs
+``bench.mjx_training_speed`` (``python -m agent_<framework>.train`` on ``mjx_envs.recipe.gpu_recipe`` at each
+``--envs`` count: steady env steps/s and updates/s) for jax and for torch with ``agent.use_amp=false``, bf16 and
+fp16; ``env-step`` runs ``bench.mjx_env_speed`` (the jitted batched step alone, random actions, same env
 counts); ``update`` times the update alone on batches sampled from a device replay of random rows, as the MJX loop
 runs it (``updates_per_interaction_step`` updates per call: torch ``device_updates``, CUDA-graph replays; JAX
 ``step`` without an action, one jitted program), at the recipe's batch (the update does not depend on the env
@@ -46,7 +51,7 @@ from bench.common import environment, fmt, write_results
 
 __all__ = ["PHASES", "main"]
 
-PHASES = ("train", "env-step", "update", "eval", "learn", "upstream")
+PHASES = ("capture", "train", "env-step", "update", "eval", "learn", "upstream")
 TORCH_AMP = {"off": ["agent.use_amp=false"], "bf16": ["agent.use_amp=true", "agent.amp_dtype=bf16"],
              "fp16": ["agent.use_amp=true", "agent.amp_dtype=fp16"]}
 UPSTREAM_MODES = ("eager", "default", "reduce-overhead")
@@ -162,6 +167,53 @@ def child_eval(framework: str, extra: list[str]) -> dict:
         out[f"{name}_return"] = result.get("avg_return")
     trainer.close()
     return out
+
+
+def child_capture(amp: str, num_envs: int, steps: int, extra: list[str]) -> dict:
+    """The torch MJX interaction step as CUDA-graph replays without host synchronisation (see the module doc)."""
+    import torch
+
+    from agent_torch.vector import make_vector_trainer
+
+    warmup_steps = 4
+    cfg = _recipe_cfg("torch", [*TORCH_AMP[amp], f"num_train_envs={num_envs}", f"num_eval_envs={num_envs}",
+                                f"agent.buffer_min_length={max(num_envs * warmup_steps, 2048)}", *extra])
+    trainer = make_vector_trainer(cfg)
+    agent = trainer.agent
+    fill = -(-int(cfg.agent.buffer_min_length) // num_envs)  # steps until the replay can sample
+    trainer.advance(fill + 6)  # warm-up, then updates: eager warm-up calls and the graph captures
+    cuda = agent.device.type == "cuda"
+    t0 = time.perf_counter()
+    if cuda:
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(steps):
+            trainer.advance(1) if not cuda else _advance_unsynced(trainer)
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode(0)
+    trainer._sync()
+    seconds = time.perf_counter() - t0
+    metrics = trainer.take_metrics()
+    scaler = agent.scaler
+    return {"amp": amp, "num_envs": num_envs, "device": str(agent.device), "graphs": len(agent.graphs or ()),
+            "graph_keys": [str(k[:2]) for k in (agent.graphs._graphs if agent.graphs is not None else {})],
+            "sync_debug_mode": "error" if cuda else "n/a (CPU)", "checked_steps": steps,
+            "seconds_per_step": seconds / steps, "update_step": agent.update_step,
+            "loss_scale": None if scaler is None else float(scaler.scale),
+            "critic_loss_mean": metrics["critic/loss"][0] / metrics["critic/loss"][1],
+            "compute_path": agent.compute_path}
+
+
+def _advance_unsynced(trainer: Any) -> None:
+    """One interaction step as ``TorchVectorTrainer.advance`` runs it, without its closing device wait (which the sync
+    debug mode would flag: it is the loop's one wait per chunk, outside the step)."""
+    action = trainer._action()
+    out = trainer.train_env.step(action)
+    trainer.replay.add(trainer.obs, action, out.reward, out.terminated, out.truncated, out.final_obs)
+    trainer.normalizer.update(out.reward, out.terminated, out.truncated)
+    trainer.obs = out.obs
+    trainer.agent.device_updates(trainer.updates_per_step, trainer._sample)
 
 
 def child_upstream(upstream: str, mode: str, num_envs: int, extra: list[str], warmup: int, repeats: int,
@@ -300,6 +352,13 @@ def report(out: str, res: dict) -> str:
     lines = [f"# GPU-simulator recipe, part by part ({res['env'].get('gpu') or 'CPU'}, {res['env']['date_utc']})", "",
              f"`{res['env']['command']}`: halfcheetah, envs {c['envs']}, phases {', '.join(c['phases'])}"
              + (" (tiny sizes)" if c["tiny"] else "") + ".", "",
+             "## Torch MJX interaction step: CUDA graphs and host synchronisation", "",
+             "| AMP | rc | device | graphs | steps under sync debug mode | loss scale | ms per step |",
+             "|---|---|---|---|---|---|---|",
+             *[f"| {r.get('amp')} | {r.get('returncode')} | {r.get('device')} | {r.get('graphs')} | "
+               f"{r.get('checked_steps')} ({r.get('sync_debug_mode')}) | {fmt(r.get('loss_scale'), '.0f')} | "
+               f"{fmt(1e3 * r['seconds_per_step'] if r.get('seconds_per_step') else None, '.2f')} |"
+               for r in res.get("capture", [])], "",
              "## Training through the CLIs (steady: median of the logging windows after the first update)", "",
              "| agent | envs | rc | steady env steps/s | steady updates/s | time to first update s |",
              "|---|---|---|---|---|---|"]
@@ -362,7 +421,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--learn-amp", choices=tuple(TORCH_AMP), default="bf16", help="the torch learning run's AMP")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="per child process (learning: its cap + 600)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--child", choices=("update", "eval", "upstream"), help=argparse.SUPPRESS)
+    ap.add_argument("--capture-steps", type=int, default=20, help="steps checked under the CUDA sync debug mode")
+    ap.add_argument("--child", choices=("capture", "update", "eval", "upstream"), help=argparse.SUPPRESS)
+    ap.add_argument("--num-envs", type=int, default=2, help=argparse.SUPPRESS)
     ap.add_argument("--child-json", help=argparse.SUPPRESS)
     ap.add_argument("--framework", choices=("torch", "jax"), help=argparse.SUPPRESS)
     ap.add_argument("--amp", choices=tuple(TORCH_AMP), default="off", help=argparse.SUPPRESS)
@@ -393,7 +454,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _child_main(a: argparse.Namespace) -> int:
     timing = (1, 2, 2) if "agent.device_type=cpu" in a.extra else (10, 5, 20)
-    if a.child == "update":
+    if a.child == "capture":
+        res = child_capture(a.amp, a.num_envs, a.capture_steps, a.extra)
+    elif a.child == "update":
         res = child_update(a.framework, a.amp, a.extra, *timing)
     elif a.child == "eval":
         res = child_eval(a.framework, a.extra)
@@ -432,6 +495,15 @@ def main(argv: list[str] | None = None) -> int:
     def extra_args(framework: str) -> list[str]:
         return [arg for o in (_tiny(framework) if a.tiny else []) for arg in ("--extra", o)]
 
+    if "capture" in a.phases:
+        res["capture"] = []
+        for amp in TORCH_AMP:
+            rec = _child_json("capture", ["--amp", amp, "--num-envs", str(a.envs[0]), "--capture-steps",
+                                          str(4 if a.tiny else a.capture_steps), *extra_args("torch")], out,
+                              f"capture-torch-{amp}", a.timeout_s, env)
+            rec["amp"] = amp
+            res["capture"].append(rec)
+            save()
     if "train" in a.phases:
         res["train"] = []
         warmup, log_every = (4, 4) if a.tiny else (10, 5)
@@ -505,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                 res["upstream"].append(rec)
                 save()
     print(save(complete=True))
-    failed = [r for key in ("train", "update", "eval", "learn") for r in res.get(key, [])
+    failed = [r for key in ("capture", "train", "update", "eval", "learn") for r in res.get(key, [])
               if r.get("returncode") != 0]
     if isinstance(res.get("upstream"), list):
         failed += [r for r in res["upstream"] if r.get("returncode") != 0]
