@@ -57,13 +57,23 @@ def test_second_run_loads_its_programs_from_the_cache(tmp_path):
     assert int(compiled2) == 0 and int(loaded2) == int(loaded) + int(compiled)
 
 
-def test_unwritable_cache_dir_turns_the_cache_off_once_with_a_warning(tmp_path):
+def test_unwritable_cache_dir_turns_the_cache_off_once_with_a_warning(tmp_path, caplog):
+    import jax
+
+    from agent_jax.compilation_cache import CacheCounter, enable_persistent_cache
+
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    run = _run(tmp_path, "run", str(blocker / "cache"))
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "jax compilation cache off (cannot create" in run.stderr
-    assert "jax compilation cache: off" in run.stdout
+    saved = {k: getattr(jax.config, k) for k in ("jax_enable_compilation_cache", "jax_compilation_cache_dir")}
+    try:
+        line = enable_persistent_cache(str(blocker / "cache"), 16)
+        assert line.startswith(f"jax compilation cache off (cannot create {blocker / 'cache'}")
+        assert "set agent.compilation_cache_dir=<writable directory> or off" in caplog.text
+        assert CacheCounter().summary() == "jax compilation cache: off"
+        assert blocker.read_text() == "not a directory"  # nothing of the user's replaced
+    finally:
+        for key, value in saved.items():
+            jax.config.update(key, value)
 
 
 def test_trim_removes_least_recently_used_entries_and_nothing_else(tmp_path):
