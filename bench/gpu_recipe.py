@@ -419,6 +419,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--learn-steps", type=int, default=50_000, help="interaction steps of each learning run")
     ap.add_argument("--learn-eval-every", type=int, default=500, help="interaction steps between evaluations")
     ap.add_argument("--learn-amp", choices=tuple(TORCH_AMP), default="bf16", help="the torch learning run's AMP")
+    ap.add_argument("--learn-frameworks", default="jax,torch", help="agents of the learn phase, in order")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="per child process (learning: its cap + 600)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--capture-steps", type=int, default=20, help="steps checked under the CUDA sync debug mode")
@@ -437,6 +438,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if bad:
         ap.error(f"--phases: unknown {bad}; expected a subset of {', '.join(PHASES)}")
     a.phases = phases
+    a.learn_frameworks = [f for f in a.learn_frameworks.split(",") if f]
+    if not a.learn_frameworks or any(f not in ("jax", "torch") for f in a.learn_frameworks):
+        ap.error(f"--learn-frameworks: expected a comma-separated subset of jax, torch, got {a.learn_frameworks}")
     if a.upstream is not None and not os.path.isfile(os.path.join(a.upstream, "flash_rl", "agents", "flashSAC",
                                                                   "agent.py")):
         ap.error(f"--upstream {a.upstream}: no flash_rl/agents/flashSAC/agent.py there; expected a checkout of "
@@ -561,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
     if "learn" in a.phases:
         res["learn"] = [_learn(a, framework, out, env, _tiny(framework) if a.tiny else []) for framework in
-                        ("jax", "torch")]
+                        a.learn_frameworks]
         save()
     if "upstream" in a.phases:
         if a.upstream is None:

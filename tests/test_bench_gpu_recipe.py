@@ -38,6 +38,9 @@ def test_arguments_are_checked(tmp_path, capsys):
         gpu_recipe.main(["--out", str(tmp_path), "--upstream", str(tmp_path)])
     assert "no flash_rl/agents/flashSAC/agent.py there" in capsys.readouterr().err
     with pytest.raises(SystemExit):
+        gpu_recipe.main(["--out", str(tmp_path), "--learn-frameworks", "jax,tf"])
+    assert "--learn-frameworks: expected a comma-separated subset of jax, torch" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
         gpu_recipe.main(["--tiny"])
     assert "--out DIR is required" in capsys.readouterr().err
 
