@@ -169,9 +169,12 @@ class AgentConfig(_Freezable):
     buffer_device_type: str = "auto"  # auto | cpu | cuda: where the replay rows live (docs/flashsac.md)
     # precision and compilation
     use_amp: bool = False  # fp16 autocast + GradScaler (torch) / bf16 matmuls (jax)
+    amp_dtype: str = "auto"  # auto | bf16 | fp16 (torch, with use_amp): auto = fp16 + loss scale on CUDA, bf16 on CPU
     use_compile: bool = True  # torch.compile the networks (torch); ignored by jax (always jit)
     compile_mode: str = "auto"  # auto | off | torch.compile modes; auto -> off (on CUDA: CUDA graphs instead)
     use_cuda_graph: bool = True  # project key (torch): capture update + acting in CUDA graphs; jax ignores it
+    compilation_cache_dir: str = "auto"  # jax: auto ($JAX_COMPILATION_CACHE_DIR, else user cache dir) | off | a path
+    compilation_cache_max_mb: int = 4096  # jax: size cap of that cache in MiB (least recently used programs removed)
     # checkpoint loading
     load_optimizer: bool = True  # restore optimizer/scheduler/scaler state on load
     load_reward_normalizer: bool = True  # restore reward normaliser on load
@@ -303,6 +306,7 @@ RESUME_LOCKED: dict[str, str] = {
     "agent.buffer_max_length": _UPDATE,
     "agent.buffer_min_length": _UPDATE,
     "agent.use_amp": _UPDATE,
+    "agent.amp_dtype": _UPDATE,
 }
 """Keys a resume may not change, with what they belong to: the checkpoint's task, architecture or update
 configuration (its seed names the run). Everything else (budget, intervals, logging, backends, devices, paths)
@@ -314,6 +318,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "agent.device_type": ("auto", "cpu", "cuda"),
     "agent.buffer_device_type": ("auto", "cpu", "cuda"),
     "agent.compile_mode": COMPILE_MODES,
+    "agent.amp_dtype": ("auto", "bf16", "fp16"),
     "agent.asymmetric_observation": (False,),
 }
 
@@ -546,6 +551,10 @@ def _validate(cfg: Config, framework: str) -> None:
     )
     a = cfg.agent
     _require(a.critic_num_bins >= 2, "agent.critic_num_bins", a.critic_num_bins, "must be an integer >= 2")
+    _require(a.compilation_cache_max_mb >= 1, "agent.compilation_cache_max_mb", a.compilation_cache_max_mb,
+             "must be >= 1 (MiB)")
+    _require(a.compilation_cache_dir != "", "agent.compilation_cache_dir", a.compilation_cache_dir,
+             "must be auto, off or a directory")
     _require(a.buffer_min_length >= 1, "agent.buffer_min_length", a.buffer_min_length, "must be >= 1")
     _require(
         a.buffer_min_length <= a.buffer_max_length,

@@ -12,7 +12,7 @@ from agent_common.schema import Config
 from agent_common.vector_loop import VectorFactory
 from mjx_envs.recipe import DETERMINISTIC_FLAG, mjx_xla_flags
 
-__all__ = ["configure_xla", "main"]
+__all__ = ["configure_cache", "configure_xla", "main"]
 
 
 def configure_xla(cfg: Config) -> None:
@@ -35,6 +35,14 @@ def configure_xla(cfg: Config) -> None:
     os.environ["XLA_FLAGS"] = xla_flags
     if cfg.agent.device_type == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+def configure_cache(cfg: Config) -> str:
+    """Sets up the persistent compilation cache (``agent.compilation_cache_dir``, on by default;
+    ``agent_jax.compilation_cache``) before the first compilation; returns the line saying where."""
+    from agent_jax.compilation_cache import enable_persistent_cache
+
+    return enable_persistent_cache(cfg.agent.compilation_cache_dir, cfg.agent.compilation_cache_max_mb)
 
 
 def _factory() -> AgentFactory:
@@ -63,7 +71,12 @@ def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | No
     from agent_jax.parallel import initialize_distributed
 
     initialize_distributed()  # several hosts (JAX_COORDINATOR_ADDRESS): before any other JAX work
-    return run_cli(argv, "jax", factory or _factory, make_vector_module=_vector_factory)
+    print(configure_cache(cfg), file=sys.stderr, flush=True)
+    from agent_jax.compilation_cache import CacheCounter
+
+    code = run_cli(argv, "jax", factory or _factory, make_vector_module=_vector_factory)
+    print(CacheCounter.start().summary(), flush=True)  # the run summary's cache line: loaded vs compiled programs
+    return code
 
 
 if __name__ == "__main__":

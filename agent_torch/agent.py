@@ -7,7 +7,7 @@ import io
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import gymnasium as gym
@@ -18,7 +18,8 @@ from agent_common.buffer import RowStorage, flat_batch, flat_widths
 from agent_common.checkpoint import atomic_write, read_checkpoint_file
 from agent_common.schema import Config, target_entropy
 from agent_torch import distributed
-from agent_torch.graphs import GraphCache
+from agent_torch.amp import DeviceLossScaler, resolve_amp_dtype
+from agent_torch.graphs import GraphCache, resolve_cuda_graph
 from agent_torch.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature
 from agent_torch.replay import TensorRowStorage
 from agent_torch.state import Network, explain_compile_mode, make_network
@@ -26,38 +27,22 @@ from agent_torch.update import Batch, UpdateContext, update_actor, update_critic
 from shared_spec import CategoricalSupport
 from torch_impl import dispatch_stats, resolve_backend
 
-__all__ = ["FlashSACAgent", "compute_path", "make_agent", "resolve_device"]
+__all__ = ["FlashSACAgent", "compute_path", "make_agent", "resolve_cuda_graph", "resolve_device"]
 
 NETWORK_FILES = ("actor", "critic", "target_critic", "temperature")
 
 log = logging.getLogger(__name__)
 
 
-def resolve_cuda_graph(cfg: Config, device: torch.device, compile_mode: str) -> tuple[bool, str]:
-    """Whether the update step and action selection run as captured CUDA graphs, and why (``agent.use_cuda_graph``).
-
-    On only with CUDA, AMP off (GradScaler's step reads the found-inf flag on the host) and no torch.compile mode
-    that brings its own CUDA graphs (reduce-overhead, max-autotune*); compile_mode=default is captured as well.
-    """
-    a = cfg.agent
-    if not a.use_cuda_graph:
-        return False, "agent.use_cuda_graph=false"
-    if device.type != "cuda":
-        return False, f"device {device.type} (CUDA graphs need CUDA)"
-    if a.use_amp:
-        return False, "agent.use_amp=true (the GradScaler step synchronises with the host)"
-    if compile_mode not in ("off", "default"):
-        return False, f"compile_mode={compile_mode} captures its own CUDA graphs"
-    return True, f"update step and action selection captured (compile_mode={compile_mode})"
-
-
 def compute_path(device: torch.device, compile_mode: str, compile_reason: str, cuda_graph: bool,
-                 cuda_graph_reason: str) -> str:
-    """One line naming how the agent computes (compilation, CUDA graphs) and why; the training loop prints it once
-    and logs it as TensorBoard text ``compile/path``."""
+                 cuda_graph_reason: str, amp_reason: str | None = None) -> str:
+    """One line naming how the agent computes (compilation, CUDA graphs, precision) and why; the training loop
+    prints it once and logs it as TensorBoard text ``compile/path``."""
     how = "eager" if compile_mode == "off" else f"torch.compile mode={compile_mode}"
     graphs = "CUDA graphs on" if cuda_graph else "CUDA graphs off"
-    return f"torch {torch.__version__} on {device}: {how}, {graphs}. Why: {compile_reason}; {cuda_graph_reason}"
+    amp = "" if amp_reason is None else f"; {amp_reason}"
+    return (f"torch {torch.__version__} on {device}: {how}, {graphs}. Why: {compile_reason}; {cuda_graph_reason}"
+            f"{amp}")
 
 
 def resolve_device(device_type: str) -> torch.device:
@@ -119,8 +104,9 @@ class FlashSACAgent:
         compile_mode, compile_reason = explain_compile_mode(a, self.device)
         self.compile_mode = compile_mode
         self.use_cuda_graph, self.cuda_graph_reason = resolve_cuda_graph(cfg, self.device, compile_mode)
+        self.amp_dtype, amp_reason = resolve_amp_dtype(a.use_amp, a.amp_dtype, self.device)
         self.compute_path = compute_path(self.device, compile_mode, compile_reason, self.use_cuda_graph,
-                                         self.cuda_graph_reason)
+                                         self.cuda_graph_reason, amp_reason)
         if distributed.is_distributed():
             self.compute_path += distributed.describe_replicas(self.device)
         log.info("compute path: %s", self.compute_path)
@@ -147,8 +133,8 @@ class FlashSACAgent:
         self.target_critic.normalize()
         self.target_critic.module.requires_grad_(False)
         self._replicate()
-        amp_scaler = a.use_amp and self.device.type == "cuda"  # CPU autocast uses bf16, which needs no scaling
-        self.scaler = torch.amp.GradScaler("cuda", enabled=True) if amp_scaler else None
+        # fp16 needs a loss scale (kept on the device: graph-capturable); bf16 has fp32's range and needs none
+        self.scaler = DeviceLossScaler(self.device) if self.amp_dtype == torch.float16 else None
         self.ctx = UpdateContext(
             discount=float(a.gamma) ** int(a.n_step),  # type: ignore[operator]
             min_v=support.min_v,
@@ -156,10 +142,11 @@ class FlashSACAgent:
             target_entropy=target_entropy(a, action_space.low, action_space.high),
             bc_alpha=a.actor_bc_alpha,
             tau=a.critic_target_update_tau,
-            use_amp=a.use_amp,
+            amp_dtype=self.amp_dtype,
             device_type=self.device.type,
             backend=a.categorical_target_backend,
             strict=a.categorical_target_strict,
+            autocast_cache=not self.use_cuda_graph,
         )
         self.update_step = 0
         self._host_batch: torch.Tensor | None = None  # reused (pinned on CUDA) host buffer of the flat batch
@@ -205,6 +192,16 @@ class FlashSACAgent:
         if self.graphs is not None:
             return self.graphs(("act", obs.shape, noise is None), self._act, *inputs)
         return self._act(*inputs)
+
+    def run_captured(self, key: Hashable, fn: Callable[..., Any], *inputs: torch.Tensor) -> Any:
+        """``fn(*inputs)`` as a replay of its CUDA graph (captured under ``key`` on first use, ``GraphCache``'s rules)
+        when the agent captures graphs, else eagerly; for device work around ``act_tensor`` (MJX evaluation)."""
+        return fn(*inputs) if self.graphs is None else self.graphs(key, fn, *inputs)
+
+    @torch.no_grad()
+    def act_tensor(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
+        """``act_device``'s computation, never captured by itself (for functions given to ``run_captured``)."""
+        return self._act(obs, eps)
 
     def _act(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
         """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A)."""

@@ -12,6 +12,8 @@ What must hold for a captured function (the agent's code keeps to it): no host s
 decisions that depend on tensor values, every tensor it reads either a static input or module/optimizer state that
 is only ever updated in place, and Python scalars that change between calls (learning rates) held in device
 tensors. The caller invalidates the cache (``clear``) whenever it replaces such state, e.g. on checkpoint load.
+Mixed precision keeps to it as well: bf16 autocast needs no scaler, and the fp16 loss scale, its inf check and the
+skipped step live on the device (``agent_torch.amp.DeviceLossScaler``); autocast's weight cache is off in a graph.
 """
 
 from __future__ import annotations
@@ -22,7 +24,26 @@ from typing import Any
 
 import torch
 
-__all__ = ["GraphCache"]
+from agent_common.schema import Config
+
+__all__ = ["GraphCache", "resolve_cuda_graph"]
+
+
+def resolve_cuda_graph(cfg: Config, device: torch.device, compile_mode: str) -> tuple[bool, str]:
+    """Whether the update step and action selection run as captured CUDA graphs, and why (``agent.use_cuda_graph``).
+
+    On only with CUDA and no torch.compile mode that brings its own CUDA graphs (reduce-overhead, max-autotune*);
+    compile_mode=default is captured as well. AMP (bf16, or fp16 with the device loss scale) is captured too.
+    """
+    a = cfg.agent
+    if not a.use_cuda_graph:
+        return False, "agent.use_cuda_graph=false"
+    if device.type != "cuda":
+        return False, f"device {device.type} (CUDA graphs need CUDA)"
+    if compile_mode not in ("off", "default"):
+        return False, f"compile_mode={compile_mode} captures its own CUDA graphs"
+    amp = f", AMP {'fp16' if a.amp_dtype == 'auto' else a.amp_dtype}" if a.use_amp else ""  # auto on CUDA: fp16
+    return True, f"update step and action selection captured (compile_mode={compile_mode}{amp})"
 
 
 @dataclass

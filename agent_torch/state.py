@@ -39,13 +39,13 @@ def explain_compile_mode(cfg: AgentConfig, device: torch.device) -> tuple[str, s
         return cfg.compile_mode, f"agent.compile_mode={cfg.compile_mode} (as configured)"
     if device.type != "cuda":
         return "off", f"agent.compile_mode=auto on {device.type}: eager"
-    if cfg.use_cuda_graph and not cfg.use_amp:
+    if cfg.use_cuda_graph:
         return "off", ("agent.compile_mode=auto on CUDA: no torch.compile, CUDA graphs instead (the fastest path "
                        "that starts within seconds; max-autotune autotunes for minutes before its first update, "
                        "choose it with agent.compile_mode=max-autotune)")
-    blocker = "agent.use_cuda_graph=false" if not cfg.use_cuda_graph else "agent.use_amp=true"
-    return "off", (f"agent.compile_mode=auto on CUDA with {blocker}: eager, no CUDA graphs (a torch.compile mode "
-                   "starts only after minutes of compilation; choose one with agent.compile_mode=<mode>)")
+    return "off", ("agent.compile_mode=auto on CUDA with agent.use_cuda_graph=false: eager, no CUDA graphs (a "
+                   "torch.compile mode starts only after minutes of compilation; choose one with "
+                   "agent.compile_mode=<mode>)")
 
 
 @dataclass

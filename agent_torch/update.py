@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agent_torch.amp import DeviceLossScaler
 from agent_torch.state import Network
 from torch_impl import categorical_td_target
 
@@ -42,10 +43,13 @@ class UpdateContext:
         target_entropy: temperature target H̄.
         bc_alpha: actor BC weight (0 = off).
         tau: target EMA rate.
-        use_amp: autocast (fp16 on CUDA, bf16 on CPU) around forwards and losses.
+        amp_dtype: autocast dtype around forwards and losses (``torch.bfloat16`` / ``torch.float16``), or None
+            for fp32 (``agent_torch.amp.resolve_amp_dtype``).
         device_type: ``"cuda"`` or ``"cpu"`` (autocast device).
         backend: ``agent.categorical_target_backend``.
         strict: ``agent.categorical_target_strict``.
+        autocast_cache: autocast's cache of cast weights; off when the update is captured in a CUDA graph (the
+            cache would hold tensors created during capture).
     """
 
     discount: float
@@ -54,18 +58,20 @@ class UpdateContext:
     target_entropy: float
     bc_alpha: float
     tau: float
-    use_amp: bool
+    amp_dtype: torch.dtype | None
     device_type: str
     backend: str
     strict: bool
+    autocast_cache: bool = True
 
     def autocast(self) -> torch.autocast:
-        dtype = torch.float16 if self.device_type == "cuda" else torch.bfloat16
-        return torch.autocast(self.device_type, dtype=dtype, enabled=self.use_amp)
+        dtype = self.amp_dtype if self.amp_dtype is not None else torch.bfloat16  # unused when disabled
+        return torch.autocast(self.device_type, dtype=dtype, enabled=self.amp_dtype is not None,
+                              cache_enabled=self.autocast_cache)
 
 
-def _step(net: Network, loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> None:
-    """Backward, optimizer step (through the shared GradScaler if given), then weight projection.
+def _step(net: Network, loss: torch.Tensor, scaler: DeviceLossScaler | None) -> None:
+    """Backward, optimizer step (through the shared device loss scaler if given), then weight projection.
 
     The LR scheduler is stepped by the caller after the update (outside any captured CUDA graph): the agent steps
     the scheduler of every network this update stepped. With data-parallel replicas, ``net.grad_sync`` averages
@@ -75,11 +81,10 @@ def _step(net: Network, loss: torch.Tensor, scaler: torch.amp.GradScaler | None)
     assert net.optimizer is not None and net.scheduler is not None
     net.optimizer.zero_grad(set_to_none=True)
     if scaler is not None:
-        scaler.scale(loss).backward()
+        scaler.scale_loss(loss).backward()
         if net.grad_sync is not None:
             net.grad_sync()
-        scaler.step(net.optimizer)
-        scaler.update()
+        scaler.step(net.optimizer, net.module.parameters())  # skipped on the device on inf/NaN gradients
     else:
         loss.backward()
         if net.grad_sync is not None:
@@ -94,7 +99,7 @@ def update_actor(
     temperature: Network,
     batch: Batch,
     ctx: UpdateContext,
-    scaler: torch.amp.GradScaler | None,
+    scaler: DeviceLossScaler | None,
 ) -> dict[str, torch.Tensor]:
     """Actor step: BN-training forward on [s; s'], Q from the online critic in BN-eval mode, loss α·log π − min Q.
 
@@ -104,7 +109,7 @@ def update_actor(
         temperature: temperature bundle (α is detached).
         batch: replay batch.
         ctx: update constants.
-        scaler: shared GradScaler (AMP) or None.
+        scaler: shared device loss scaler (fp16 AMP) or None.
 
     Returns:
         ``actor/loss``, ``actor/entropy`` (−mean log π), ``actor/mean_action`` as 0-d tensors.
@@ -196,7 +201,7 @@ def update_critic(
     temperature: Network,
     batch: Batch,
     ctx: UpdateContext,
-    scaler: torch.amp.GradScaler | None,
+    scaler: DeviceLossScaler | None,
 ) -> dict[str, torch.Tensor]:
     """Critic step: cross-entropy of both members against the min-mean target distribution.
 
@@ -207,7 +212,7 @@ def update_critic(
         temperature: temperature bundle.
         batch: replay batch.
         ctx: update constants.
-        scaler: shared GradScaler (AMP) or None.
+        scaler: shared device loss scaler (fp16 AMP) or None.
 
     Returns:
         ``critic/loss`` and ``critic/max_entropy_bonus`` (max α·log π(a'|s')).

@@ -78,6 +78,7 @@ class TorchVectorTrainer:
         self.eval_env = TorchEnv(eval_env, self.device, seed, stream=_EVAL_KEY_STREAM)
         self.obs = self.train_env.observation()  # (E, O) view
         self._precompiling: threading.Thread | None = None
+        self._eval_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # evaluate's accumulators
 
     def precompile(self) -> None:
         """Starts compiling the training envs' jitted step on a background thread (the driver calls it before the
@@ -150,31 +151,52 @@ class TorchVectorTrainer:
     def evaluate(self, num_episodes: int) -> dict[str, float]:
         """Deterministic evaluation (tanh of the mean) on the eval envs, as ``agent_common.envs.evaluate``:
         ``num_episodes / num_eval_envs`` rounds, each from freshly reset envs, returns summed until each env's
-        first episode end. The eval envs' key advances, so every evaluation sees new initial states."""
+        first episode end. The eval envs' key advances, so every evaluation sees new initial states.
+
+        All eval envs step at once; per step the device runs the jitted env step and one function that adds the
+        step's rewards to the still-running episodes and computes the next deterministic action
+        (``_eval_step``: a CUDA-graph replay on CUDA). The host reads a flag every 16 steps (have all envs
+        finished?) and the returns once at the end."""
         env = self.eval_env
         num_envs, limit = env.env.num_envs, env.env.max_episode_steps
+        rounds = max(1, num_episodes // num_envs) if num_episodes > 0 else 0
+        if rounds == 0:
+            return {}
+        if self._eval_sums is None:
+            f64, i64 = {"dtype": torch.float64, "device": self.device}, {"dtype": torch.int64, "device": self.device}
+            self._eval_sums = (torch.zeros(num_envs, **f64), torch.zeros(num_envs, **i64),
+                               torch.zeros(num_envs, dtype=torch.bool, device=self.device))
+        ret, length, done_once = self._eval_sums  # (E,) each, updated in place (a captured graph reads them)
         returns, lengths = [], []
-        for _ in range(max(1, num_episodes // num_envs) if num_episodes > 0 else 0):
+        for _ in range(rounds):
             obs = env.reset()
-            ret = torch.zeros(num_envs, dtype=torch.float64, device=self.device)  # (E,)
-            length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)  # (E,)
-            done_once = torch.zeros(num_envs, dtype=torch.bool, device=self.device)  # (E,)
+            ret.zero_()
+            length.zero_()
+            done_once.zero_()
+            action = self.agent.act_device(obs, None)  # (E, A)
             for t in range(limit):
-                out = env.step(self.agent.act_device(obs, None))
-                alive = ~done_once
-                ret += torch.where(alive, out.reward.to(torch.float64), 0.0)
-                length += alive.to(torch.int64)
-                done_once |= (out.terminated > 0) | (out.truncated > 0)
-                obs = out.obs
+                out = env.step(action)
+                action = self.agent.run_captured(("eval_step", tuple(out.obs.shape)), self._eval_step, out.obs,
+                                                 out.reward, out.terminated, out.truncated)
                 if (t + 1) % _EVAL_CHECK_EVERY == 0 and bool(done_once.all()):
                     break
-            returns.append(ret.cpu().numpy())
-            lengths.append(length.cpu().numpy())
-        if not returns:
-            return {}
-        ret_all, len_all = np.concatenate(returns), np.concatenate(lengths)
+            returns.append(ret.clone())
+            lengths.append(length.clone())
+        ret_all, len_all = torch.cat(returns).cpu().numpy(), torch.cat(lengths).cpu().numpy()
         return {"avg_return": float(ret_all.mean()), "avg_length": float(len_all.mean()),
                 "avg_success_once": 0.0, "avg_success_end": 0.0}
+
+    @torch.no_grad()
+    def _eval_step(self, obs: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
+                   truncated: torch.Tensor) -> torch.Tensor:
+        """Adds one step's (E,) rewards to the episodes still running, marks ended ones, returns the deterministic
+        (E, A) action for the (E, O) next observation."""
+        ret, length, done_once = self._eval_sums
+        alive = ~done_once
+        ret.add_(torch.where(alive, reward.to(torch.float64), 0.0))
+        length.add_(alive.to(torch.int64))
+        done_once.logical_or_((terminated > 0) | (truncated > 0))
+        return self.agent.act_tensor(obs)
 
     # ------------------------------------------------------------------------------------------------ checkpoints
     def save_agent(self, directory: str) -> None:

@@ -298,7 +298,7 @@ def test_compile_mode_resolution():
     [
         ([], "off", "CUDA graphs instead", True),
         (["agent.use_cuda_graph=false"], "off", "with agent.use_cuda_graph=false: eager", False),
-        (["agent.use_amp=true"], "off", "with agent.use_amp=true: eager", False),
+        (["agent.use_amp=true"], "off", "CUDA graphs instead", True),
         (["agent.compile_mode=max-autotune"], "max-autotune", "agent.compile_mode=max-autotune (as configured)",
          False),
         (["agent.compile_mode=reduce-overhead"], "reduce-overhead", "as configured", False),
@@ -324,7 +324,8 @@ def test_cuda_graph_resolution_names_the_reason():
     assert on == (True, "update step and action selection captured (compile_mode=off)")
     assert resolve_cuda_graph(cfg, cuda, "default")[0]
     assert resolve_cuda_graph(cfg, cpu, "off") == (False, "device cpu (CUDA graphs need CUDA)")
-    assert "use_amp" in resolve_cuda_graph(load_config(["agent.use_amp=true"], "torch"), cuda, "off")[1]
+    assert resolve_cuda_graph(load_config(["agent.use_amp=true"], "torch"), cuda, "off") == (
+        True, "update step and action selection captured (compile_mode=off, AMP fp16)")
     assert "max-autotune" in resolve_cuda_graph(cfg, cuda, "max-autotune")[1]
     off = resolve_cuda_graph(load_config(["agent.use_cuda_graph=false"], "torch"), cuda, "off")
     assert off == (False, "agent.use_cuda_graph=false")

@@ -20,6 +20,7 @@ from agent_common.schema import build_config  # noqa: E402
 from agent_torch import vector  # noqa: E402
 from mjx_envs import torch_view  # noqa: E402
 from mjx_envs.env import FAST_COMPILE_ENV  # noqa: E402
+from tests.host_sync import HostSyncCounter  # noqa: E402
 
 TINY = {"env.env_type": "mjx", "env.env_name": "halfcheetah", "num_train_envs": 2, "num_eval_envs": 2,
         "num_eval_episodes": 2, "env.max_episode_steps": 12, "num_env_steps": 200, "agent.buffer_min_length": 8,
@@ -130,6 +131,53 @@ def test_evaluation_is_deterministic_and_counts_episodes():
     assert again.evaluate(4) == result
     trainer.load_buffer_state(None)  # a checkpoint without rows: an empty replay, a new warm-up
     assert (len(trainer.replay), trainer.replay.can_sample()) == (0, False)
+
+
+def test_evaluation_returns_equal_those_of_the_per_step_evaluation_of_e5cba09():
+    """The batched evaluation (one fused accumulate-and-act call per step) gives the returns that the per-step
+    evaluation of commit e5cba09 gave on the same run (values printed by that commit's ``evaluate`` for this
+    config, seed 3: two calls, the eval key advancing in between); host reads: the all-done flag every 16 steps
+    and the returns once."""
+    trainer = _trainer(**{"num_eval_episodes": 4})
+    trainer.advance(5)
+    with HostSyncCounter() as syncs:
+        first = trainer.evaluate(4)  # 2 rounds of 12 steps: no flag read (< 16 steps), one read of the returns
+    assert first["avg_return"] == pytest.approx(-3.209784295409918, rel=1e-9, abs=1e-12)
+    assert first["avg_length"] == 12.0
+    assert trainer.evaluate(2)["avg_return"] == pytest.approx(-1.7746501751244068, rel=1e-9, abs=1e-12)
+    assert dict(syncs.counts) == {"Tensor.numpy": 2}, dict(syncs.counts)
+
+
+def test_host_sync_counter_catches_an_inserted_item(monkeypatch):
+    """Positive control of the sync count below: one ``.item()`` per replay insert is caught, once per step."""
+    trainer = _trainer()
+    trainer.advance(5)
+    add = trainer.replay.add
+
+    def add_and_read(*args):
+        add(*args)
+        args[2].sum().item()  # the reward read back: a host synchronisation
+
+    monkeypatch.setattr(trainer.replay, "add", add_and_read)
+    with HostSyncCounter() as syncs:
+        trainer.advance(2)
+    assert syncs.counts == {"_local_scalar_dense": 2}, dict(syncs.counts)
+
+
+@pytest.mark.parametrize("amp", [{}, {"agent.use_amp": True, "agent.amp_dtype": "fp16"},
+                                 {"agent.use_amp": True, "agent.amp_dtype": "bf16"}], ids=["fp32", "fp16", "bf16"])
+def test_interaction_steps_do_not_synchronise_with_the_host(amp):
+    """Warm-up steps and policy steps with their updates (AMP off, fp16 with the device loss scale, bf16): no
+    ``.item()``, ``nonzero``, value-dependent branch or device-to-host read on the hot path (the CPU run of the
+    code the GPU runs; CUDA-graph replays replace the eager calls there)."""
+    trainer = _trainer(**{"updates_per_interaction_step": 2, **amp})
+    with HostSyncCounter() as syncs:
+        trainer.advance(3)  # warm-up: 6 rows < 8
+        trainer.advance(3)  # policy actions, 2 updates per step
+    assert trainer.agent.update_step == 2 * 3
+    assert syncs.total == 0, dict(syncs.counts)
+    metrics = trainer.take_metrics()  # the one read-back, outside the hot path
+    assert metrics["critic/loss"][1] == 6 and np.isfinite(metrics["critic/loss"][0])
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
