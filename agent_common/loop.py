@@ -251,10 +251,12 @@ class _Loop:
         self.local_envs = int(cfg.num_train_envs)  # this replica's training envs
         self.num_envs = self.local_envs * replicas.world_size  # env steps of one interaction step, all replicas
         self.train_envs = make_vec_env(
-            env_cfg.env_name, self.local_envs, seed, env_cfg.rescale_action, env_cfg.max_episode_steps
+            env_cfg.env_name, self.local_envs, seed, env_cfg.rescale_action, env_cfg.max_episode_steps,
+            env_cfg.env_type,
         )
         self.eval_envs = make_vec_env(
-            env_cfg.env_name, cfg.num_eval_envs, cfg.seed, env_cfg.rescale_action, env_cfg.max_episode_steps
+            env_cfg.env_name, cfg.num_eval_envs, cfg.seed, env_cfg.rescale_action, env_cfg.max_episode_steps,
+            env_cfg.env_type,
         )
         obs, _ = self.train_envs.reset(seed=seed)
         self.eval_envs.reset(seed=cfg.seed)

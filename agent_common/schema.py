@@ -21,6 +21,9 @@ from typing import Any
 __all__ = [
     "BACKENDS",
     "COMPILE_MODES",
+    "DMC_EPISODE_STEPS",
+    "DMC_EXTRA_MODULES",
+    "DMC_TASKS",
     "ENV_TYPES",
     "FRAMEWORKS",
     "KNOWN_KEYS",
@@ -37,6 +40,7 @@ __all__ = [
     "build_config",
     "check_training_run",
     "check_key",
+    "dmc_missing",
     "mjx_missing",
     "config_to_dict",
     "flatten",
@@ -51,7 +55,28 @@ SUPPORTED_ENVS: tuple[str, ...] = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4",
 MJX_TASKS: tuple[str, ...] = ("halfcheetah", "hopper", "walker2d", "ant", "humanoid")
 """Brax's MuJoCo tasks on the MJX backend (``env.env_type=mjx``, package ``mjx_envs``), in SUPPORTED_ENVS' order."""
 
-ENV_TYPES: dict[str, tuple[str, ...]] = {"mujoco": SUPPORTED_ENVS, "mjx": MJX_TASKS}
+DMC_TASKS: tuple[str, ...] = (
+    "acrobot-swingup", "acrobot-swingup_sparse", "ball_in_cup-catch", "cartpole-balance", "cartpole-balance_sparse",
+    "cartpole-swingup", "cartpole-swingup_sparse", "cartpole-three_poles", "cartpole-two_poles", "cheetah-run",
+    "dog-fetch", "dog-run", "dog-stand", "dog-trot", "dog-walk", "finger-spin", "finger-turn_easy",
+    "finger-turn_hard", "fish-swim", "fish-upright", "hopper-hop", "hopper-stand", "humanoid-run",
+    "humanoid-run_pure_state", "humanoid-stand", "humanoid-walk", "humanoid_CMU-run", "humanoid_CMU-stand",
+    "humanoid_CMU-walk", "lqr-lqr_2_1", "lqr-lqr_6_2", "manipulator-bring_ball", "manipulator-bring_peg",
+    "manipulator-insert_ball", "manipulator-insert_peg", "pendulum-swingup", "point_mass-easy", "point_mass-hard",
+    "quadruped-escape", "quadruped-fetch", "quadruped-run", "quadruped-walk", "reacher-easy", "reacher-hard",
+    "stacker-stack_2", "stacker-stack_4", "swimmer-swimmer15", "swimmer-swimmer6", "walker-run", "walker-stand",
+    "walker-walk",
+)
+"""DeepMind Control suite tasks (``env.env_type=dmc``) as upstream names them, ``<domain>-<task>``: every entry of
+``dm_control.suite.ALL_TASKS`` (tests/test_dmc_envs.py checks the list against the installed dm_control)."""
+
+DMC_EPISODE_STEPS = 1000
+"""A DMC episode's length when ``env.max_episode_steps`` is null (upstream ``configs/env/dmc.yaml``)."""
+
+DMC_EXTRA_MODULES: tuple[str, ...] = ("dm_control", "shimmy")
+"""What ``env.env_type=dmc`` needs (the ``dmc`` extra)."""
+
+ENV_TYPES: dict[str, tuple[str, ...]] = {"mujoco": SUPPORTED_ENVS, "mjx": MJX_TASKS, "dmc": DMC_TASKS}
 """``env.env_type`` values and the ``env.env_name`` values each allows."""
 
 MJX_TRAINING_FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
@@ -105,10 +130,10 @@ class _Freezable:
 class EnvConfig(_Freezable):
     """``env.*`` keys (upstream ``configs/env/mujoco.yaml``)."""
 
-    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx (mjx_envs; agent_common.vector_loop)
+    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx (mjx_envs; agent_common.vector_loop) | dmc (dm_control)
     env_name: str = "HalfCheetah-v4"  # one of ENV_TYPES[env_type]
     rescale_action: bool = True  # RescaleAction to [-1, 1] (the paper-era actor assumes [-1, 1])
-    max_episode_steps: int | None = None  # null or <= 0 keeps the task's TimeLimit (1000)
+    max_episode_steps: int | None = None  # null or <= 0 keeps the task's TimeLimit (1000; DMC: 1000)
     num_train_envs: int | None = None  # null -> top-level num_train_envs (upstream interpolation)
     num_eval_envs: int | None = None  # null -> top-level num_eval_envs
 
@@ -521,6 +546,18 @@ def _validate(cfg: Config, framework: str) -> None:
         )
     if cfg.env.env_type == "mjx":
         _validate_mjx(cfg)
+    if cfg.env.env_type == "dmc":
+        missing = dmc_missing()
+        if missing:
+            raise ConfigError(
+                f"invalid value 'dmc' for 'env.env_type': the DeepMind Control tasks need the dmc extra "
+                f"(pip install -e \".[dmc]\"); not installed: {', '.join(missing)}"
+            )
+
+
+def dmc_missing() -> list[str]:
+    """The modules of ``DMC_EXTRA_MODULES`` that are not installed (found without importing them)."""
+    return [name for name in DMC_EXTRA_MODULES if importlib.util.find_spec(name) is None]
 
 
 def mjx_missing() -> list[str]:
