@@ -49,7 +49,14 @@ from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
 from agent_common.replicas import SINGLE, NullLogger, Replicas
-from agent_common.schema import Config, ConfigError, budget_defaults, check_training_run, run_dir_of_checkpoint
+from agent_common.schema import (
+    VECTOR_ENV_TYPES,
+    Config,
+    ConfigError,
+    budget_defaults,
+    check_training_run,
+    run_dir_of_checkpoint,
+)
 
 __all__ = [
     "AGENT_DIR",
@@ -978,7 +985,7 @@ def run_cli(
     try:
         if replicas.is_main:
             prepare_run_dir(cfg, framework if make_vector_module is not None else None)
-        if cfg.env.env_type == "mjx" and make_vector_module is not None:
+        if cfg.env.env_type in VECTOR_ENV_TYPES and make_vector_module is not None:
             from agent_common.vector_loop import train_vector  # imports this module
 
             result = train_vector(cfg, make_vector_module(), framework, replicas)
