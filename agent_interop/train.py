@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = parse_args(rest, framework=known.agent, prog="python -m agent_interop.train")  # exits 2 on a bad key
     if cfg.env.env_type in VECTOR_ENV_TYPES:
-        ap.error(f"--init-from: expected a gymnasium env.env_type (mujoco, dmc), got env.env_type="
+        ap.error(f"--init-from: expected env.env_type=mujoco or dmc (the gymnasium loop), got env.env_type="
                  f"{cfg.env.env_type}, whose vectorised trainer builds its own agent")
     if known.agent == "jax":
         from agent_jax.train import main as train_main
