@@ -6,8 +6,10 @@ Modules
                 ``RESUME_LOCKED`` (what a resume may not change), ``target_entropy(agent_cfg, low, high)``.
     config      the command line (omegaconf): ``load_config(overrides, framework)``, ``parse_args(argv, framework)``
                 (``--overrides key=value``, repeatable, "did you mean"), the run's stored config on resume.
-    envs        ``make_env``, ``make_vec_env`` (SameStep autoreset), ``step_env`` -> ``StepResult`` (true final obs
-                for finished episodes), ``evaluate(act, envs, num_episodes)``, ``get_env_states``/``set_env_states``.
+    envs        ``make_env``, ``make_vec_env`` (SameStep autoreset; gymnasium MuJoCo or DMC through shimmy),
+                ``step_env`` -> ``StepResult`` (true final obs for finished episodes), ``evaluate(act, envs,
+                num_episodes)``, ``get_env_states``/``set_env_states``.
+    env_recipes ``RECIPES``, ``recipe(name, task, framework)``: upstream's DMC and MuJoCo Playground recipes.
     noise       ``ZetaNoise`` (truncated-zeta noise repetition; ``sample() -> (E, A)``; state_dict/load_state_dict).
     normalizer  ``RewardNormalizer`` (``update(r, term, trunc)``, ``normalize(r)``, ``scale()``, state_dict).
     buffer      ``ReplayBuffer`` (n-step, numpy, seeded uniform sampling; ``add``, ``sample(B)``, state_dict; the rows
@@ -18,8 +20,9 @@ Modules
     checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``,
                 checkpoint discovery by scanning, crash recovery, pruning, ``CheckpointError``, ``DiskFullError``.
     loop        ``train(cfg, make_agent) -> TrainResult`` and ``run_cli(argv, framework, factory_loader)``.
-    vector_loop ``train_vector(cfg, make_trainer, framework)``: the MJX driver (``env.env_type=mjx``) over an agent's
-                ``VectorTrainer`` (chunks of interaction steps on the device; evaluation, logging, checkpoints between).
+    vector_loop ``train_vector(cfg, make_trainer, framework)``: the device driver (``env.env_type`` mjx or
+                mujoco_playground) over an agent's ``VectorTrainer`` (chunks of interaction steps on the device;
+                evaluation, logging, checkpoints between).
     plot        ``python -m agent_common.plot <run_dir> [--reference published.csv]`` -> ``learning_curve.png``.
 
 Agent interface (what ``loop.train`` calls; both frameworks implement it identically)

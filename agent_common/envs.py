@@ -1,4 +1,10 @@
-"""gym-MuJoCo environments as upstream builds them: RescaleAction, TimeLimit, SameStep-autoreset vector envs."""
+"""CPU-simulator environments as upstream builds them: RescaleAction, TimeLimit, SameStep-autoreset vector envs.
+
+``env.env_type=mujoco``: gymnasium's MuJoCo tasks. ``env.env_type=dmc``: DeepMind Control suite tasks
+(``<domain>-<task>``, ``agent_common.schema.DMC_TASKS``) through shimmy, as upstream's ``make_dmc_env``: the dict
+observation flattened and cast to float32, episodes of 1000 steps unless ``max_episode_steps`` says otherwise, no
+action repeat. DMC needs the ``dmc`` extra (dm-control, shimmy); it is imported only when a DMC env is built.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ import mujoco
 import numpy as np
 from gymnasium.wrappers import RescaleAction, TimeLimit
 
-from agent_common.schema import SUPPORTED_ENVS
+from agent_common.schema import DMC_EPISODE_STEPS, ENV_TYPES, dmc_missing
 
 __all__ = [
     "EnvSnapshot",
@@ -33,7 +39,8 @@ class EnvSnapshot(gym.Wrapper):
     """Outermost wrapper that can save and restore the complete env state, for exact resume.
 
     The state is the MuJoCo integration state (``mj_getState`` with ``mjSTATE_INTEGRATION``: time, qpos, qvel,
-    act, warm-start, controls, ...), the env's ``np_random`` bit-generator state and every ``TimeLimit``'s
+    act, warm-start, controls, ...), the env's random-generator state (gymnasium's ``np_random`` generator; for a
+    DMC task its ``RandomState`` and the dm_control environment's step counter) and every ``TimeLimit``'s
     elapsed-step counter. Exposed as methods so ``VectorEnv.call`` reaches them for sync and async vector envs.
     """
 
@@ -44,22 +51,38 @@ class EnvSnapshot(gym.Wrapper):
     def get_snapshot(self) -> dict[str, Any]:
         """Returns a picklable dict with the full env state."""
         base = self.env.unwrapped
+        model, data = _mj_model_data(base)
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
-        state = np.empty(mujoco.mj_stateSize(base.model, spec), dtype=np.float64)
-        mujoco.mj_getState(base.model, base.data, state, spec)
-        return {
+        state = np.empty(mujoco.mj_stateSize(model, spec), dtype=np.float64)
+        mujoco.mj_getState(model, data, state, spec)
+        snapshot = {
             "mj_state": state,
-            "np_random": base.np_random.bit_generator.state,
             "elapsed_steps": [w._elapsed_steps for w in _time_limits(self.env)],
         }
+        dm_env = getattr(base, "_env", None)
+        if dm_env is None:
+            snapshot["np_random"] = base.np_random.bit_generator.state
+        else:  # shimmy over dm_control: the task's legacy RandomState and the environment's own episode counter
+            snapshot["np_random"] = base.np_random.get_state()
+            snapshot["dm_step"] = [dm_env._step_count, dm_env._reset_next_step]
+        return snapshot
 
     def set_snapshot(self, snapshot: dict[str, Any]) -> None:
         """Restores a state produced by ``get_snapshot`` (the env must have been reset once)."""
         base = self.env.unwrapped
+        model, data = _mj_model_data(base)
+        dm_env = getattr(base, "_env", None)
+        if (dm_env is None) != ("dm_step" not in snapshot):
+            raise ValueError("env snapshot does not match the env (a gymnasium MuJoCo snapshot for a DMC env or the "
+                             "reverse)")
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
-        mujoco.mj_setState(base.model, base.data, np.asarray(snapshot["mj_state"], dtype=np.float64), spec)
-        mujoco.mj_forward(base.model, base.data)
-        base.np_random.bit_generator.state = snapshot["np_random"]
+        mujoco.mj_setState(model, data, np.asarray(snapshot["mj_state"], dtype=np.float64), spec)
+        mujoco.mj_forward(model, data)
+        if dm_env is None:
+            base.np_random.bit_generator.state = snapshot["np_random"]
+        else:
+            base.np_random.set_state(snapshot["np_random"])
+            dm_env._step_count, dm_env._reset_next_step = snapshot["dm_step"]
         limits = _time_limits(self.env)
         if len(limits) != len(snapshot["elapsed_steps"]):
             raise ValueError("env snapshot does not match the wrapper chain (different TimeLimit count)")
@@ -69,6 +92,51 @@ class EnvSnapshot(gym.Wrapper):
     def set_snapshots(self, snapshots: list[dict[str, Any]]) -> None:
         """Restores this env's entry of a vector env's list of snapshots."""
         self.set_snapshot(snapshots[self.index])
+
+
+def _mj_model_data(base: gym.Env) -> tuple[Any, Any]:
+    """The ``MjModel`` and ``MjData`` of a gymnasium MuJoCo env or of shimmy's dm_control env (its physics)."""
+    dm_env = getattr(base, "_env", None)
+    if dm_env is not None:
+        return dm_env.physics.model.ptr, dm_env.physics.data.ptr
+    return base.model, base.data
+
+
+class Float32Observation(gym.ObservationWrapper):
+    """Casts observations to float32 (DMC's come as float64) and declares both spaces float32, as gymnasium's
+    MuJoCo tasks do (a float64 action space would make ``RescaleAction`` warn of overflowing casts)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        obs_space, act_space = env.observation_space, env.action_space
+        assert isinstance(obs_space, gym.spaces.Box) and isinstance(act_space, gym.spaces.Box)
+        self.observation_space = gym.spaces.Box(
+            low=obs_space.low.astype(np.float32), high=obs_space.high.astype(np.float32), dtype=np.float32
+        )
+        self.action_space = gym.spaces.Box(
+            low=act_space.low.astype(np.float32), high=act_space.high.astype(np.float32), dtype=np.float32
+        )
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.asarray(observation, dtype=np.float32)
+
+
+def _make_dmc(env_name: str, seed: int) -> gym.Env:
+    """A DMC suite task through shimmy, as upstream ``make_dmc_env`` (flattened observation), cast to float32."""
+    missing = dmc_missing()
+    if missing:
+        raise ImportError(f"env.env_type=dmc needs the dmc extra (pip install -e \".[dmc]\"); not installed: "
+                          f"{', '.join(missing)}")
+    from dm_control import suite
+    from gymnasium.wrappers import FlattenObservation
+    from shimmy import DmControlCompatibilityV0
+
+    domain, task = env_name.split("-")
+    env: gym.Env = DmControlCompatibilityV0(suite.load(domain_name=domain, task_name=task,
+                                                       task_kwargs={"random": seed}))
+    if isinstance(env.observation_space, gym.spaces.Dict):
+        env = FlattenObservation(env)
+    return Float32Observation(env)
 
 
 def _time_limits(env: gym.Env) -> list[TimeLimit]:
@@ -81,25 +149,43 @@ def _time_limits(env: gym.Env) -> list[TimeLimit]:
 
 
 def make_env(
-    env_name: str, seed: int, rescale_action: bool = True, max_episode_steps: int | None = None, index: int = 0,
+    env_name: str,
+    seed: int,
+    rescale_action: bool = True,
+    max_episode_steps: int | None = None,
+    index: int = 0,
+    env_type: str = "mujoco",
     render_size: int | None = None,
 ) -> gym.Env:
-    """One gym-MuJoCo env, wrapped as upstream ``make_mujoco_env`` does (docs/flashsac.md).
+    """One CPU-simulator env, wrapped as upstream's ``make_mujoco_env`` / ``make_dmc_env`` and ``create_vec_env``.
 
     Args:
-        env_name: one of ``SUPPORTED_ENVS`` (e.g. ``"HalfCheetah-v4"``).
-        seed: seeds the observation and action spaces (the env itself is seeded by ``reset(seed=...)``).
+        env_name: one of ``ENV_TYPES[env_type]`` (e.g. ``"HalfCheetah-v4"``, ``"cheetah-run"``).
+        seed: seeds the observation and action spaces (the env itself is seeded by ``reset(seed=...)``); a DMC
+            task's random state is also created from it (``task_kwargs={"random": seed}``, as upstream).
         rescale_action: wrap ``RescaleAction`` to [-1, 1] with float32 bounds.
-        max_episode_steps: a positive value overrides the task's TimeLimit; ``None`` or <= 0 keeps it (1000).
+        max_episode_steps: a positive value overrides the task's TimeLimit; ``None`` or <= 0 keeps it (gymnasium:
+            the registered limit, 1000; DMC: ``DMC_EPISODE_STEPS`` = 1000, upstream's ``configs/env/dmc.yaml``).
         index: position of this env in its vector env.
-        render_size: build the env with ``render_mode="rgb_array"`` at this width and height (None: no renderer).
+        env_type: ``"mujoco"`` (gymnasium) or ``"dmc"`` (dm_control through shimmy).
+        render_size: build the env with ``render_mode="rgb_array"`` at this width and height (None: no renderer;
+            gymnasium tasks only).
 
     Returns:
         The wrapped env; its outermost wrapper is ``EnvSnapshot``.
     """
-    if env_name not in SUPPORTED_ENVS:
-        raise ValueError(f"unsupported env {env_name!r}; supported: {', '.join(SUPPORTED_ENVS)}")
-    if render_size is None:
+    if env_type not in ("mujoco", "dmc"):
+        raise ValueError(f"env_type: expected 'mujoco' or 'dmc' (the CPU simulators), got {env_type!r}")
+    if env_name not in ENV_TYPES[env_type]:
+        raise ValueError(f"unsupported env {env_name!r} for env_type {env_type!r}; supported: "
+                         f"{', '.join(ENV_TYPES[env_type])}")
+    if env_type == "dmc":
+        if render_size is not None:
+            raise ValueError("render_size: evaluation videos are recorded for gymnasium tasks (env_type mujoco) only")
+        env = _make_dmc(env_name, seed)
+        if max_episode_steps is None or max_episode_steps <= 0:
+            max_episode_steps = DMC_EPISODE_STEPS
+    elif render_size is None:
         env = gym.make(env_name)
     else:
         env = gym.make(env_name, render_mode="rgb_array", width=render_size, height=render_size)
@@ -116,7 +202,12 @@ def make_env(
 
 
 def make_vec_env(
-    env_name: str, num_envs: int, seed: int, rescale_action: bool = True, max_episode_steps: int | None = None
+    env_name: str,
+    num_envs: int,
+    seed: int,
+    rescale_action: bool = True,
+    max_episode_steps: int | None = None,
+    env_type: str = "mujoco",
 ) -> gym.vector.VectorEnv:
     """A vector env with same-step autoreset (the done env is reset inside ``step``; ``infos["final_obs"]``).
 
@@ -129,12 +220,14 @@ def make_vec_env(
         seed: base seed.
         rescale_action: see ``make_env``.
         max_episode_steps: see ``make_env``.
+        env_type: see ``make_env``.
 
     Returns:
         The vector env.
     """
     fns: list[Callable[[], gym.Env]] = [
-        (lambda i=i: make_env(env_name, seed + i, rescale_action, max_episode_steps, i)) for i in range(num_envs)
+        (lambda i=i: make_env(env_name, seed + i, rescale_action, max_episode_steps, i, env_type))
+        for i in range(num_envs)
     ]
     mode = gym.vector.AutoresetMode.SAME_STEP
     if num_envs == 1:

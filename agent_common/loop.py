@@ -52,7 +52,14 @@ from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
 from agent_common.replicas import SINGLE, NullLogger, Replicas
-from agent_common.schema import Config, ConfigError, budget_defaults, check_training_run, run_dir_of_checkpoint
+from agent_common.schema import (
+    VECTOR_ENV_TYPES,
+    Config,
+    ConfigError,
+    budget_defaults,
+    check_training_run,
+    run_dir_of_checkpoint,
+)
 from agent_common.video import RunVideos, run_videos
 from agent_common.wandb_logger import logger_options
 
@@ -256,10 +263,12 @@ class _Loop:
         self.local_envs = int(cfg.num_train_envs)  # this replica's training envs
         self.num_envs = self.local_envs * replicas.world_size  # env steps of one interaction step, all replicas
         self.train_envs = make_vec_env(
-            env_cfg.env_name, self.local_envs, seed, env_cfg.rescale_action, env_cfg.max_episode_steps
+            env_cfg.env_name, self.local_envs, seed, env_cfg.rescale_action, env_cfg.max_episode_steps,
+            env_cfg.env_type,
         )
         self.eval_envs = make_vec_env(
-            env_cfg.env_name, cfg.num_eval_envs, cfg.seed, env_cfg.rescale_action, env_cfg.max_episode_steps
+            env_cfg.env_name, cfg.num_eval_envs, cfg.seed, env_cfg.rescale_action, env_cfg.max_episode_steps,
+            env_cfg.env_type,
         )
         obs, _ = self.train_envs.reset(seed=seed)
         self.eval_envs.reset(seed=cfg.seed)
@@ -1005,7 +1014,7 @@ def run_cli(
     try:
         if replicas.is_main:
             prepare_run_dir(cfg, framework if make_vector_module is not None else None)
-        if cfg.env.env_type == "mjx" and make_vector_module is not None:
+        if cfg.env.env_type in VECTOR_ENV_TYPES and make_vector_module is not None:
             from agent_common.vector_loop import train_vector  # imports this module
 
             result = train_vector(cfg, make_vector_module(), framework, replicas)

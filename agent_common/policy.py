@@ -102,7 +102,8 @@ def load_policy(path: str, framework: str, make_agent: Callable[[Config, gym.spa
     """
     cfg = load_config([f"agent_load_path={path}", *overrides], framework)  # type: ignore[arg-type]
     ckpt = _checkpoint_of(path)
-    env = make_env(cfg.env.env_name, cfg.seed, cfg.env.rescale_action, cfg.env.max_episode_steps)
+    env = make_env(cfg.env.env_name, cfg.seed, cfg.env.rescale_action, cfg.env.max_episode_steps,
+                   env_type=cfg.env.env_type)
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     assert isinstance(obs_space, gym.spaces.Box) and isinstance(act_space, gym.spaces.Box)

@@ -23,12 +23,21 @@ from typing import Any
 __all__ = [
     "BACKENDS",
     "COMPILE_MODES",
+    "DMC_EPISODE_STEPS",
+    "DMC_EXTRA_MODULES",
+    "DMC_TASKS",
     "ENV_TYPES",
     "FRAMEWORKS",
     "KNOWN_KEYS",
     "MJX_EXTRA_MODULES",
     "MJX_TASKS",
     "MJX_TRAINING_FRAMEWORKS",
+    "MENAGERIE_ENV",
+    "PLAYGROUND_DM_TASKS",
+    "PLAYGROUND_EXTRA_MODULES",
+    "PLAYGROUND_LOCOMOTION_TASKS",
+    "PLAYGROUND_TASKS",
+    "VECTOR_ENV_TYPES",
     "RESUME_LOCKED",
     "SUPPORTED_ENVS",
     "AgentConfig",
@@ -42,7 +51,10 @@ __all__ = [
     "config_help",
     "field_default",
     "field_docs",
+    "dmc_missing",
+    "menagerie_problem",
     "mjx_missing",
+    "playground_missing",
     "config_to_dict",
     "flatten",
     "resume_conflicts",
@@ -56,8 +68,61 @@ SUPPORTED_ENVS: tuple[str, ...] = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4",
 MJX_TASKS: tuple[str, ...] = ("halfcheetah", "hopper", "walker2d", "ant", "humanoid")
 """Brax's MuJoCo tasks on the MJX backend (``env.env_type=mjx``, package ``mjx_envs``), in SUPPORTED_ENVS' order."""
 
-ENV_TYPES: dict[str, tuple[str, ...]] = {"mujoco": SUPPORTED_ENVS, "mjx": MJX_TASKS}
+DMC_TASKS: tuple[str, ...] = (
+    "acrobot-swingup", "acrobot-swingup_sparse", "ball_in_cup-catch", "cartpole-balance", "cartpole-balance_sparse",
+    "cartpole-swingup", "cartpole-swingup_sparse", "cartpole-three_poles", "cartpole-two_poles", "cheetah-run",
+    "dog-fetch", "dog-run", "dog-stand", "dog-trot", "dog-walk", "finger-spin", "finger-turn_easy",
+    "finger-turn_hard", "fish-swim", "fish-upright", "hopper-hop", "hopper-stand", "humanoid-run",
+    "humanoid-run_pure_state", "humanoid-stand", "humanoid-walk", "humanoid_CMU-run", "humanoid_CMU-stand",
+    "humanoid_CMU-walk", "lqr-lqr_2_1", "lqr-lqr_6_2", "manipulator-bring_ball", "manipulator-bring_peg",
+    "manipulator-insert_ball", "manipulator-insert_peg", "pendulum-swingup", "point_mass-easy", "point_mass-hard",
+    "quadruped-escape", "quadruped-fetch", "quadruped-run", "quadruped-walk", "reacher-easy", "reacher-hard",
+    "stacker-stack_2", "stacker-stack_4", "swimmer-swimmer15", "swimmer-swimmer6", "walker-run", "walker-stand",
+    "walker-walk",
+)
+"""DeepMind Control suite tasks (``env.env_type=dmc``) as upstream names them, ``<domain>-<task>``: every entry of
+``dm_control.suite.ALL_TASKS`` (tests/test_dmc_envs.py checks the list against the installed dm_control)."""
+
+DMC_EPISODE_STEPS = 1000
+"""A DMC episode's length when ``env.max_episode_steps`` is null (upstream ``configs/env/dmc.yaml``)."""
+
+DMC_EXTRA_MODULES: tuple[str, ...] = ("dm_control", "shimmy")
+"""What ``env.env_type=dmc`` needs (the ``dmc`` extra)."""
+
+PLAYGROUND_DM_TASKS: tuple[str, ...] = (
+    "AcrobotSwingup", "AcrobotSwingupSparse", "BallInCup", "CartpoleBalance", "CartpoleBalanceSparse",
+    "CartpoleSwingup", "CartpoleSwingupSparse", "CheetahRun", "FingerSpin", "FingerTurnEasy", "FingerTurnHard",
+    "FishSwim", "HopperHop", "HopperStand", "HumanoidRun", "HumanoidStand", "HumanoidWalk", "PendulumSwingup",
+    "PointMass", "ReacherEasy", "ReacherHard", "SwimmerSwimmer6", "WalkerRun", "WalkerStand", "WalkerWalk",
+)
+"""MuJoCo Playground's DM Control suite tasks (``env.env_type=mujoco_playground``), assets in the wheel."""
+
+PLAYGROUND_LOCOMOTION_TASKS: dict[str, str] = {
+    "G1JoystickFlatTerrain": "unitree_g1",
+    "G1JoystickRoughTerrain": "unitree_g1",
+    "T1JoystickFlatTerrain": "booster_t1",
+    "T1JoystickRoughTerrain": "booster_t1",
+}
+"""Upstream's published MuJoCo Playground tasks, with the MuJoCo Menagerie folder of each one's robot."""
+
+PLAYGROUND_TASKS: tuple[str, ...] = PLAYGROUND_DM_TASKS + tuple(PLAYGROUND_LOCOMOTION_TASKS)
+
+PLAYGROUND_EXTRA_MODULES: tuple[str, ...] = ("jax", "mujoco_playground", "mujoco_mjx")
+"""What ``env.env_type=mujoco_playground`` needs (the ``playground`` extra)."""
+
+MENAGERIE_ENV = "MUJOCO_MENAGERIE_PATH"
+"""Environment variable with a MuJoCo Menagerie checkout, used when ``env.menagerie_path`` is null."""
+
+ENV_TYPES: dict[str, tuple[str, ...]] = {
+    "mujoco": SUPPORTED_ENVS,
+    "mjx": MJX_TASKS,
+    "dmc": DMC_TASKS,
+    "mujoco_playground": PLAYGROUND_TASKS,
+}
 """``env.env_type`` values and the ``env.env_name`` values each allows."""
+
+VECTOR_ENV_TYPES: tuple[str, ...] = ("mjx", "mujoco_playground")
+"""The env types stepped on the device by ``agent_common.vector_loop`` (the others by the gymnasium loop)."""
 
 MJX_TRAINING_FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
 """The agents whose training CLI steps ``env.env_type=mjx`` (``agent_common.vector_loop``); the others exit 2."""
@@ -116,12 +181,13 @@ class _Freezable:
 class EnvConfig(_Freezable):
     """``env.*`` keys (upstream ``configs/env/mujoco.yaml``)."""
 
-    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx (mjx_envs; agent_common.vector_loop)
+    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx | mujoco_playground (vector_loop) | dmc (dm_control)
     env_name: str = "HalfCheetah-v4"  # one of ENV_TYPES[env_type]
     rescale_action: bool = True  # RescaleAction to [-1, 1] (the paper-era actor assumes [-1, 1])
-    max_episode_steps: int | None = None  # null or <= 0 keeps the task's TimeLimit (1000)
+    max_episode_steps: int | None = None  # null or <= 0 keeps the task's TimeLimit (1000; DMC: 1000)
     num_train_envs: int | None = None  # null -> top-level num_train_envs (upstream interpolation)
     num_eval_envs: int | None = None  # null -> top-level num_eval_envs
+    menagerie_path: str | None = None  # Menagerie checkout (Playground locomotion); null: $MUJOCO_MENAGERIE_PATH
 
 
 @dataclass
@@ -631,8 +697,25 @@ def _validate(cfg: Config, framework: str) -> None:
         "starts a run over in save_path; it cannot be combined with agent_load_path (a resume)",
     )
     _validate_derived(cfg)
+    _require(not (cfg.record_video and cfg.env.env_type in ("dmc", "mujoco_playground")), "record_video",
+             cfg.record_video, f"must be false with env.env_type={cfg.env.env_type}: evaluation videos are recorded "
+             "for the gymnasium tasks (env.env_type=mujoco) only")
     if cfg.env.env_type == "mjx":
         _validate_mjx(cfg)
+    if cfg.env.env_type == "mujoco_playground":
+        _validate_playground(cfg)
+    if cfg.env.env_type == "dmc":
+        missing = dmc_missing()
+        if missing:
+            raise ConfigError(
+                f"invalid value 'dmc' for 'env.env_type': the DeepMind Control tasks need the dmc extra "
+                f"(pip install -e \".[dmc]\"); not installed: {', '.join(missing)}"
+            )
+
+
+def dmc_missing() -> list[str]:
+    """The modules of ``DMC_EXTRA_MODULES`` that are not installed (found without importing them)."""
+    return [name for name in DMC_EXTRA_MODULES if importlib.util.find_spec(name) is None]
 
 
 def _physical_memory() -> int | None:
@@ -738,6 +821,53 @@ def _validate_loggers(value: str) -> None:
         )
 
 
+def playground_missing() -> list[str]:
+    """The modules of ``PLAYGROUND_EXTRA_MODULES`` that are not installed (found without importing them)."""
+    missing = []
+    for name in PLAYGROUND_EXTRA_MODULES:
+        if name == "mujoco_mjx":
+            try:
+                importlib.metadata.version("mujoco-mjx")
+            except importlib.metadata.PackageNotFoundError:
+                missing.append("mujoco-mjx")
+        elif importlib.util.find_spec(name) is None:
+            missing.append("playground" if name == "mujoco_playground" else name)
+    return missing
+
+
+def menagerie_problem(task: str, path: str | None) -> str | None:
+    """None when ``task`` needs no MuJoCo Menagerie checkout or ``path`` holds its robot; else one line saying what
+    is missing and where to get it."""
+    robot = PLAYGROUND_LOCOMOTION_TASKS.get(task)
+    if robot is None:
+        return None
+    get = ("git clone https://github.com/google-deepmind/mujoco_menagerie and set env.menagerie_path=<dir> "
+           f"(or {MENAGERIE_ENV}=<dir>)")
+    if not path:
+        return f"{task} loads its robot from a MuJoCo Menagerie checkout and none is set: {get}"
+    if not os.path.isdir(os.path.join(path, robot)):
+        return f"{task} needs {os.path.join(path, robot)} (MuJoCo Menagerie's {robot}), which does not exist: {get}"
+    return None
+
+
+def _validate_playground(cfg: Config) -> None:
+    """``env.env_type=mujoco_playground``: the extra, actions left to the task, the Menagerie checkout of a
+    locomotion task, and the vectorised env count (as ``mjx``)."""
+    missing = playground_missing()
+    if missing:
+        raise ConfigError(
+            f"invalid value 'mujoco_playground' for 'env.env_type': MuJoCo Playground needs the playground extra "
+            f"(pip install -e \".[mjx,playground]\"); not installed: {', '.join(missing)}"
+        )
+    _require(not cfg.env.rescale_action, "env.rescale_action", cfg.env.rescale_action,
+             "MuJoCo Playground tasks take actions in [-1, 1] themselves; set env.rescale_action=false")
+    path = cfg.env.menagerie_path or os.environ.get(MENAGERIE_ENV) or None
+    problem = menagerie_problem(cfg.env.env_name, path)
+    if problem:
+        raise ConfigError(f"invalid value {path!r} for 'env.menagerie_path': {problem}")
+    _validate_vector(cfg)
+
+
 def _validate_mjx(cfg: Config) -> None:
     """``env.env_type=mjx``: the extra is installed, and the vectorised env count fits the buffer and the batch."""
     missing = mjx_missing()
@@ -746,6 +876,11 @@ def _validate_mjx(cfg: Config) -> None:
             f"invalid value 'mjx' for 'env.env_type': the MJX environments need the mjx extra "
             f"(pip install -e \".[mjx]\"); not installed: {', '.join(missing)}"
         )
+    _validate_vector(cfg)
+
+
+def _validate_vector(cfg: Config) -> None:
+    """An env type of ``VECTOR_ENV_TYPES``: the vectorised env count fits the buffer and the batch."""
     a, envs = cfg.agent, cfg.num_train_envs
     _require(
         envs <= a.buffer_max_length,
@@ -810,9 +945,10 @@ def check_training_run(cfg: Config, framework: str | None = None) -> None:
     if missing:
         raise ConfigError(f"logger_type={cfg.logger_type} record_video={cfg.record_video} needs packages that are not "
                           f"installed: {', '.join(missing)}")
-    if cfg.env.env_type == "mjx" and framework not in MJX_TRAINING_FRAMEWORKS:
+    if cfg.env.env_type in VECTOR_ENV_TYPES and framework not in MJX_TRAINING_FRAMEWORKS:
         raise ConfigError(
-            "env.env_type='mjx' is not wired into this agent yet: the gymnasium training loop steps gymnasium only; "
+            f"env.env_type={cfg.env.env_type!r} is not wired into this agent yet: the gymnasium training loop steps "
+            "gymnasium only; "
             "train MJX tasks through an agent CLI that runs agent_common.vector_loop, or use env.env_type=mujoco"
         )
 

@@ -19,7 +19,7 @@ import argparse
 import sys
 
 from agent_common.loop import AgentFactory
-from agent_common.schema import FRAMEWORKS
+from agent_common.schema import FRAMEWORKS, VECTOR_ENV_TYPES
 
 
 def _factory(agent: str):
@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     from agent_common.config import parse_args
 
     cfg = parse_args(rest, framework=known.agent, prog="python -m agent_interop.train")  # exits 2 on a bad key
-    if cfg.env.env_type == "mjx":
-        ap.error("--init-from: expected env.env_type=mujoco (the gymnasium loop), got env.env_type=mjx, whose "
-                 "vectorised trainer builds its own agent")
+    if cfg.env.env_type in VECTOR_ENV_TYPES:
+        ap.error(f"--init-from: expected env.env_type=mujoco or dmc (the gymnasium loop), got env.env_type="
+                 f"{cfg.env.env_type}, whose vectorised trainer builds its own agent")
     if known.agent == "jax":
         from agent_jax.train import main as train_main
     else:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from agent_common.config import parse_args
 from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
-from agent_common.schema import Config
+from agent_common.schema import VECTOR_ENV_TYPES, Config
 from agent_common.vector_loop import VectorFactory
 from mjx_envs.recipe import DETERMINISTIC_FLAG, mjx_xla_flags
 
@@ -28,7 +28,7 @@ def configure_xla(cfg: Config) -> None:
         flags.append(f"--xla_cpu_multi_thread_eigen={'false' if cfg.num_threads == 1 else 'true'}")
         flags.append(f"intra_op_parallelism_threads={cfg.num_threads}")
     xla_flags = " ".join(f for f in flags if f)
-    if cfg.env.env_type == "mjx":
+    if cfg.env.env_type in VECTOR_ENV_TYPES:
         xla_flags = mjx_xla_flags(xla_flags, cfg.deterministic)
     elif cfg.deterministic:
         xla_flags = f"{xla_flags} {DETERMINISTIC_FLAG}".strip()

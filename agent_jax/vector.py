@@ -60,7 +60,7 @@ from agent_jax.step import (
     sample_batch,
 )
 from agent_jax.update import UpdateContext, update_networks
-from mjx_envs.env import MjxEnvState, MjxVecEnv, cached_mjx_env, compiler_options
+from mjx_envs.env import MjxEnvState, MjxVecEnv, cached_vector_env, compiler_options
 
 __all__ = ["JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer",
            "normalizer_update", "programs", "train_steps"]
@@ -352,10 +352,8 @@ class JaxVectorTrainer:
         self.cfg = cfg
         # one env object per configuration in a process (the programs are cached by its identity, so a resume in
         # the same process, or a second run, reuses them)
-        self.env = cached_mjx_env(env_cfg.env_name, int(cfg.num_train_envs), env_cfg.max_episode_steps,
-                                  env_cfg.rescale_action)
-        self.eval_env = cached_mjx_env(env_cfg.env_name, int(cfg.num_eval_envs), env_cfg.max_episode_steps,
-                                       env_cfg.rescale_action)
+        self.env = cached_vector_env(env_cfg, int(cfg.num_train_envs))
+        self.eval_env = cached_vector_env(env_cfg, int(cfg.num_eval_envs))
         self.num_envs = self.env.num_envs
         obs_dim, act_dim = self.env.observation_size, self.env.action_size
         observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)

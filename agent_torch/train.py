@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from agent_common.config import parse_args
 from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
-from agent_common.schema import Config
+from agent_common.schema import VECTOR_ENV_TYPES, Config
 from agent_common.vector_loop import VectorFactory
 from mjx_envs.recipe import mjx_xla_flags
 
@@ -56,7 +56,7 @@ def configure_mjx_xla(cfg: Config) -> None:
     """With ``env.env_type=mjx``, before any JAX work: ``XLA_FLAGS`` for the JAX side that steps the environments
     (``mjx_envs.recipe.mjx_xla_flags``: MJX's solver loops on the device; deterministic ops with
     ``deterministic=true``). Nothing when JAX is imported already (XLA may have read its flags)."""
-    if cfg.env.env_type == "mjx" and "jax" not in sys.modules:
+    if cfg.env.env_type in VECTOR_ENV_TYPES and "jax" not in sys.modules:
         os.environ["XLA_FLAGS"] = mjx_xla_flags(os.environ.get("XLA_FLAGS", ""), cfg.deterministic)
 
 

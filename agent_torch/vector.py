@@ -35,7 +35,7 @@ from agent_torch.agent import FlashSACAgent, make_agent, resolve_device
 from agent_torch.distributed import local_device
 from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator
 from agent_torch.replay import TensorRowStorage
-from mjx_envs.env import MjxVecEnv, cached_mjx_env
+from mjx_envs.env import MjxVecEnv, cached_vector_env
 from mjx_envs.torch_view import TorchEnv, jax_device_for
 from torch_impl import BackendUnavailable
 
@@ -255,8 +255,8 @@ class TorchVectorTrainer:
 
 
 def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
-    """``VectorFactory`` of the torch agent: the MJX envs (``cached_mjx_env``: one per shape in a process), the agent
-    and the trainer.
+    """``VectorFactory`` of the torch agent: the MJX or Playground envs (``cached_vector_env``: one per shape in a
+    process), the agent and the trainer.
 
     Raises:
         ConfigError: ``agent.buffer_device_type=cpu`` (the replay rows live on the agent's device, with the envs),
@@ -271,10 +271,8 @@ def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
     except (RuntimeError, ValueError) as exc:
         raise ConfigError(f"invalid value {cfg.agent.device_type!r} for 'agent.device_type': {exc}") from None
     env_cfg = cfg.env
-    train_env = cached_mjx_env(env_cfg.env_name, int(cfg.num_train_envs), env_cfg.max_episode_steps,
-                            bool(env_cfg.rescale_action))
-    eval_env = cached_mjx_env(env_cfg.env_name, int(cfg.num_eval_envs), env_cfg.max_episode_steps,
-                           bool(env_cfg.rescale_action))
+    train_env = cached_vector_env(env_cfg, int(cfg.num_train_envs))
+    eval_env = cached_vector_env(env_cfg, int(cfg.num_eval_envs))
     obs_space = gym.spaces.Box(-np.inf, np.inf, (train_env.observation_size,), np.float32)
     act_space = gym.spaces.Box(train_env.action_low, train_env.action_high, dtype=np.float32)
     agent = strict_backend_as_config_error(make_agent, BackendUnavailable)(cfg, obs_space, act_space)
