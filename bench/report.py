@@ -170,14 +170,14 @@ def results_index() -> str:
         if not os.path.isdir(folder):
             lines.append(f"| {job} | not run | | | `{cmd}` |")
             continue
-        envs = []
+        env, machine = {}, ""
         for dirpath, _dirs, files in sorted(os.walk(folder)):
-            if "results.json" in files:
+            if "results.json" in files and not env:
                 env = json.load(open(os.path.join(dirpath, "results.json"))).get("env") or {}
-                envs.append(env)
-        env = envs[0] if envs else {}
-        date = (env.get("date_utc") or env.get("date") or "")[:10]
-        machine = env.get("gpu") or ("CPU" if env else "see results.md")
+            if "gpu.txt" in files and not machine:
+                machine = open(os.path.join(dirpath, "gpu.txt")).read().split(",")[0].strip()
+        date = (env.get("date_utc") or env.get("date") or "")[:10] or "see results.md"
+        machine = env.get("gpu") or machine or "see results.md"
         lines.append(f"| {job} | [`{job}/`]({job}/) | {machine} | {date} | `{cmd}` |")
     lines += ["", "`published/flashsac_gym_mujoco.csv`: FlashSAC's published gym-MuJoCo returns (its header names the "
               "source), read by `python -m bench learning report`."]
@@ -196,16 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when README.md or the index is stale")
     ap.add_argument("--out", default=None, help="write README.md and the index (results.md) here instead")
     ap.add_argument("--tiny", action="store_true", help="with --out: the same report, written outside the repository")
+    ap.add_argument("--readme", default=README, help="the README whose Results section is rewritten or checked")
     a = ap.parse_args(argv)
     if a.tiny and not a.out:
         ap.error("--tiny: give --out DIR (the report is written there, not into the repository)")
-    readme = replace_section(open(README).read(), readme_results())
+    readme = replace_section(open(a.readme).read(), readme_results())
     index = results_index()
     if a.check:
-        stale = [p for p, text in ((README, readme), (os.path.join(RESULTS, "README.md"), index))
+        stale = [p for p, text in ((a.readme, readme), (os.path.join(RESULTS, "README.md"), index))
                  if not os.path.isfile(p) or open(p).read() != text]
         for p in stale:
-            print(f"{os.path.relpath(p, REPO)} is stale: run python -m bench report", file=sys.stderr)
+            print(f"{p} is stale: run python -m bench report", file=sys.stderr)
         return 1 if stale else 0
     if a.out:
         os.makedirs(a.out, exist_ok=True)
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(os.path.join(a.out, "results.json"), "w") as f:
             json.dump({"readme_results": readme_results(), "index": index}, f, indent=1)
     else:
-        targets = {README: readme, os.path.join(RESULTS, "README.md"): index}
+        targets = {a.readme: readme, os.path.join(RESULTS, "README.md"): index}
     for path, text in targets.items():
         with open(path, "w") as f:
             f.write(text)

@@ -52,9 +52,9 @@ def _assert_caught(rec: dict, stage: str, needle: str) -> None:
 
 
 def test_smoke_run_writes_a_complete_report(tmp_path):
-    """`python -m bench.harness --smoke` (in process): every implementation x case, JSON/CSV/markdown/PNG, fast_p."""
+    """`python -m bench harness --tiny` (in process): every implementation x case, JSON/CSV/markdown/PNG, fast_p."""
     out = tmp_path / "smoke"
-    assert H.main(["--smoke", "--out", str(out)]) == 0
+    assert H.main(["--tiny", "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
     n_impl, n_case = len(H.IMPLEMENTATIONS), len(H.SMOKE_CASES)
     assert len(res["records"]) == n_impl * n_case
