@@ -19,6 +19,13 @@ round, so all see the same machine state), microseconds per call, median and min
   device time per call: a jitted loop of ``--calls`` dependent calls minus the same loop without the op
   (``bench.common.jit_loop``).
 
+Checks (``checks`` in the JSON; the job exits 1 if one fails): over a case matrix of every input kind of
+``shared_spec.KINDS`` (NaN / inf rows included) x batch sizes x atom counts x log-prob dtypes, the Triton and Pallas
+outputs are bitwise equal (on a CPU, where XLA flushes subnormal numbers in the Pallas interpreter and numpy does
+not, up to differences below 2**-125) and within ``shared_spec.tolerances.atol_vs_float64`` of the float64
+specification on its finite rows (NaN exactly where the specification has NaN); each kernel repeated on one input
+gives the same bits every time.
+
 On a GPU the torch variants are timed by CUDA-graph replay of ``--calls`` calls (launch cost excluded, as in a
 training step that is captured); on a CPU as plain calls. Correctness beside the timings: each variant's largest
 absolute difference from the float64 specification (``shared_spec.reference``) on the first 4,096 rows, and whether
@@ -43,7 +50,6 @@ from bench.common import (
     INPUT_NAMES,
     environment,
     first_rows,
-    fmt,
     interleaved_blocks,
     repeated_inputs,
     tiny_defaults,
@@ -53,6 +59,7 @@ from bench.common import (
 __all__ = ["copy_bandwidth", "main"]
 
 GAMMA, N, E = 0.99, 101, 2
+SUBNORMAL_SCALE = 2.0**-125  # on a CPU the interpreted kernels may differ below this (XLA:CPU flushes subnormals)
 MIN_COPY_MIB = 1024  # on a GPU: smaller copies partly run from L2 and overstate the bandwidth
 
 
@@ -204,6 +211,60 @@ def measure(B: int, device: str, rounds: int, iters: int, calls: int, upstream: 
     return res
 
 
+def checks(Bs: list[int], Ns: list[int], dtypes: list[str], repeats: int) -> dict:
+    """The bitwise / float64 case matrix and the repeat determinism of both kernels (see the module docstring)."""
+    import jax.numpy as jnp
+    import torch
+
+    import jax_impl
+    import torch_impl
+    from shared_spec import KINDS, make_inputs
+    from shared_spec import reference as R
+    from shared_spec.tolerances import atol_vs_float64
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    failures, count = [], 0
+    for kind in KINDS:
+        for B in Bs:
+            for n in Ns:
+                x = make_inputs(B, n, E, seed=B + n, kind=kind)
+                ref = R.categorical_td_target(*[x[k] for k in INPUT_NAMES], gamma=GAMMA)
+                for dtype in dtypes:
+                    t = [torch.from_numpy(np.ascontiguousarray(x[k])).to(device) for k in INPUT_NAMES]
+                    t[1] = t[1].to(getattr(torch, dtype))
+                    j = [jnp.asarray(x[k]) for k in INPUT_NAMES]
+                    j[1] = j[1].astype(dtype)
+                    runs = {"triton": lambda t=t: torch_impl.categorical_td_target(
+                                *t, gamma=GAMMA, backend="triton", strict=True).cpu().numpy(),
+                            "pallas": lambda j=j: np.asarray(jax_impl.categorical_td_target(
+                                *j, gamma=GAMMA, backend="pallas", strict=True))}
+                    outs = {name: run() for name, run in runs.items()}
+                    case = f"{kind} B={B} N={n} {dtype}"
+                    count += 1
+                    differ = outs["triton"].view(np.uint32) != outs["pallas"].view(np.uint32)
+                    if device == "cpu":  # XLA:CPU flushes subnormals in the Pallas interpreter; numpy does not
+                        differ &= ~(np.abs(outs["triton"] - outs["pallas"]) < SUBNORMAL_SCALE)
+                    if differ.any():
+                        failures.append(f"{case}: Triton and Pallas differ in {int(differ.sum())} elements")
+                    if dtype != "float32":  # against the specification of the rounded log-probs: the fp32 bar
+                        ref_d = R.categorical_td_target(*[x[k] if k != "next_log_probs" else np.asarray(
+                            j[1].astype(jnp.float32)) for k in INPUT_NAMES], gamma=GAMMA)
+                    else:
+                        ref_d = ref
+                    nan = np.isnan(ref_d)
+                    for name, o in outs.items():
+                        if not np.array_equal(np.isnan(o), nan):
+                            failures.append(f"{case}: {name} NaN rows differ from the specification's")
+                        elif np.abs(o[~nan] - ref_d[~nan]).max(initial=0.0) > atol_vs_float64(n):
+                            failures.append(f"{case}: {name} beyond {atol_vs_float64(n):.1e} of float64")
+                    if kind == "random" and B == Bs[-1]:
+                        for name, run in runs.items():
+                            if any(not np.array_equal(run().view(np.uint32), outs[name].view(np.uint32))
+                                   for _ in range(repeats)):
+                                failures.append(f"{case}: {name} not bitwise deterministic over {repeats} repeats")
+    return {"configurations": count, "repeats": repeats, "failures": failures}
+
+
 def _report(out: str, res: dict) -> str:
     env, c = res["env"], res["config"]
     floor = res["copy"]
@@ -212,7 +273,8 @@ def _report(out: str, res: dict) -> str:
              f"Python {env['python']}, commit {env.get('git_sha')}. Upstream's functions: {c['upstream']}.", "",
              f"Microseconds per call, median (min-max) of {c['rounds']} interleaved rounds; torch variants "
              f"{'by CUDA-graph replay' if c['device'] == 'cuda' else 'as plain calls'}, JAX variants as device time in "
-             f"a jitted loop. Bytes floor: log-probs read + output write at {floor['bytes_per_s'] / 1e12:.2f} TB/s "
+             f"a jitted loop (0 where the loop was not measurably slower than the empty loop). Bytes floor: "
+             f"log-probs read + output write at {floor['bytes_per_s'] / 1e9:.1f} GB/s "
              f"({floor['kind']} of {floor['mib']} MiB).", ""]
     names = list(res["sizes"][0]["us"])
     lines += ["| B | floor | " + " | ".join(names) + " | upstream_compiled / triton | max error vs float64 | "
@@ -224,7 +286,12 @@ def _report(out: str, res: dict) -> str:
                  else "")
         err = max(r["max_abs_err_vs_float64"].values())
         lines.append(f"| {r['B']:,} | {r['floor_us']:.2f} | " + " | ".join(cells) + f" | {ratio} | {err:.1e} | "
-                     f"{fmt(r.get('triton_pallas_bitwise'))} |")
+                     f"{ {True: 'yes', False: 'NO', None: ''}[r.get('triton_pallas_bitwise')]} |")
+    ch = res.get("checks")
+    if ch:
+        lines += ["", f"Checks: {ch['configurations']} configurations, Triton == Pallas bit for bit and both within "
+                  f"tolerance of float64, each kernel deterministic over {ch['repeats']} repeats: "
+                  + ("all passed." if not ch["failures"] else "FAILED: " + "; ".join(ch["failures"][:20]))]
     if c["device"] != "cuda":
         lines += ["", "**No GPU: the kernels ran in their interpreters; these numbers test the job, they are not "
                   "kernel performance.**"]
@@ -232,7 +299,8 @@ def _report(out: str, res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI; returns 0 when every kernel output is within the specification's tolerance of float64, else 1."""
+    """CLI; returns 0 when every kernel output is within the specification's tolerance of float64 and every check
+    passed, else 1."""
     ap = argparse.ArgumentParser(prog="python -m bench kernel", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--sizes", type=int, nargs="+", default=[512, 2048, 65536, 1048576])
@@ -241,9 +309,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=20, help="calls per CUDA graph / jitted loop")
     ap.add_argument("--copy-mib", type=int, default=2048)
     ap.add_argument("--upstream", default=None, help="a checkout of upstream FlashSAC (default: bench/upstream.py)")
-    ap.add_argument("--no-jax", dest="jax", action="store_false")
+    ap.add_argument("--no-jax", dest="jax", action="store_false", help="torch variants only (no Pallas, no checks)")
+    ap.add_argument("--check-sizes", type=int, nargs="+", default=[1, 127, 2048, 65536])
+    ap.add_argument("--check-bins", type=int, nargs="+", default=[2, 101, 1024])
+    ap.add_argument("--check-dtypes", nargs="+", default=["float32", "bfloat16", "float16"])
+    ap.add_argument("--repeats", type=int, default=50, help="determinism repeats per kernel")
     ap.add_argument("--tiny", action="store_true", help="CPU in seconds: interpreters, B = 64, a few calls")
-    a = tiny_defaults(ap, argv, sizes=[64], rounds=2, iters=1, calls=2, copy_mib=8)
+    a = tiny_defaults(ap, argv, sizes=[64], rounds=2, iters=1, calls=2, copy_mib=8, check_sizes=[17],
+                      check_bins=[11], check_dtypes=["float32", "bfloat16"], repeats=2)
     import torch
 
     from shared_spec.tolerances import ATOL_FLOAT64
@@ -265,12 +338,16 @@ def main(argv: list[str] | None = None) -> int:
         r["floor_us"] = 2 * B * N * 4 / res["copy"]["bytes_per_s"] * 1e6
         res["sizes"].append(r)
         print(f"B={B}: " + ", ".join(f"{k} {np.median(v):.1f} us" for k, v in r["us"].items()), flush=True)
+    if a.jax:
+        res["checks"] = checks(a.check_sizes, a.check_bins, a.check_dtypes, a.repeats)
     print(_report(os.path.abspath(a.out), res))
     bad = [(r["B"], k) for r in res["sizes"] for k, e in r["max_abs_err_vs_float64"].items()
            if k in ("triton", "pallas") and not e <= ATOL_FLOAT64]
     if bad:
         print(f"kernel outputs beyond {ATOL_FLOAT64} of float64: {bad}", file=sys.stderr)
-    return 1 if bad else 0
+    if res.get("checks", {}).get("failures"):
+        print("\n".join(res["checks"]["failures"]), file=sys.stderr)
+    return 1 if bad or res.get("checks", {}).get("failures") else 0
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                          "e.g. one that a parallel warm-up filled")
     ap.add_argument("--tiny", action="store_true",
                     help="CPU: the torch agent, 4 envs, 12 steps, tiny networks, fast XLA compiles")
-    a = tiny_defaults(ap, argv, framework="torch", envs=[4], steps=12, warmup_steps=4, log_every=4, backend="torch")
+    a = tiny_defaults(ap, argv, framework="torch", envs=[4], steps=12, warmup_steps=4, log_every=4, backend="torch",
+                      timeout_s=600.0)
     if a.tiny:
         a.overrides = TINY + a.overrides
     if min(a.envs) < 1 or a.warmup_steps < 1 or a.log_every < 1:

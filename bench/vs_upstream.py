@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true",
                     help="CPU in seconds: tiny networks for this project's agents, 60 steps, upstream eager only")
     a = tiny_defaults(ap, argv, rows="torch,jax,upstream:eager", num_env_steps=60, buffer_min_length=30,
-                      device="cpu", time_limit=120.0)
+                      device="cpu", time_limit=300.0)
     if a.tiny:
         a.overrides = [o for o in TINY if not o.startswith("agent.device_type=")] + a.overrides
     try:

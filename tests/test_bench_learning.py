@@ -3,6 +3,7 @@ the published figures (at step 0, the only published step a tiny run reaches).""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 
@@ -14,8 +15,9 @@ def test_tiny_run(tmp_path):
     assert main(["learning", "--tiny", "--out", str(out)]) == 0
     run = out / "collected" / "torch" / "Hopper-v4" / "seed0"
     assert {"eval.csv", "config.yaml", "run.json"} <= set(os.listdir(run))
-    steps = [line.split(",")[4] for line in (run / "eval.csv").read_text().splitlines()[1:]]
-    assert steps == ["0", "30", "60"]
+    with open(run / "eval.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["env_step"]) for r in rows if r["metric"] == "avg_return"] == [0, 30, 60]
     res = json.loads((out / "results.json").read_text())
     (row,) = res["rows"]
     assert (row["agent"], row["task"], row["env_step"], row["seeds"]) == ("torch", "Hopper-v4", 0, [0])
