@@ -389,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="extra Hydra override for upstream's train.py, repeatable (replaces the recipe's value)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter every row runs with")
     ap.add_argument("--tiny", action="store_true",
-                    help="CPU in seconds: tiny networks for this project's agents, 60 steps, upstream eager only")
-    a = tiny_defaults(ap, argv, rows="torch,jax,upstream:eager", num_env_steps=60, buffer_min_length=30,
+                    help="CPU in seconds: the torch agent with tiny networks and upstream eager, 60 steps")
+    a = tiny_defaults(ap, argv, rows="torch,upstream:eager", num_env_steps=60, buffer_min_length=30,
                       device="cpu", time_limit=300.0)
     if a.tiny:
         a.overrides = [o for o in TINY if not o.startswith("agent.device_type=")] + a.overrides
