@@ -1,7 +1,6 @@
 """The library under the bench/ scripts: what every benchmark needs once.
 
 Sections
-    running     ``run_sections``: guarded report sections, the report rewritten after each.
     environment ``environment()``: when, where and with what a benchmark ran (date, command, git, versions, GPU).
     inputs      ``repeated_inputs``: shared_spec inputs for any batch size (large ones repeat a generated block);
                 ``first_rows``, ``INPUT_NAMES``, ``F64_ROWS`` (the rows compared with the float64 spec).
@@ -9,14 +8,12 @@ Sections
                 (every variant's blocks in turn, so all variants see the same machine state), ``jit_loop`` (a
                 jitted loop of dependent calls: device time per call in JAX), ``capture_cuda_graph``.
     statistics  ``bootstrap_ci`` (percentile bootstrap, stratified over groups such as tasks).
-    runs        ``tensorboard_events`` / ``tensorboard_scalars``, ``steady_rates`` (a training run's TensorBoard
-                scalars with or without their wall times, its steady rates); ``trace_events`` (the complete events
-                of a ``jax.profiler`` trace with their process and thread names).
-    reports     ``write_results`` (results.json + results.md), ``json_block``, ``fmt``, ``speedup_plot``,
-                ``section_markers``, ``replace_readme_section`` (the generated sections of README.md).
-    recipe      upstream's CPU-sim HalfCheetah recipe (``UPSTREAM_RECIPE``, ``make_recipe``), configs built from
-                the project's config schema (``recipe_config``), and recipe-sized agents on synthetic batches
-                (``synthetic_torch_agents``, ``synthetic_jax_agent``) for timing without an environment.
+    runs        ``tensorboard_events`` / ``tensorboard_scalars``, ``steady_rates`` (a training run's steady rates).
+    reports     ``write_results`` (results.json + results.md), ``fmt``, ``speedup_plot``, ``section_markers``,
+                ``replace_readme_section`` (the generated sections of README.md).
+    recipe      upstream's CPU-sim HalfCheetah recipe (``UPSTREAM_RECIPE``, ``TORCH_RECIPE_EXTRA``).
+    processes   ``train_command`` / ``timed_run``: one training run through an agent's CLI, timed from start to exit;
+                ``tiny_defaults``: a job's ``--tiny`` sizes.
 
 Importing this module needs the standard library and numpy only; torch, jax, matplotlib and ``agent_common``
 (omegaconf) are imported by the functions that use them.
@@ -29,10 +26,10 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -42,27 +39,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ------------------------------------------------------------------------------------------------------- running
-
-
-def run_sections(sections: list[tuple[str, Callable[[], object]]], res: dict, write: Callable[[dict], None],
-                 on_start: Callable[[str], None] | None = None) -> None:
-    """Run each (name, fn) in turn, storing fn()'s result (or the traceback of a failure) under res[name].
-
-    One failing section never stops the others; the report is rewritten after every section, so whatever ran
-    survives a later time-out. Section wall times go to res["section_seconds"].
-    """
-    for name, fn in sections:
-        t = time.time()
-        if on_start is not None:
-            on_start(name)
-        print(f"[{name}]", flush=True)
-        try:
-            res[name] = fn()
-        except Exception:  # noqa: BLE001  keep going: report what ran
-            res[name] = "FAILED:\n" + traceback.format_exc()[-3000:]
-            print(res[name], flush=True)
-        res.setdefault("section_seconds", {})[name] = round(time.time() - t, 1)
-        write(res)
 
 
 # --------------------------------------------------------------------------------------------------- environment
@@ -231,30 +207,6 @@ def bootstrap_ci(strata: Sequence[np.ndarray], statistic, reps: int = BOOTSTRAP_
     return float(statistic(pooled[None, :], axis=1)[0]), float(low), float(high)
 
 
-def trace_events(path: str) -> list[dict[str, Any]]:
-    """The complete ("X") events of a ``jax.profiler.trace`` directory's newest ``*.trace.json.gz`` (or of that
-    file), each with ``process`` and ``thread`` names added (host processes are ``/host:...``, devices ``/device:...``,
-    kernels on ``Stream`` threads); ``ts`` and ``dur`` in µs.
-
-    Raises:
-        ValueError: no trace file under ``path``.
-    """
-    import glob
-    import gzip
-
-    files = [path] if path.endswith(".json.gz") else sorted(glob.glob(os.path.join(path, "**", "*.trace.json.gz"),
-                                                                        recursive=True))
-    if not files:
-        raise ValueError(f"{path}: no *.trace.json.gz (a jax.profiler.trace directory was expected)")
-    with gzip.open(files[-1]) as f:
-        events = json.load(f)["traceEvents"]
-    meta = [e for e in events if e.get("ph") == "M"]
-    procs = {e["pid"]: e["args"].get("name", "") for e in meta if e.get("name") == "process_name"}
-    threads = {(e["pid"], e["tid"]): e["args"].get("name", "") for e in meta if e.get("name") == "thread_name"}
-    return [dict(e, process=procs.get(e["pid"], ""), thread=threads.get((e["pid"], e["tid"]), ""), file=files[-1])
-            for e in events if e.get("ph") == "X"]
-
-
 def tensorboard_events(log_dir: str, tags: Sequence[str] | None = None
                        ) -> tuple[float | None, dict[str, list[tuple[int, float, float]]]]:
     """(the wall time of the first event, tag -> [(step, value, wall time)]) of the scalar events in the TensorBoard
@@ -299,11 +251,6 @@ def fmt(v: object, spec: str = ".3g") -> str:
     if v is None:
         return ""
     return format(v, spec) if isinstance(v, int | float) else str(v)
-
-
-def json_block(title: str, value: object) -> list[str]:
-    """Markdown lines: a ``## title`` heading and ``value`` as indented JSON in a code block."""
-    return [f"## {title}", "", "```", json.dumps(value, indent=1, default=str), "```", ""]
 
 
 def write_results(out_dir: str, res: dict, markdown: str) -> str:
@@ -382,65 +329,64 @@ UPSTREAM_RECIPE = [
     "gamma=0.99",
     "n_step=1",
 ]
-OBS_DIM, ACT_DIM = 17, 6  # HalfCheetah-v4
-PUBLISHED_100K = {"mean": 9815, "worst_seed": 9685, "best_seed": 10100.6}  # upstream, HalfCheetah-v4 at 100k steps
 # The torch agent in the benchmarks: no torch.compile (max-autotune's GEMM autotuning ran past 5.5 minutes on the
 # H200, and every call of a split run recompiles); the update step and acting captured in CUDA graphs instead.
 TORCH_RECIPE_EXTRA = ["agent.use_compile=false", "agent.use_cuda_graph=true"]
 
 
-def make_recipe(backend: str) -> list[str]:
-    """The benchmark recipe: upstream's recipe, 100k env steps, evaluation and logging cadence, strict ``backend``."""
-    return UPSTREAM_RECIPE + [
-        "num_env_steps=100_000",
-        "evaluation_per_interaction_step=10_000",
-        "num_eval_episodes=10",
-        "logging_per_interaction_step=1_000",
-        f"agent.categorical_target_backend={backend}",
-        "agent.categorical_target_strict=true",
-        "save_buffer=true",
-        "progress_bar=false",
-    ]
 
 
-def recipe_config(framework: str, backend: str, overrides: Sequence[str] = ()) -> Any:
-    """The recipe's config for ``framework`` ("torch" / "jax") with a strict ``backend``, from the project's config
-    schema (``agent_common.config.load_config``: every derived field filled, every override validated); the torch
-    recipe adds ``TORCH_RECIPE_EXTRA``. ``overrides`` come last and win."""
-    from agent_common.config import load_config
+# ------------------------------------------------------------------------------------------------------ processes
 
-    extra = TORCH_RECIPE_EXTRA if framework == "torch" else []
-    return load_config(make_recipe(backend) + extra + list(overrides), framework)
+# framework -> (training module, reference backend, kernel backend)
+PAIRS = {"torch": ("agent_torch.train", "torch", "triton"), "jax": ("agent_jax.train", "jax", "pallas")}
+LOOP_WALL = re.compile(r"^\[completed\] .*?\bwall=([0-9.]+)s", re.M)  # agent_common.loop.run_cli's result line
 
 
-def synthetic_batches(batch_size: int, count: int = 40) -> list[dict[str, np.ndarray]]:
-    """``count`` random HalfCheetah-shaped replay batches (seeded: the same batches on every call)."""
-    from agent_interop.synthetic import make_batch
-
-    rng = np.random.default_rng(0)
-    return [make_batch(rng, batch_size, OBS_DIM, ACT_DIM) for _ in range(count)]
+def merge_overrides(defaults: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``defaults`` then ``extra``, where an ``extra`` key replaces the default with the same key."""
+    keys = {o.split("=", 1)[0].strip() for o in extra}
+    return [o for o in defaults if o.split("=", 1)[0].strip() not in keys] + list(extra)
 
 
-def synthetic_torch_agents(overrides: Sequence[str] = (), backend: str = "triton") -> tuple[dict, list[dict]]:
-    """Recipe-sized torch agents, ``{"eager": ..., "graph": ...}`` (``agent.use_cuda_graph`` false / true) with
-    identical initial weights, and 40 random HalfCheetah-shaped batches of the config's batch size (no environment
-    needed)."""
-    from agent_interop.synthetic import make_spaces
-    from agent_torch.agent import make_agent
-
-    agents, cfg = {}, None
-    for mode in ("eager", "graph"):
-        flag = f"agent.use_cuda_graph={'true' if mode == 'graph' else 'false'}"
-        cfg = recipe_config("torch", backend, [*overrides, flag])
-        agents[mode] = make_agent(cfg, *make_spaces(OBS_DIM, ACT_DIM))
-    return agents, synthetic_batches(cfg.agent.sample_batch_size)
+def train_command(framework: str, backend: str, seed: int, num_env_steps: int, run_dir: str,
+                  extra: Sequence[str]) -> list[str]:
+    """The command line of one training run through an agent's CLI, with a strict target ``backend``."""
+    overrides = [f"num_env_steps={num_env_steps}", f"seed={seed}", f"agent.categorical_target_backend={backend}",
+                 "agent.categorical_target_strict=true", f"save_path={run_dir}", "progress_bar=false", *extra]
+    return [sys.executable, "-m", PAIRS[framework][0]] + [arg for o in overrides for arg in ("--overrides", o)]
 
 
-def synthetic_jax_agent(batch_size: int, backend: str = "pallas") -> tuple[Any, dict[str, np.ndarray]]:
-    """A recipe-sized JAX agent (strict ``backend``) and a random HalfCheetah-shaped batch of ``batch_size`` rows,
-    without gymnasium or an environment."""
-    from agent_interop.synthetic import make_spaces
-    from agent_jax.agent import make_agent
+def child_env(extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a benchmark's child process: this one's, unbuffered, ``extra_env`` added, and the repository
+    first on ``PYTHONPATH``."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
 
-    cfg = recipe_config("jax", backend, [f"agent.sample_batch_size={batch_size}"])
-    return make_agent(cfg, *make_spaces(OBS_DIM, ACT_DIM)), synthetic_batches(batch_size, 1)[0]
+
+def timed_run(cmd: list[str], log_path: str, timeout_s: float, extra_env: Mapping[str, str] | None = None) -> dict:
+    """Run one training process, its output to ``log_path``; wall-clock from start to exit (imports and compilation
+    included) and the loop's own wall time from the CLI's result line."""
+    t0 = time.perf_counter()
+    try:
+        with open(log_path, "w") as log:
+            proc = subprocess.run(cmd, cwd=REPO, env=child_env(extra_env), stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=timeout_s)
+        rc: int | str = proc.returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    wall = time.perf_counter() - t0
+    with open(log_path) as f:
+        text = f.read()
+    loop = LOOP_WALL.findall(text)
+    return {"cmd": " ".join(cmd), "returncode": rc, "wall_s": wall, "loop_s": float(loop[-1]) if loop else None,
+            "log": log_path, "log_tail": text[-1500:]}
+
+
+def tiny_defaults(ap: Any, argv: Sequence[str] | None, **defaults: Any) -> Any:
+    """Parse ``argv`` with ``ap``; with ``--tiny``, ``defaults`` replace the parser's defaults first (options given on
+    the command line still win)."""
+    if ap.parse_known_args(argv)[0].tiny:
+        ap.set_defaults(**defaults)
+    return ap.parse_args(argv)

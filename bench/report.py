@@ -1,249 +1,226 @@
-"""Regenerate README.md's "Performance" section from the committed H200 results.
+"""Regenerate the results index (bench/results/README.md) and README.md's Results tables from the committed results.
 
-    python -m bench.report bench/results/h200-2026-12-02-pallas-rpp bench/results/h200-2026-11-29-agents \\
-        bench/results/h200-2026-11-29 bench/results/h200x2-2026-11-29-agents bench/results/h200-2026-11-29-update-speed
+    python -m bench report                  # rewrites both from bench/results/
+    python -m bench report --check          # exits 1 when either is not what the committed results give
+    python -m bench report --tiny --out DIR # writes both into DIR instead (what the smoke test runs)
 
-The first folder holds the kernel results of `bench/gpu_kernel_checks.sh` (bitwise/, checks/; one call or its two
-halves); a folder with checks/ only (bench.gpu_checks sections re-run later, e.g. the eager host time after a change
-to the dispatch) replaces those sections wherever it is listed; of the others, the first one holds the agents'
-seed-0 runs (agent_*_halfcheetah_seed0/summary.json), any further ones more JAX runs
-(agent_jax*_halfcheetah_seed*/); the kernel harness (harness/results.json), the paired training benchmark
-(paired/results.json) and the torch vs JAX update comparison (compare/*.json, bench/gpu_update_compare.py) come from
-the last agents folder that has them.
-
-Rewrites the text between the `<!-- performance:begin -->` and `<!-- performance:end -->` markers.
+Every job's newest run lives in ``bench/results/<job>/`` (``results.json`` + ``results.md``). The tables are built
+from the raw JSON only, each with the results file it comes from, the machine, the date, the versions and the
+command that regenerates it. A job folder that is absent is reported as not run; no number is typed in by hand.
 """
 
 from __future__ import annotations
 
-import glob
+import argparse
 import json
-import math
 import os
-import statistics
 import sys
 
-from bench.common import replace_readme_section, section_markers
-from bench.harness.report import fast_p_table
-from bench.harness.scoring import fast_p_summary
+import numpy as np
 
-BEGIN, END = section_markers("performance")
+from bench.common import REPO, section_markers
 
-
-# bench.gpu_checks sections -> what they check (README wording).
-CHECKS = {
-    "triton": "Triton bitwise determinism over 100 repeats, `torch.compile(fullgraph=True)` (no graph break, "
-              "bitwise equal to eager), CUDA-graph capture and replay with new inputs, `torch.library.opcheck`",
-    "pallas_determinism": "Pallas bitwise determinism over 100 repeats",
-    "nan_policy": "the NaN policy in both kernels",
-    "strict": "strict mode in both frameworks",
-    "pallas_vjp": "the Pallas op's custom_vjp (zero gradients, primal bitwise equal to the forward)",
-    "fast_launch": "the eager fast launch path bitwise equal to `JITFunction.run` on 32 launch signatures",
+RESULTS = os.path.join(REPO, "bench", "results")
+README = os.path.join(REPO, "README.md")
+BEGIN, END = section_markers("results")
+JOB_COMMANDS = {
+    "kernel": "python -m bench kernel --out bench/results/kernel",
+    "agents": "python -m bench agents --out bench/results/agents",
+    "vs-upstream": "python -m bench vs-upstream --upstream PATH --out bench/results/vs-upstream --upstream-dtype-fix",
+    "mjx": "python -m bench mjx --framework jax --out bench/results/mjx/jax (and --framework torch)",
+    "learning": "python -m bench learning run ... ; collect ... ; report bench/results/learning/* "
+                "--out bench/results/learning",
+    "harness": "python -m bench harness --out bench/results/harness",
 }
 
 
-def _cell(t: dict) -> str:
-    """"median (min-max)" of one variant's interleaved rounds."""
-    return f"{t['median']:.1f} ({t['min']:.1f}-{t['max']:.1f})"
+def _load(*parts: str) -> dict | None:
+    path = os.path.join(RESULTS, *parts)
+    return json.load(open(path)) if os.path.isfile(path) else None
 
 
-def _ratio(num: list[float], den: list[float]) -> str:
-    """Median and range of the per-round ratios num / den (the rounds are interleaved: same machine state)."""
-    r = [a / b for a, b in zip(num, den, strict=True)]
-    return f"{statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f})"
+def _where(env: dict, path: str) -> str:
+    date = (env.get("date_utc") or env.get("date") or "")[:10]
+    versions = ", ".join(f"{k} {env[k]}" for k in ("torch", "triton", "jax") if env.get(k))
+    return f"{env.get('gpu') or 'CPU'}, {date}, {versions}; [`{path}`]({path})"
 
 
-def section(folder: str, later: str | None = None) -> str:
-    """The kernel section from one GPU call of bench/gpu_kernel_checks.sh: ``bitwise/results.json``
-    (bench.gpu_bitwise: the bitwise case matrix and the interleaved timings, with the kernel times that
-    bench.gpu_bitwise records since 2026-12-03) and ``checks/results.json``
-    (bench.gpu_checks: eager host time and the contract checks). ``later``: a folder whose ``checks/results.json``
-    re-ran some of those sections since (after a change to the code they check); its sections replace the first
-    folder's, and the text names it."""
-    bit = json.load(open(os.path.join(folder, "bitwise", "results.json")))
-    chk = json.load(open(os.path.join(folder, "checks", "results.json")))
-    rerun_note = ""
-    if later is not None:
-        new = json.load(open(os.path.join(later, "checks", "results.json")))
-        rerun = [k for k in new if k in CHECKS or k == "eager_host_time"]
-        chk = {**chk, **{k: new[k] for k in rerun},
-               "failures": [f for f in chk["failures"] if f.split(".")[0] not in rerun] + new["failures"]}
-        rerun_note = (f" Re-run on {new['env']['date_utc'][:10]} after a change to the code they check, on another "
-                      f"lent machine ({', '.join(f'`{k}`' for k in rerun)}; [`{later}`]({later}/README.md)).")
-    env, timing = bit["env"], bit["timing"]
-    sizes = timing["sizes"]
-    rounds = len(next(iter(next(iter(sizes.values()))["times"].values()))["all"])
-    bw = timing["copy_bandwidth_bytes_per_s"] / 1e12
-    out = [f"Measured on an {env['gpu']} on {env['date'][:10]} (torch {env['torch']}, triton {env['triton']}, "
-           f"jax {env['jax']}, Python {env['python']}) by `bench.gpu_bitwise` and `bench.gpu_checks` (the two halves "
-           f"of `bash bench/gpu_kernel_checks.sh`); raw data, commands and notes in [`{folder}`]({folder}/README.md). "
-           f"Microseconds per call, median (min-max) of {rounds} rounds "
-           "in one process, every variant once per round: torch sides by CUDA-graph replay of 20 calls, the "
-           "baseline is upstream FlashSAC's two `torch.compile`d functions (`bench/upstream.py`); Pallas as device "
-           "time per call, a jitted loop of dependent calls minus the same loop without the kernel. Ratios are the "
-           "median (min-max) of the per-round ratios. Bytes floor: one read of the selected critic's log-probs and "
-           f"one write of the output at the copy bandwidth measured in the same process ({bw:.2f} TB/s, read + "
-           "write).", "",
-           "Kernel time (the last three columns): both pinned kernels' device durations per launch from one CUPTI "
-           "session per round (torch.profiler's kernel records), each call followed by a sum of its output that the "
-           "next call waits for (the Pallas loop; a CUDA graph of the Triton kernel with the same sum), so one tool "
-           "and one pattern time both; the per-call columns use different methods for the two frameworks and are not "
-           "a Pallas / Triton comparison.", "",
-           "| B | bytes floor | upstream compiled | Triton | Triton / floor | upstream / Triton | Pallas per call | "
-           "kernel time Triton | kernel time Pallas | Pallas / Triton kernel time |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for B, row in sizes.items():
+def _med(v: list[float]) -> float:
+    return float(np.median(v))
+
+
+def kernel_table() -> list[str]:
+    res = _load("kernel", "bitwise", "results.json")
+    if res is None:
+        return ["Not run: `" + JOB_COMMANDS["kernel"] + "`."]
+    out = [f"Microseconds per call at N = 101, E = 2, fp32 (median of 5 interleaved rounds; torch sides by CUDA-graph "
+           f"replay, kernel time from CUPTI kernel records). Upstream: FlashSAC's two `torch.compile`d functions "
+           f"(`bench/upstream.py`). {_where(res['env'], 'bench/results/kernel/results.md')}. Regenerate: "
+           f"`{JOB_COMMANDS['kernel']}`.", "",
+           "| B | upstream compiled | Triton | upstream / Triton | Triton kernel time | Pallas kernel time |",
+           "|---|---|---|---|---|---|"]
+    for B, row in res["timing"]["sizes"].items():
         t = row["times"]
         tri = next(v for k, v in t.items() if k.startswith("triton_pinned"))
-        up, pal = t["upstream_compiled"], t["pallas_pinned"]
-        kt, kp = t["kernel/triton"], t["kernel/pallas"]
-        out.append(f"| {int(B):,} | {row['floor_us']:.1f} | {_cell(up)} | **{_cell(tri)}** | "
-                   f"{tri['median'] / row['floor_us']:.1f}x | {_ratio(up['all'], tri['all'])} | {_cell(pal)} | "
-                   f"{_cell(kt)} | {_cell(kp)} | {_ratio(kp['all'], kt['all'])} |")
-    eager = chk["eager_host_time"]
-    us = {k: v["median"] for k, v in eager["us"].items()}
-    met = us["op_auto"] <= eager["target_us"]
-    out += ["", f"Eager call of `torch_impl.categorical_td_target` at B = {eager['B']}, host time (median of "
-            f"{eager['calls_per_variant']} calls, interleaved blocks): **{us['op_auto']:.1f} us** (target <= "
-            f"{eager['target_us']:.0f}: {'met' if met else 'NOT met'}); a bare launch of the same kernel "
-            f"{us['bare_launch']:.1f} us ({us['bare_launch_jit_run']:.1f} through Triton's `JITFunction.run`), the "
-            f"dispatch alone {us['dispatch_only']:.1f}, `torch.empty` of the output {us['torch_empty_output']:.1f}, "
-            f"an empty torch custom op {us['empty_custom_op']:.1f}, the registered custom op "
-            f"{us['registered_custom_op']:.1f}. The host's speed varies between lent machines: the call is "
-            f"{us['op_auto'] / us['empty_custom_op']:.2f}x an empty custom op and "
-            f"{us['op_auto'] / us['bare_launch']:.2f}x the bare launch on this one." + rerun_note]
-    b = bit["bitwise"]
-    out += ["", f"Bitwise: Triton (pip) and Pallas (the Triton inside XLA) outputs identical in "
-            f"{b['bitwise_count']} of {b['configurations']} configurations of `bench.gpu_bitwise`'s case matrix; "
-            f"bitwise deterministic over 50 repeats: Triton {'yes' if b['deterministic_triton_50'] else 'NO'}, "
-            f"Pallas {'yes' if b['deterministic_pallas_50'] else 'NO'}; max error vs the float64 spec "
-            f"{max(r['max_err_vs_float64'] for r in b['rows']):.2g}."]
-    failed = chk["failures"]
-    passed = [what for key, what in CHECKS.items() if key in chk and not any(f.startswith(key + ".") for f in failed)]
-    out += ["", "Contract checks (`bench.gpu_checks`): " + (
-        "all passed: " if not failed else "FAILED: " + ", ".join(failed) + "; passed: ") + "; ".join(passed) + "."]
-    return "\n".join(out)
+        up = t["upstream_compiled"]
+        ratio = _med([u / r for u, r in zip(up["all"], tri["all"], strict=True)])
+        out.append(f"| {int(B):,} | {up['median']:.1f} | **{tri['median']:.1f}** | {ratio:.2f}x | "
+                   f"{t['kernel/triton']['median']:.1f} | {t['kernel/pallas']['median']:.1f} |")
+    b = res["bitwise"]
+    out += ["", f"Triton and Pallas outputs bitwise equal in {b['bitwise_count']} of {b['configurations']} "
+            f"configurations; largest error against the float64 specification "
+            f"{max(r['max_err_vs_float64'] for r in b['rows']):.1e}."]
+    return out
 
 
-def _jax_runs(folder: str) -> list[tuple[str, dict]]:
-    """(label, summary) of the extra JAX 100k runs in ``folder`` (agent_jax*_halfcheetah_seed*/summary.json)."""
-    runs = []
-    for path in sorted(glob.glob(os.path.join(folder, "agent_jax*_halfcheetah_seed*", "summary.json"))):
-        s = json.load(open(path))
-        init = ", torch agent's initial weights" if "torchinit" in path else ""
-        runs.append((f"JAX + Pallas, seed {s['seed']}{init} (*)", s))
-    return runs
+def agents_table() -> list[str]:
+    res = _load("agents", "results.json")
+    if res is None:
+        return ["Not run: `" + JOB_COMMANDS["agents"] + "`."]
+    c = res["config"]
+    out = [f"Both CLIs, HalfCheetah-v4, B = 512, {c['num_env_steps']:,} env steps ({c['buffer_min_length']:,} "
+           f"random), strict kernels, {c['rounds']} alternating rounds; steady = median over the logging windows "
+           f"after the first update. {_where(res['env'], 'bench/results/agents/results.md')}. Regenerate: "
+           f"`{JOB_COMMANDS['agents']}`.", "",
+           "| agent | steady updates/s, median (min-max) | steady env steps/s, median |", "|---|---|---|"]
+    for fw, s in res["summary"].items():
+        u, e = s["steady_updates_per_second"], s["steady_env_steps_per_second"]
+        out.append(f"| {fw} | {u['median']:.1f} ({u['min']:.1f}-{u['max']:.1f}) | {e['median']:.1f} |")
+    r = res["jax_over_torch_steady_updates"]
+    out += ["", f"JAX / torch steady updates/s per round: {r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f})."]
+    up = _load("vs-upstream", "results.json")
+    if up is None:
+        out += ["", "Against upstream's own trainer: not yet run against a checkout of upstream's repository "
+                f"(`{JOB_COMMANDS['vs-upstream']}`, PATH a clone of github.com/leeyngdo/FlashSAC)."]
+    else:
+        from bench.vs_upstream import table
+
+        out += ["", f"Against upstream's own `train.py` ({_where(up['env'], 'bench/results/vs-upstream/results.md')}"
+                f", upstream {up['config']['upstream_commit']}):", "", *table(up)]
+    return out
 
 
-def agents_section(folder: str, *more: str) -> str:
-    """The agents' 100k runs (seed 0 of both from ``folder``, further JAX runs from ``more``), their isolated
-    update-step timings, the kernel harness and the paired training benchmark (each from the last folder that has
-    it)."""
-    out = ["", "", "Agents (100k HalfCheetah-v4 env steps, upstream's CPU-sim recipe; seed 0 of both agents in "
-           f"[`{folder}`]({folder}/README.md), trained at the same time on one GPU, so their wall-clock includes "
-           "contention; update times are isolated, median ms per full update at B = 512 on each run's final "
-           "checkpoint):", "",
-           "| agent, target backend | return at 100k | train wall s | env steps/s | update ms: reference | "
-           "update ms: fused kernel |", "|---|---|---|---|---|---|"]
-    for fw, name in (("torch", "torch + Triton, CUDA graphs, seed 0"), ("jax", "JAX + Pallas, seed 0")):
-        path = os.path.join(folder, f"agent_{fw}_halfcheetah_seed0", "summary.json")
-        if not os.path.exists(path):
+def mjx_table() -> list[str]:
+    runs = {fw: _load("mjx", fw, "results.json") for fw in ("jax", "torch")}
+    if not any(runs.values()):
+        return ["Not run: `" + JOB_COMMANDS["mjx"] + "`."]
+    env = next(r for r in runs.values() if r)["env"]
+    out = [f"halfcheetah on MJX, upstream's GPU recipe (batch 2048, 2 updates per step), one process per env count. "
+           f"{_where(env, 'bench/results/mjx')}. Regenerate: `{JOB_COMMANDS['mjx']}`.", "",
+           "| agent | envs | steady env steps/s | steady updates/s |", "|---|---|---|---|"]
+    for fw, res in runs.items():
+        for r in (res or {}).get("runs", []):
+            if r.get("returncode") == 0:
+                out.append(f"| {fw} | {r['num_envs']:,} | {r['steady_env_steps_per_second']:,.0f} | "
+                           f"{r['steady_updates_per_second']:.1f} |")
+    return out
+
+
+def learning_table() -> list[str]:
+    res = _load("learning", "results.json")
+    if res is None:
+        return ["Not run: `" + JOB_COMMANDS["learning"] + "`."]
+    out = [f"Return at 100k env steps with the published protocol (learning rate decayed over 1M steps, 50 evaluation "
+           f"episodes), against FlashSAC's published 5-seed figures (`bench/results/published/`). NVIDIA H200 runs "
+           f"(each folder's README.md gives versions and commands); [`bench/results/learning/results.md`]"
+           f"(bench/results/learning/results.md) has every row, the other schedule and the curves. Regenerate: "
+           f"`{JOB_COMMANDS['learning']}`.", "",
+           "| agent | task | seeds | mean [95 % CI] | published mean | p (same as published) |",
+           "|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        if r["published_protocol"] and r["env_step"] == 100_000 and r["agent"] in ("torch", "jax"):
+            m = r["mean"]
+            p = "" if r["p"] is None else f"{r['p']:.2g}"
+            out.append(f"| {r['agent']} | {r['task']} | {len(r['seeds'])} | {m[0]:,.0f} [{m[1]:,.0f}, {m[2]:,.0f}] | "
+                       f"{r['published']['mean']:,.0f} | {p} |")
+    return out
+
+
+def harness_table() -> list[str]:
+    res = _load("harness", "results.json")
+    if res is None:
+        return ["Not run: `" + JOB_COMMANDS["harness"] + "`."]
+    out = [f"{len(res['cases'])} cases, each implementation through compile, correctness, determinism, integration "
+           f"and performance; fast_p = share of cases correct and faster than upstream's compiled path by more than "
+           f"p. {_where(res['env'], 'bench/results/harness/results.md')}. Regenerate: `{JOB_COMMANDS['harness']}`.",
+           "", "| implementation | correct / cases | fast_1 | fast_2 | geomean speedup |", "|---|---|---|---|---|"]
+    for name, s in res["fast_p"].items():
+        out.append(f"| {name} | {s['correct']} / {s['cases_evaluated']} | {s['fast_1']:.2f} | {s['fast_2']:.2f} | "
+                   f"{s['geomean_speedup']:.2f} |")
+    return out
+
+
+def readme_results() -> str:
+    parts = [("Kernel against upstream's functions", kernel_table), ("Agents", agents_table),
+             ("Learning against published returns", learning_table), ("Agents on MJX", mjx_table),
+             ("Kernel harness", harness_table)]
+    lines = ["Generated by `python -m bench report` from `bench/results/` (the index: "
+             "[`bench/results/README.md`](bench/results/README.md)).", ""]
+    for title, table in parts:
+        lines += [f"### {title}", "", *table(), ""]
+    return "\n".join(lines).rstrip()
+
+
+def results_index() -> str:
+    lines = ["# Benchmark results", "", "Generated by `python -m bench report`. One folder per job, its newest run: "
+             "`results.json` (raw) and `results.md` (machine, versions, date, command).", "",
+             "| job | results | machine | date | regenerate |", "|---|---|---|---|---|"]
+    for job, cmd in JOB_COMMANDS.items():
+        folder = os.path.join(RESULTS, job)
+        if not os.path.isdir(folder):
+            lines.append(f"| {job} | not run | | | `{cmd}` |")
             continue
-        s = json.load(open(path))
-        t = s["paired_update_timing"]
-        ref, ker = (t["graph/torch"], t["graph/triton"]) if fw == "torch" else (t["jax"], t["pallas"])
-        out.append(f"| {name} | {s['final_return']:,.0f} | {s['train_wall_seconds']:.0f} | "
-                   f"{s['env_steps_per_second']:.0f} | {ref['update_ms']:.3f} | {ker['update_ms']:.3f} |")
-        if fw == "torch":
-            eager = (t["eager/torch"]["update_ms"], t["eager/triton"]["update_ms"])
-            out.append(f"| torch eager (`agent.use_cuda_graph=false`), same checkpoint | | | | {eager[0]:.2f} | "
-                       f"{eager[1]:.2f} |")
-    for extra in more:
-        runs = _jax_runs(extra)
-        for label, s in runs:
-            out.append(f"| {label} | {s['final_return']:,.0f} | {s['train_wall_seconds']:.0f} | "
-                       f"{s['env_steps_per_second']:.0f} | | |")
-        if runs:
-            out += ["", f"(*) [`{extra}`]({extra}/README.md): {len(runs)} runs trained at the same time on one GPU."]
-    folders = (folder, *more)
-    harness = [f for f in folders if os.path.exists(os.path.join(f, "harness", "results.json"))]
-    if harness:
-        out += ["", harness_section(harness[-1])]
-    paired = [f for f in folders if os.path.exists(os.path.join(f, "paired", "results.json"))]
-    if paired:
-        res = json.load(open(os.path.join(paired[-1], "paired", "results.json")))
-        parts = []
-        for key, what in (("summary", "process"), ("summary_loop", "training loop")):
-            parts += [f"{fw} {what} {v['n']} pairs, mean {v['mean']:+.2f} %, median {v['median']:+.2f} %, range "
-                      f"{v['min']:+.2f} .. {v['max']:+.2f} %" for fw, v in res.get(key, {}).items()
-                      if isinstance(v, dict)]
-        out += ["", "Paired end-to-end training benchmark (wall-clock saving of the fused kernel over the reference "
-                f"backend, {res['config']['num_env_steps']}-step runs, [`{paired[-1]}/paired`]"
-                f"({paired[-1]}/paired/results.md)): {'; '.join(parts)}."]
-    compare = [f for f in folders if glob.glob(os.path.join(f, "compare", "*.json"))]
-    if compare:
-        out += ["", compare_section(compare[-1])]
-    return "\n".join(out)
+        env, machine = {}, ""
+        for dirpath, _dirs, files in sorted(os.walk(folder)):
+            if "results.json" in files and not env:
+                env = json.load(open(os.path.join(dirpath, "results.json"))).get("env") or {}
+            if "gpu.txt" in files and not machine:
+                machine = open(os.path.join(dirpath, "gpu.txt")).read().split(",")[0].strip()
+        date = (env.get("date_utc") or env.get("date") or "")[:10] or "see results.md"
+        machine = env.get("gpu") or machine or "see results.md"
+        lines.append(f"| {job} | [`{job}/`]({job}/) | {machine} | {date} | `{cmd}` |")
+    lines += ["", "`published/flashsac_gym_mujoco.csv`: FlashSAC's published gym-MuJoCo returns (its header names the "
+              "source), read by `python -m bench learning report`."]
+    return "\n".join(lines) + "\n"
 
 
-def compare_section(folder: str) -> str:
-    """The torch vs JAX agent update-step comparison (bench.gpu_update_compare): one row per run, then the JAX /
-    torch ratio pooled over every repeat of every run."""
-    runs = [(os.path.splitext(os.path.basename(p))[0], json.load(open(p)))
-            for p in sorted(glob.glob(os.path.join(folder, "compare", "*.json")))]
-    names = list(runs[0][1]["update_ms"])
-    out = ["Update step, torch vs JAX agent (`python -m bench.gpu_update_compare`: both agents in one process, "
-           f"interleaved blocks of {runs[0][1]['iters']} `agent.update` calls on random batches, B = "
-           f"{runs[0][1]['batch_size']}, strict backends, median ms per update; torch with CUDA graphs; "
-           f"[`{folder}`]({folder}/README.md)):", "",
-           "| run | repeats | " + " | ".join(names) + f" | {runs[0][1]['ratio']['pair']}, median per repeat |",
-           "|---|---|" + "---|" * (len(names) + 1)]
-    ratios: list[float] = []
-    for run, r in runs:
-        ratios += r["ratio"]["per_repeat"]
-        out.append(f"| {run} | {r['repeats']} | " + " | ".join(f"{r['update_ms'][n]:.3f}" for n in names)
-                   + f" | {r['ratio']['median']:.3f} |")
-    faster = sum(x < 1 for x in ratios)
-    pair = runs[0][1]["ratio"]["pair"]
-    geomean = math.exp(statistics.fmean(map(math.log, ratios)))
-    out += ["", f"Over all {len(ratios)} repeats: {pair} median {statistics.median(ratios):.3f}, geometric mean "
-            f"{geomean:.3f}, range {min(ratios):.2f} .. {max(ratios):.2f}; JAX faster in {faster} of {len(ratios)}."]
-    return "\n".join(out)
+def replace_section(text: str, body: str) -> str:
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"README.md has no {BEGIN} ... {END} markers around its Results tables")
+    head, rest = text.split(BEGIN, 1)
+    return f"{head}{BEGIN}\n{body}\n{END}{rest.split(END, 1)[1]}"
 
 
-def harness_section(folder: str) -> str:
-    """The kernel harness's fast_p summaries (bench.harness: direct calls, and device time) and its speedup plot."""
-    res = json.load(open(os.path.join(folder, "harness", "results.json")))
-    env = res["env"]
-    lines = [f"Kernel harness (`python -m bench.harness`, {len(res['cases'])} cases, every implementation through "
-             f"compile -> correctness -> determinism -> integration -> performance; {env['gpu']}, "
-             f"{env['date_utc'][:10]}, [`{folder}/harness`]({folder}/harness/results.md)). fast_p: share of cases "
-             "correct and faster than upstream's compiled path by more than p. Direct calls (torch sides timed "
-             "per call, launch overhead included; JAX sides as a jitted loop against the compiled path's CUDA "
-             "graph):", ""]
-    lines += fast_p_table(res["fast_p"], "")[2:]
-    lines += ["Device time (torch sides by CUDA-graph replay on both sides):", ""]
-    lines += fast_p_table(res.get("fast_p_device") or fast_p_summary(res["records"], device_time=True), "")[2:]
-    return "\n".join(lines + [f"![harness speedup]({folder}/harness/speedup.png)"])
-
-
-def is_checks_only(folder: str) -> bool:
-    """A folder of bench.gpu_checks sections re-run without the bitwise half (checks/ but no bitwise/)."""
-    return (os.path.isfile(os.path.join(folder, "checks", "results.json"))
-            and not os.path.isdir(os.path.join(folder, "bitwise")))
-
-
-def report_body(folders: list[str]) -> str:
-    """The Performance section for the command line's folders (see the module docstring)."""
-    later = [f for f in folders[1:] if is_checks_only(f)]
-    agents = [f for f in folders[1:] if f not in later]
-    return section(folders[0], later[-1] if later else None) + (agents_section(*agents) if agents else "")
-
-
-def main() -> None:
-    body = report_body(sys.argv[1:] or ["bench/results/h200-2026-11-29"])
-    replace_readme_section("performance", body, "README.md")
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when README.md or the index is stale")
+    ap.add_argument("--out", default=None, help="write README.md and the index (results.md) here instead")
+    ap.add_argument("--tiny", action="store_true", help="with --out: the same report, written outside the repository")
+    ap.add_argument("--readme", default=README, help="the README whose Results section is rewritten or checked")
+    a = ap.parse_args(argv)
+    if a.tiny and not a.out:
+        ap.error("--tiny: give --out DIR (the report is written there, not into the repository)")
+    readme = replace_section(open(a.readme).read(), readme_results())
+    index = results_index()
+    if a.check:
+        stale = [p for p, text in ((a.readme, readme), (os.path.join(RESULTS, "README.md"), index))
+                 if not os.path.isfile(p) or open(p).read() != text]
+        for p in stale:
+            print(f"{p} is stale: run python -m bench report", file=sys.stderr)
+        return 1 if stale else 0
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        targets = {os.path.join(a.out, "README.md"): readme, os.path.join(a.out, "results.md"): index}
+        with open(os.path.join(a.out, "results.json"), "w") as f:
+            json.dump({"readme_results": readme_results(), "index": index}, f, indent=1)
+    else:
+        targets = {a.readme: readme, os.path.join(RESULTS, "README.md"): index}
+    for path, text in targets.items():
+        with open(path, "w") as f:
+            f.write(text)
+        print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,11 +3,11 @@
 The same recipe runs through upstream's ``train.py`` and through both of this project's agents, one run after the
 other on one GPU.
 
-    python -m bench.vs_upstream --upstream-dir ~/FlashSAC --out bench/results/vs_upstream \\
-        --rows torch,jax,upstream:eager,upstream:default --upstream-dtype-fix
-    python -m bench.vs_upstream --readme bench/results/<folder>     # README's "versus upstream" table from it
+    git clone https://github.com/leeyngdo/FlashSAC ~/FlashSAC
+    python -m bench vs-upstream --upstream ~/FlashSAC --out bench/results/vs-upstream --upstream-dtype-fix
+    python -m bench vs-upstream --upstream ~/FlashSAC --out /tmp/vs --tiny     # CPU: tiny networks, 60 steps
 
-``--upstream-dir`` is a checkout of upstream FlashSAC that the user cloned (github.com/leeyngdo/FlashSAC); nothing of
+``--upstream`` is a checkout of upstream FlashSAC that the user cloned (github.com/leeyngdo/FlashSAC); nothing of
 it is copied here. Rows: ``upstream:<mode>`` runs upstream's ``train.py`` with ``agent.use_compile=false`` (mode
 ``eager``), upstream's own default (``auto``: max-autotune on torch >= 2.9) or ``agent.compile_mode=<mode>``;
 ``torch`` / ``jax`` run ``python -m agent_<framework>.train`` with the project's defaults (``torch:<mode>`` sets
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import math
 import os
 import re
@@ -55,19 +54,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench.agents import TINY
 from bench.common import (
     REPO,
     UPSTREAM_RECIPE,
     command_output,
     environment,
-    replace_readme_section,
-    section_markers,
+    merge_overrides,
     tensorboard_scalars,
+    tiny_defaults,
     write_results,
 )
-from bench.paired_training import merge_overrides
 
-__all__ = ["BAR", "SUMMARY", "Row", "parse_rows", "readme_section", "run_row", "tqdm_timing", "update_readme"]
+__all__ = ["BAR", "SUMMARY", "Row", "parse_rows", "run_row", "tqdm_timing"]
 
 UPSTREAM_MODES = ("eager", "auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TORCH_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "off")
@@ -76,7 +75,6 @@ BAR = re.compile(r"(\d+)/(\d+) \[")  # a tqdm refresh: "  52%|#####2    | 5200/1
 FIRST = re.compile(r"first update at env step \d+: ([0-9.]+) s after launch .*?the update call took ([0-9.]+) s")
 SUMMARY = re.compile(r"^\[(\w+)\] env_step=(\d+) wall=([0-9.]+)s .*?last_eval_return=(\S+) "
                      r"time_to_first_update=(\S+)s steady_updates/s=(\S+)", re.M)
-BEGIN, END = section_markers("vs-upstream")
 
 
 class Row:
@@ -360,45 +358,14 @@ def report(out_dir: str, res: dict[str, Any]) -> str:
     return write_results(out_dir, res, "\n".join(lines) + "\n")
 
 
-def readme_section(folder: str) -> str:
-    """README's "versus upstream" table from ``folder/results.json`` (a committed run of this script)."""
-    res = json.load(open(os.path.join(folder, "results.json")))
-    cfg, env = res["config"], res["env"]
-    lines = [f"Measured on an {env.get('gpu') or 'CPU'} on {env['date_utc'][:10]} (torch {env.get('torch')}, jax "
-             f"{env.get('jax')}, Python {env['python']}); upstream FlashSAC: "
-             f"{_upstream_source(cfg['upstream_commit'])}; "
-             f"{cfg['env']}, {cfg['num_env_steps']} env steps of which {cfg['buffer_min_length']} random, "
-             f"upstream's CPU-sim recipe otherwise; raw data and logs in [`{folder}`]({folder}/results.md). "
-             f"Command: `{cfg['command']}`.", ""]
-    lines += table(res)
-    if cfg["upstream_dtype_fix"]:
-        lines += ["", "Upstream ran with `--upstream-dtype-fix` (its TD-target function's float64 reward / done / "
-                  "entropy cast to float32 at import time; without it upstream's main has been seen to stop at its "
-                  "first update on this stack)."]
-    return "\n".join(lines)
-
-
-def _upstream_source(commit: str) -> str:
-    if commit == "not a git checkout":
-        return "a folder that is not a git checkout (the results folder's README says what it held)"
-    return f"commit {commit}"
-
-
-def update_readme(folder: str, readme: str = os.path.join(REPO, "README.md")) -> None:
-    """Rewrites README's text between the vs-upstream markers with ``readme_section(folder)``."""
-    text = open(readme).read()
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{readme} has no {BEGIN} ... {END} markers")
-    replace_readme_section("vs-upstream", readme_section(folder), readme)
-
-
 # ---------------------------------------------------------------------------------------------------------- main
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI; returns 0 when every row completed, 1 otherwise (the report is written either way), 2 for bad arguments."""
-    ap = argparse.ArgumentParser(prog="python -m bench.vs_upstream", description=__doc__.split("\n")[0])
-    ap.add_argument("--upstream-dir", help="a checkout of upstream FlashSAC (holds train.py and configs/)")
+    ap = argparse.ArgumentParser(prog="python -m bench vs-upstream", description=__doc__.split("\n")[0])
+    ap.add_argument("--upstream", dest="upstream_dir",
+                    help="a checkout of upstream FlashSAC (github.com/leeyngdo/FlashSAC: holds train.py and configs/)")
     ap.add_argument("--out", default=os.path.join("bench", "results", "vs_upstream"))
     ap.add_argument("--rows", default="torch,jax,upstream:eager,upstream:default",
                     help="comma-separated: upstream:<mode> (eager, auto, default, reduce-overhead, max-autotune), "
@@ -421,11 +388,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--upstream-overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="extra Hydra override for upstream's train.py, repeatable (replaces the recipe's value)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter every row runs with")
-    ap.add_argument("--readme", metavar="FOLDER", help="only rewrite README's versus-upstream table from FOLDER")
-    a = ap.parse_args(argv)
-    if a.readme:
-        update_readme(a.readme)
-        return 0
+    ap.add_argument("--tiny", action="store_true",
+                    help="CPU in seconds: the torch agent with tiny networks and upstream eager, 60 steps")
+    a = tiny_defaults(ap, argv, rows="torch,upstream:eager", num_env_steps=60, buffer_min_length=30,
+                      device="cpu", time_limit=300.0)
+    if a.tiny:
+        a.overrides = [o for o in TINY if not o.startswith("agent.device_type=")] + a.overrides
     try:
         rows = parse_rows(a.rows)
     except ValueError as exc:
@@ -440,11 +408,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--time-limit: expected seconds > 0, got {a.time_limit}")
     if any(r.kind == "upstream" for r in rows):
         if not a.upstream_dir or not os.path.isfile(os.path.join(a.upstream_dir, "train.py")):
-            ap.error("--upstream-dir: expected a checkout of upstream FlashSAC holding train.py, got "
+            ap.error("--upstream: expected a checkout of upstream FlashSAC holding train.py, got "
                      f"{a.upstream_dir!r}")
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
-    config = {"command": "python -m bench.vs_upstream " + shlex.join(sys.argv[1:] if argv is None else argv),
+    config = {"command": "python -m bench vs-upstream " + shlex.join(sys.argv[1:] if argv is None else argv),
               "rows": [r.spec for r in rows], "env": a.env, "num_env_steps": a.num_env_steps,
               "buffer_min_length": a.buffer_min_length, "num_eval_episodes": a.num_eval_episodes, "seed": a.seed,
               "device": a.device, "time_limit_s": a.time_limit, "upstream_dir": a.upstream_dir,

@@ -1,4 +1,4 @@
-"""Helpers shared by the agent tests: the CLI / benchmark subprocess runners, bitwise nested equality, and the
+"""Helpers shared by the agent tests: the CLI subprocess runners, bitwise nested equality, and the
 random transitions of the replay-row tests."""
 
 from __future__ import annotations
@@ -14,22 +14,6 @@ import numpy as np
 from agent_common.buffer import ReplayBuffer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# Tiny run for the H200 benchmark scripts (bench/gpu_agent_*.py): 120 env steps, updates from step 60, evaluations
-# at 0 / 60 / 120, 30-step episodes.
-BENCH_TINY = [
-    "num_env_steps=120",
-    "agent.buffer_min_length=60",
-    "agent.sample_batch_size=8",
-    "agent.actor_hidden_dim=8",
-    "agent.critic_hidden_dim=8",
-    "agent.actor_num_blocks=1",
-    "agent.critic_num_blocks=1",
-    "evaluation_per_interaction_step=60",
-    "num_eval_episodes=1",
-    "env.max_episode_steps=30",
-]
-
 
 def module_cmd(module: str, *args: str, overrides: Iterable[str] = ()) -> list[str]:
     """``python -m module *args --overrides o1 --overrides o2 ...``"""
@@ -58,14 +42,6 @@ def run_module(
         text=True,
         timeout=timeout,
     )
-
-
-def run_agent_bench(
-    module: str, run_dir, budget: float, overrides: Iterable[str], *extra: str, env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """One call of a benchmark script (``bench.gpu_agent_torch`` / ``bench.gpu_agent_jax``), minimal timing."""
-    args = ("--run-dir", str(run_dir), "--budget", str(budget), "--timing-repeats", "1", "--timing-iters", "2")
-    return run_module(module, *args, *extra, overrides=overrides, env=env, timeout=300)
 
 
 def assert_nested_equal(a, b, path: str = "") -> None:

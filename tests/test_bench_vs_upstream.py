@@ -1,23 +1,21 @@
-"""bench/vs_upstream.py on CPU against a fake upstream checkout: a tiny train.py that prints a tqdm bar and writes
-TensorBoard events like upstream's trainer, and an update module whose TD-target function fails on float64 rewards
-the way upstream's does on torch 2.11 / gymnasium 1.x / numpy 2 (so the opt-in dtype fix is exercised for real)."""
+"""`python -m bench vs-upstream` on CPU against a fake upstream checkout (the smoke test is its --tiny run): a tiny
+train.py that prints a tqdm bar and writes TensorBoard events like upstream's trainer, and an update module whose
+TD-target function fails on float64 rewards the way upstream's does on torch 2.11 / gymnasium 1.x / numpy 2 (so the
+opt-in dtype fix is exercised for real)."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import textwrap
 
 import pytest
 
 from bench import vs_upstream
 from bench.upstream_launch import cast_like_log_probs
-from tests.agent_test_utils import REPO
 
 FAKE_TRAIN = '''
 import argparse
-import os
 import sys
 import time
 from datetime import datetime
@@ -80,7 +78,7 @@ def fake_upstream(tmp_path_factory):
 
 
 def _args(upstream, out, rows, *extra):
-    return ["--upstream-dir", str(upstream), "--out", str(out), "--rows", rows, "--device", "cpu",
+    return ["--upstream", str(upstream), "--out", str(out), "--rows", rows, "--device", "cpu",
             "--num-env-steps", "300", "--buffer-min-length", "150", *extra]
 
 
@@ -107,7 +105,7 @@ def test_bad_rows_are_named(rows, fragment):
 def test_bad_arguments_exit_2_naming_the_argument(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         vs_upstream.main(_args(tmp_path / "nowhere", tmp_path / "out", "upstream:eager"))
-    assert exc.value.code == 2 and "--upstream-dir" in capsys.readouterr().err
+    assert exc.value.code == 2 and "--upstream" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         vs_upstream.main(["--rows", "torch", "--num-env-steps", "100", "--buffer-min-length", "100"])
     assert exc.value.code == 2 and "--buffer-min-length" in capsys.readouterr().err
@@ -125,40 +123,29 @@ def test_dtype_fix_casts_by_keyword_and_position():
     assert seen == [(torch.float32,) * 3 + ((0.99,), {"k": 1}), (torch.float32,) * 3 + ((), {"gamma": 0.9})]
 
 
-def test_side_by_side_with_a_fake_upstream(fake_upstream, tmp_path, capsys):
-    """Upstream eager and compile_mode=default with the dtype fix, and the real torch agent (tiny, CPU): every row's
-    time to first update, steady rate, wall time and final return, in results.json / results.md; then README's
-    table from that folder."""
+def test_tiny_run_against_a_fake_upstream(fake_upstream, tmp_path, capsys):
+    """`python -m bench vs-upstream --tiny` with the dtype fix: upstream eager and this project's torch agent (tiny,
+    CPU); every row's time to first update, steady rate, wall time and final return in results.json / results.md."""
+    from bench.__main__ import main
+
     out = tmp_path / "vs"
-    tiny = ["agent.actor_hidden_dim=8", "agent.critic_hidden_dim=8", "agent.actor_num_blocks=1",
-            "agent.critic_num_blocks=1", "agent.sample_batch_size=8", "env.max_episode_steps=30", "num_threads=1",
-            "agent.categorical_target_backend=torch"]
-    rc = vs_upstream.main(_args(fake_upstream, out, "upstream:eager,upstream:default,torch", "--upstream-dtype-fix",
-                                "--time-limit", "120", *[x for o in tiny for x in ("--overrides", o)]))
+    rc = main(["vs-upstream", "--tiny", "--upstream", str(fake_upstream), "--out", str(out), "--upstream-dtype-fix"])
     assert rc == 0, capsys.readouterr()
     res = json.loads((out / "results.json").read_text())
     rows = {r["row"]: r for r in res["rows"]}
-    assert all(r["ok"] for r in rows.values()) and res["complete"] and res["config"]["upstream_dtype_fix"]
-    eager, default, torch_row = rows["upstream:eager"], rows["upstream:default"], rows["torch"]
-    for r in (eager, default):
-        assert r["dtype_fix"] and r["final_eval_return"] == 123.5
-        assert 0 < r["time_to_first_update_s"] < r["wall_s"]
-        assert 10 < r["steady_updates_per_second"] < 260  # 4 ms of sleep per update
-        assert "upstream_launch: --upstream-dtype-fix applied" in (out / r["log"]).read_text()
-    assert eager["first_update_s"] < 0.9 < default["first_update_s"] < 2.5  # its 1 s "compilation"
-    assert 0 < torch_row["time_to_first_update_s"] < torch_row["wall_s"] and torch_row["steady_updates_per_second"] > 0
-    assert 0 < torch_row["first_update_s"] < torch_row["time_to_first_update_s"]
-    assert math.isfinite(torch_row["final_eval_return"]) and "agent_torch.train" in torch_row["command"]
+    assert list(rows) == ["torch", "upstream:eager"] and all(r["ok"] for r in rows.values()), rows
+    assert res["complete"] and res["config"]["upstream_dtype_fix"] and res["config"]["device"] == "cpu"
+    up = rows["upstream:eager"]
+    assert up["dtype_fix"] and up["final_eval_return"] == 123.5 and 0 < up["time_to_first_update_s"] < up["wall_s"]
+    assert 10 < up["steady_updates_per_second"] < 260  # 4 ms of sleep per update
+    assert "upstream_launch: --upstream-dtype-fix applied" in (out / up["log"]).read_text()
+    r = rows["torch"]
+    assert 0 < r["first_update_s"] < r["time_to_first_update_s"] < r["wall_s"], r
+    assert r["steady_updates_per_second"] > 0 and math.isfinite(r["final_eval_return"])
+    assert "agent_torch.train" in r["command"] and "agent.critic_hidden_dim=8" in r["command"]
     md = (out / "results.md").read_text()
     assert "upstream train.py, agent.use_compile=false (with the dtype fix)" in md and "--upstream-dtype-fix" in md
-    assert md.count("| completed |") == 3
-
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{vs_upstream.BEGIN}\nno run yet\n{vs_upstream.END}\nrest\n")
-    vs_upstream.update_readme(str(out), str(readme))
-    text = readme.read_text()
-    assert "no run yet" not in text and text.startswith("intro\n") and text.endswith("rest\n")
-    assert "| this project, torch agent, defaults |" in text and "python -m bench.vs_upstream" in text
+    assert md.count("| completed |") == 2 and "python -m bench vs-upstream --tiny" in md
 
 
 def test_without_the_fix_upstream_fails_at_its_first_update_and_a_limit_stops_a_row(fake_upstream, tmp_path):
@@ -183,8 +170,3 @@ def test_rows_past_the_budget_are_not_run(fake_upstream, tmp_path):
     (row,) = json.loads((out / "results.json").read_text())["rows"]
     assert row["returncode"] == "not run" and not row["ok"] and not (out / "logs").exists()
     assert "| not run: the --budget-s of 5 s was spent |" in (out / "results.md").read_text()
-
-
-def test_repository_readme_has_the_section_markers():
-    text = open(os.path.join(REPO, "README.md")).read()
-    assert text.index(vs_upstream.BEGIN) < text.index(vs_upstream.END)

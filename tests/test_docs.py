@@ -1,8 +1,11 @@
-"""docs/flashsac.md's config-key table lists exactly the keys of the config schema, with their defaults."""
+"""docs/flashsac.md's config-key table lists exactly the keys of the config schema, with their defaults; README.md's
+commands name modules, benchmark jobs and config keys that exist, its test command is CI's, its links resolve."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any
@@ -100,3 +103,61 @@ def test_table_check_catches_a_drift():
     assert parse_default("null") is None and parse_default("true") is True and parse_default("auto") == "auto"
     with pytest.raises(ValueError, match="not a"):
         doc_table(DOC.read_text().replace("| `seed` | `0` |", "| seed | 0 |"))
+
+
+# ------------------------------------------------------------------------------------------------------- README
+
+README = REPO / "README.md"
+MODULE = re.compile(r"python -m ([A-Za-z_][\w.]*)((?: [\w-]+)?)")
+OVERRIDE = re.compile(r"--overrides ([\w.]+)=(?!value\b)")  # "key=value" is the syntax, not a key
+LINK = re.compile(r"\]\(([^)#:]+)\)")
+
+
+def bench_jobs() -> set[str]:
+    """The keys of ``JOBS`` in bench/__main__.py, read from the source (tests outside test_bench* do not import
+    bench)."""
+    tree = ast.parse((REPO / "bench" / "__main__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "JOBS" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError("bench/__main__.py defines no JOBS")
+
+
+def readme_problems(text: str) -> list[str]:
+    """Commands naming a module that does not exist, a benchmark job that is not in JOBS or a config key that is not in
+    the schema; links to files that do not exist; a test command other than CI's; more than 200 lines."""
+    problems = []
+    jobs, keys = bench_jobs(), set(schema_defaults())
+    for module, arg in MODULE.findall(text):
+        if importlib.util.find_spec(module.split(".")[0]) is None or (
+                "." in module and not (REPO / (module.replace(".", "/") + ".py")).is_file()):
+            problems.append(f"no module {module}")
+        elif module == "bench" and arg.strip() and not arg.strip().startswith("-") and arg.strip() not in jobs:
+            problems.append(f"no benchmark job {arg.strip()!r}")
+    problems += [f"no config key {k}" for k in OVERRIDE.findall(text) if k not in keys]
+    problems += [f"link to a missing file {p}" for p in LINK.findall(text) if not (REPO / p).exists()]
+    ci = re.search(r"python3? -m pytest[^\n]*", (REPO / ".ci" / "run").read_text())
+    if ci is None or ci.group(0).replace("python3 ", "python ") not in text:
+        problems.append(f"the test command is not CI's ({ci.group(0) if ci else 'none in .ci/run'})")
+    if text.count("\n") > 200:
+        problems.append(f"{text.count(chr(10))} lines (at most 200)")
+    return problems
+
+
+def test_readme_commands_and_links_exist():
+    problems = readme_problems(README.read_text())
+    assert not problems, "README.md:\n" + "\n".join(problems)
+
+
+def test_readme_check_catches_a_broken_command():
+    text = README.read_text()
+    broken = (text.replace("python -m agent_torch.train", "python -m agent_torch.trian", 1)
+              .replace("python -m bench --help", "python -m bench kernels", 1)
+              .replace("--overrides seed=", "--overrides sed=", 1)
+              .replace("(docs/agents.md)", "(docs/agent.md)", 1)
+              .replace("-n 2 --dist loadfile", "-n 4", 1))
+    assert readme_problems(broken) == [
+        "no module agent_torch.trian", "no benchmark job 'kernels'", "no config key sed",
+        "link to a missing file docs/agent.md", "the test command is not CI's (python3 -m pytest -q -n 2 --dist "
+        "loadfile)"]
+    assert readme_problems(text + "\n" * 200)[-1].endswith("lines (at most 200)")

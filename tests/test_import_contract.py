@@ -1,6 +1,6 @@
 """The import contract between the repository's packages, checked on the source (an AST walk, nothing imported).
 
-Packages import downward only (README "Layout"):
+Packages import downward only (docs/agents.md, "Layout"):
 
     shared_spec  <-  triton_kernels  <-  torch_impl  <-  agent_torch  \
                                      <-  jax_impl    <-  agent_jax    -  agent_interop  <-  bench
@@ -14,7 +14,7 @@ Packages import downward only (README "Layout"):
 * ``FORBIDDEN_THIRD_PARTY`` keeps each package off the other framework: the spec and ``agent_common`` import
   neither torch nor JAX nor triton (numpy is the spec's float64 ground truth; ``agent_common`` may use omegaconf,
   gymnasium and the like), the torch side imports no JAX, the JAX side no torch.
-* Tests import ``bench`` only in files named for what they test in ``bench`` (``BENCH_TEST_FILES``).
+* Tests import ``bench`` only in ``tests/test_bench*.py`` (``BENCH_TEST_FILES``).
 * No module imports another module's private name (``from x import _y``, a single leading underscore) or a private
   submodule of a package it is not part of (``import x._y`` from outside ``x``). Third-party private modules
   (``torch._dynamo``) are outside this project's contract and not checked.
@@ -50,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 ALLOWED["bench"] = set(ALLOWED) | {"bench"}
 ALLOWED["tests"] = ALLOWED["bench"] | {"tests"}  # bench only in BENCH_TEST_FILES
-PACKAGES = tuple(p for p in ALLOWED if p != "tests")  # the installed packages (pyproject's packages.find)
+PACKAGES = tuple(p for p in ALLOWED if p != "tests")  # the repository packages (all but bench installed)
 
 JAX_STACK = {"jax", "jaxlib", "flax", "optax"}
 NO_FRAMEWORK = {"torch", "triton"} | JAX_STACK
@@ -64,9 +64,9 @@ FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
     "agent_jax": {"torch"},
 }
 
-BENCH_TEST_FILES = ("test_bench*.py", "test_*_bench.py", "test_harness*.py", "test_report*.py",
-                    "test_paired_training*.py", "test_gpu_*.py")
-"""Test files that test ``bench`` and so may import it; every other file under tests/ may not."""
+BENCH_TEST_FILES = ("test_bench*.py",)
+"""Test files that test ``bench`` (one per benchmark job) and so may import it; every other file under tests/ may
+not."""
 
 SKIPPED_DIRS = {"__pycache__", "results"}  # bench/results holds measured data, not code
 
@@ -177,14 +177,15 @@ def test_repository_keeps_the_import_contract():
 
 
 def test_every_package_is_classified_and_installed():
-    """A new top-level package must get its place in ``ALLOWED`` (and so in the README's layout table), and every
-    package is in pyproject's ``packages.find`` include list."""
+    """A new top-level package must get its place in ``ALLOWED`` (and so in docs/agents.md's layout table), and every
+    package but ``bench`` (run from a checkout) is in pyproject's ``packages.find`` include list, ``bench`` not."""
     on_disk = {p.parent.name for p in REPO.glob("*/__init__.py")}
     assert on_disk <= set(PACKAGES), f"unclassified packages: {sorted(on_disk - set(PACKAGES))}"
     assert set(PACKAGES) <= on_disk, f"classified but missing: {sorted(set(PACKAGES) - on_disk)}"
     include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
-    missing = [p for p in PACKAGES if not any(fnmatch.fnmatch(p, pattern) for pattern in include)]
+    missing = [p for p in PACKAGES if p != "bench" and not any(fnmatch.fnmatch(p, pattern) for pattern in include)]
     assert not missing, f"pyproject.toml [tool.setuptools.packages.find] include lacks {missing}"
+    assert not any(fnmatch.fnmatch("bench", pattern) for pattern in include), "bench must not be installed"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -224,8 +225,10 @@ BROKEN = [
     ("jax_impl/reference.py", "def f():\n    import torch\n", "framework"),
     ("agent_jax/networks.py", "import torch.nn\n", "framework"),
     ("agent_torch/networks.py", "from jax import numpy\n", "framework"),
-    ("tests/test_agent_torch.py", "from bench.gpu_agent_torch import graph_check\n", "bench-in-tests"),
-    ("tests/agent_test_utils.py", "import bench.paired_training\n", "bench-in-tests"),
+    ("tests/test_agent_torch.py", "from bench.agents import recipe\n", "bench-in-tests"),
+    ("tests/agent_test_utils.py", "import bench.kernel\n", "bench-in-tests"),
+    ("tests/test_report.py", "from bench.report import main\n", "bench-in-tests"),
+    ("tests/test_agents_bench.py", "from bench import agents\n", "bench-in-tests"),
     ("tests/test_agent_parity.py", "def f():\n    import bench\n", "bench-in-tests"),
     ("agent_interop/parity.py", "from agent_interop.convert import _flatten\n", "private-name"),
     ("tests/test_agent_torch.py", "from agent_torch.state import _lr_tensors, Network\n", "private-name"),
@@ -263,10 +266,10 @@ def test_walker_accepts_the_allowed_imports(tmp_path):
         "bench/harness/__init__.py": "from bench.harness._stages import run\nfrom ._stages import helper\n",
         "bench/harness/_stages.py": "from bench.harness import _cases\n",
         "bench/harness/_cases.py": "",
-        "bench/gpu_triton.py": "import torch._dynamo\nfrom agent_interop.parity import op_parity\n",
-        "tests/test_harness.py": "from bench import harness\n",
-        "tests/test_agent_jax_bench.py": "import bench.gpu_agent_jax\n",
-        "tests/test_gpu_update_bench.py": "from bench import gpu_update_compare\n",
+        "bench/kernel.py": "import torch._dynamo\nfrom agent_interop.parity import op_parity\n",
+        "tests/test_bench_harness.py": "from bench import harness\n",
+        "tests/test_bench_agents.py": "import bench.agents\n",
+        "tests/test_bench_kernel.py": "from bench.__main__ import main\n",
         "tests/test_agent_parity.py": "from agent_interop.convert import torch_to_jax\nfrom tests.agent_test_utils "
                                       "import run_module\nfrom agent_test_utils import REPO\n",
         "tests/agent_test_utils.py": "REPO = '.'\ndef run_module(): pass\n",

@@ -2,7 +2,9 @@
 termination, agreement with plain MuJoCo, zero-copy torch views).
 
 MJX compiles take tens of seconds on a CPU, so each task is compiled once per module: halfcheetah's ``reset`` and
-``step`` (3 envs, episode limit 4) and one jitted hopper rollout (reset + ``lax.scan`` of steps). Skipped only when
+``step`` (3 envs, episode limit 4) and one jitted hopper rollout (reset + ``lax.scan`` of steps), all with XLA's
+backend optimisations off (``FAST_COMPILE_ENV``: the programs compile several times faster, compute the same
+operations). Skipped only when
 the ``mjx`` extra is not installed (``pip install -e ".[mjx]"``; CI installs it).
 """
 
@@ -17,10 +19,18 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 
-from mjx_envs.env import MjxStep, key_from_seed, make_mjx_env  # noqa: E402
+from mjx_envs.env import FAST_COMPILE_ENV, MjxStep, compiler_options, key_from_seed, make_mjx_env  # noqa: E402
 
 CHEETAH_ENVS, CHEETAH_LIMIT = 3, 4
 HOPPER_ENVS, HOPPER_STEPS = 2, 60
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fast_compile():
+    """XLA's backend optimisations off for this module's programs (read when an env or program is built)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(FAST_COMPILE_ENV, "1")
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +53,7 @@ def hopper_rollout():
 
         return jax.lax.scan(body, env.reset(key), None, length=HOPPER_STEPS)[1]
 
-    return env, [np.asarray(x) for x in jax.jit(rollout)(key_from_seed(0))]
+    return env, [np.asarray(x) for x in jax.jit(rollout, compiler_options=compiler_options())(key_from_seed(0))]
 
 
 def random_actions(env, seed: int, steps: int) -> list[jax.Array]:

@@ -1,8 +1,8 @@
 """Cascaded kernel evaluation harness: compile -> correctness -> determinism -> integration -> performance -> flags ->
 report, for every implementation of the categorical TD target over a case matrix.
 
-    python -m bench.harness --smoke --out /tmp/harness_smoke   # CPU: interpreters, tiny sizes, < 60 s on 2 cores
-    python -m bench.harness --out bench/results/harness         # GPU: the full matrix (H200)
+    python -m bench harness --tiny --out /tmp/harness       # CPU: interpreters, tiny sizes, < 60 s on 2 cores
+    python -m bench harness --out bench/results/harness      # GPU: the full matrix
 
 Implementations (`implementations.IMPLEMENTATIONS`): the torch eager reference (torch_impl backend "torch"),
 upstream FlashSAC's path eager and under default-mode `torch.compile` (bench/upstream.py; the compiled one is the
@@ -42,7 +42,7 @@ Modules, one job each: ``cases`` (the case matrix, per-trial seeds), ``framework
 devices, syncs), ``inputs`` (host inputs and their framework layouts), ``implementations`` (what is evaluated),
 ``guards`` (the anti-cheat measures), ``metrics`` (correctness against the spec), ``timing`` (device timers),
 ``stages`` (stages 1-5), ``environment`` (stage 0), ``scoring`` (stage 6 and fast_p), ``runner`` (the run),
-``report`` (stage 7), ``cli`` (``python -m bench.harness``).
+``report`` (stage 7), ``cli`` (``python -m bench harness``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from __future__ import annotations
 import os
 import sys
 
-if "--smoke" in sys.argv:  # before any kernel module is imported: the interpreters read these at import/decoration
+if "--tiny" in sys.argv or "--smoke" in sys.argv:  # before any kernel module is imported (read at import)
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("FLASHSAC_PALLAS_INTERPRET", "1")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")

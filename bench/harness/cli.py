@@ -1,4 +1,4 @@
-"""``python -m bench.harness``: the command line."""
+"""``python -m bench harness``: the command line."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ DESCRIPTION = ("Cascaded kernel evaluation harness: compile -> correctness -> de
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns 0 when every evaluated kernel passed stages 1-4 on every case it ran, else 1."""
-    ap = argparse.ArgumentParser(prog="python -m bench.harness", description=DESCRIPTION)
-    ap.add_argument("--smoke", action="store_true", help="tiny CPU matrix, interpreters (< 60 s on 2 cores)")
+    ap = argparse.ArgumentParser(prog="python -m bench harness", description=DESCRIPTION)
+    ap.add_argument("--tiny", "--smoke", dest="smoke", action="store_true",
+                    help="tiny CPU matrix, interpreters (< 60 s on 2 cores)")
     ap.add_argument("--out", default=None, help="output directory (default bench/results/harness[_smoke])")
     ap.add_argument("--impls", default=",".join(IMPLEMENTATIONS), help="comma-separated subset of implementations")
     ap.add_argument("--sizes", default=None, help="comma-separated B values for the full matrix")
@@ -28,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=None, help="stop starting new pairs after this many seconds")
     a = ap.parse_args(argv)
     if a.smoke and os.environ.get("TRITON_INTERPRET") != "1":
-        raise SystemExit("--smoke needs TRITON_INTERPRET=1 before triton is imported: run `python -m bench.harness "
-                         "--smoke` (it sets it) or export it")
+        raise SystemExit("--tiny needs TRITON_INTERPRET=1 before triton is imported: run `python -m bench harness "
+                         "--tiny` (it sets it) or export it")
     out = a.out or os.path.join("bench", "results", "harness_smoke" if a.smoke else "harness")
     cfg = (RunConfig(seed=a.seed, trials=a.trials or 2, repeats=2, perf_reps=5, budget_s=a.budget_s, smoke=True)
            if a.smoke else RunConfig(seed=a.seed, trials=a.trials or 3, budget_s=a.budget_s))

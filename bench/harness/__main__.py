@@ -1,7 +1,0 @@
-"""``python -m bench.harness``: see ``bench.harness.cli``."""
-
-import sys
-
-from bench.harness.cli import main
-
-sys.exit(main())
