@@ -13,7 +13,7 @@ replays with no host synchronisation: it builds the torch MJX trainer at the fir
 and a few update steps (warm-up calls and graph capture), then ``--capture-steps`` more steps under
 ``torch.cuda.set_sync_debug_mode("error")`` (any synchronising CUDA call raises), and records the captured graphs,
 the loss scale and the metrics (on the CPU: no graphs and no sync mode, the steps only); ``train`` runs
-``bench.mjx_training_speed`` (``python -m agent_<framework>.train`` on ``mjx_envs.recipe.gpu_recipe`` at each
+``bench.mjx`` (``python -m agent_<framework>.train`` on ``mjx_envs.recipe.gpu_recipe`` at each
 ``--envs`` count: steady env steps/s and updates/s) for jax and for torch with ``agent.use_amp=false``, bf16 and
 fp16; ``env-step`` runs ``bench.mjx_env_speed`` (the jitted batched step alone, random actions, same env
 counts); ``update`` times the update alone on batches sampled from a device replay of random rows, as the MJX loop
@@ -280,7 +280,7 @@ def _upstream_commit(path: str) -> str | None:
 
 # ------------------------------------------------------------------------------------------------ orchestration
 def _child(args: list[str], log: str, timeout: float, env: dict[str, str]) -> dict:
-    from bench.paired_training import timed_run
+    from bench.common import timed_run
 
     return timed_run([sys.executable, "-m", "bench.gpu_recipe", *args], log, timeout, env)
 
@@ -296,8 +296,7 @@ def _child_json(kind: str, args: list[str], out: str, tag: str, timeout: float, 
 
 
 def _learn(a: argparse.Namespace, framework: str, out: str, env: dict[str, str], tiny: list[str]) -> dict:
-    from bench.common import tensorboard_events
-    from bench.paired_training import merge_overrides, timed_run, train_command
+    from bench.common import merge_overrides, tensorboard_events, timed_run, train_command
     from mjx_envs.recipe import gpu_recipe
 
     run_dir = os.path.join(out, "runs", f"learn-{framework}")
@@ -515,12 +514,12 @@ def main(argv: list[str] | None = None) -> int:
             tag = f"train-{framework}-{amp}"
             sub = os.path.join(out, tag)
             overrides = [*(TORCH_AMP[amp] if framework == "torch" else []), *(_tiny(framework) if a.tiny else [])]
-            cmd = ["-m", "bench.mjx_training_speed", "--out", sub, "--framework", framework, "--envs",
+            cmd = ["-m", "bench.mjx", "--out", sub, "--framework", framework, "--envs",
                    *map(str, a.envs), "--steps", str(a.train_steps), "--warmup-steps", str(warmup), "--log-every",
                    str(log_every), "--timeout-s", str(a.timeout_s), "--cache-dir", os.path.join(out, "jax_cache"),
                    *(["--backend", "torch" if framework == "torch" else "jax"] if a.tiny else []),
                    *[arg for o in overrides for arg in ("--overrides", o)]]
-            from bench.paired_training import timed_run
+            from bench.common import timed_run
 
             rec = timed_run([sys.executable, *cmd], os.path.join(out, "logs", f"{tag}.log"),
                             a.timeout_s * len(a.envs) + 60, env)
@@ -533,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     if "env-step" in a.phases:
         sub = os.path.join(out, "env_step")
         steps, repeats = (4, 2) if a.tiny else (100, 5)
-        from bench.paired_training import timed_run
+        from bench.common import timed_run
 
         rec = timed_run([sys.executable, "-m", "bench.mjx_env_speed", "--out", sub, "--envs", *map(str, a.envs),
                          "--steps", str(steps), "--repeats", str(repeats)], os.path.join(out, "logs", "env_step.log"),
