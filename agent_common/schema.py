@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_common.recipes import RECIPES, unknown_recipe
+
 __all__ = [
     "BACKENDS",
     "COMPILE_MODES",
@@ -200,6 +202,7 @@ class Config(_Freezable):
     save_checkpoint_per_interaction_step: int | None = None  # null -> N/10 (and always at the end)
     save_buffer_per_interaction_step: int | None = None  # null -> with every checkpoint if save_buffer, else every k
     # project keys
+    recipe: str | None = None  # named recipe under the overrides (agent_common.recipes: smoke | gym | mjx); null: none
     save_buffer: bool = True  # replay buffer in every checkpoint (exact resume); always on Ctrl-C / budget stops
     keep_checkpoints: int = 2  # newest complete checkpoints kept in <run>/checkpoints (older ones are deleted)
     rederive_schedule_on_resume: bool = False  # resume: re-derive LR steps and intervals from num_env_steps (explicit
@@ -387,6 +390,8 @@ def _validate(cfg: Config, framework: str) -> None:
                 + (f" (framework {framework})" if key == "agent.categorical_target_backend" else "")
                 + (f" (env.env_type {cfg.env.env_type})" if key == "env.env_name" else "")
             )
+    if cfg.recipe is not None and cfg.recipe not in RECIPES:
+        raise ConfigError(f"invalid value for 'recipe': {unknown_recipe(cfg.recipe)}")
     for key in KNOWN_KEYS:  # no inf or nan anywhere: each would fail (or silently misbehave) after setup
         value = _get(cfg, key)
         if isinstance(value, float):
