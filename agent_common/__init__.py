@@ -17,6 +17,8 @@ Modules
                 ``config.yaml``), ``AverageMeter``, ``read_eval_csv``.
     checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``,
                 checkpoint discovery by scanning, crash recovery, pruning, ``CheckpointError``, ``DiskFullError``.
+    recipes     standard library only: the named recipes (``--recipe smoke | gym | mjx``) as ``--overrides``.
+    run         what both drivers share: ``TrainResult``, ``StopFlag``, ``prepare_run_dir``, ``kept_on_resume``.
     loop        ``train(cfg, make_agent) -> TrainResult`` and ``run_cli(argv, framework, factory_loader)``.
     vector_loop ``train_vector(cfg, make_trainer, framework)``: the MJX driver (``env.env_type=mjx``) over an agent's
                 ``VectorTrainer`` (chunks of interaction steps on the device; evaluation, logging, checkpoints between).

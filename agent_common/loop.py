@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import random
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -33,7 +31,6 @@ from agent_common.checkpoint import (
     commit_checkpoint_dir,
     complete_checkpoints,
     directory_size,
-    holds_run,
     is_disk_full,
     latest_checkpoint,
     load_newest,
@@ -49,7 +46,15 @@ from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
 from agent_common.replicas import SINGLE, NullLogger, Replicas
-from agent_common.schema import Config, ConfigError, budget_defaults, check_training_run, run_dir_of_checkpoint
+from agent_common.run import (
+    StopFlag,
+    TrainResult,
+    announce_compute_path,
+    kept_on_resume,
+    prepare_run_dir,
+    report_first_update,
+)
+from agent_common.schema import Config, ConfigError, check_training_run, run_dir_of_checkpoint
 
 __all__ = [
     "AGENT_DIR",
@@ -103,79 +108,6 @@ class Agent(Protocol):
 
 AgentFactory = Callable[[Config, gym.spaces.Box, gym.spaces.Box], Agent]
 """``make_agent(cfg, observation_space, action_space) -> Agent``; seeds its framework RNG from ``cfg.seed``."""
-
-
-@dataclasses.dataclass
-class TrainResult:
-    """Summary of one ``train`` call.
-
-    Attributes:
-        status: ``"completed"``, ``"budget"`` (max_wall_seconds reached) or ``"interrupted"`` (Ctrl-C).
-        env_step: env steps done in total (including resumed ones).
-        run_dir: the run directory.
-        checkpoint: the newest checkpoint of the run after this call: the last one written, else the one resumed
-            from (None if there is none).
-        evaluations: ``(env_step, metrics)`` for every evaluation of this call.
-        wall_seconds: wall time of this call's loop.
-        env_steps_per_second: env steps of this call / wall_seconds.
-        updates_per_second: updates of this call / wall_seconds.
-        update_seconds_mean: mean wall time of one ``agent.update`` call.
-        env_steps_this_call: env steps trained by this call (0: the run had already reached num_env_steps).
-        last_eval_return: the run's latest evaluation return (also from before a resume; nan if none).
-        last_eval_step: the env step of that evaluation (-1 if none).
-        time_to_first_update: wall seconds from the process's launch to the end of this call's first update
-            (imports, environment and agent construction, the random-action warm-up, the first update with any
-            compilation it triggers, and whatever part of the initial evaluation the first update waits for,
-            included; nan without an update).
-        first_update_seconds: how long that first ``agent.update`` call took.
-        steady_updates_per_second: updates per wall second over the second half of the time between the first
-            update's end and the last update (``UpdateTimeline.steady_rate``; nan with too few updates).
-    """
-
-    status: str
-    env_step: int
-    run_dir: str
-    checkpoint: str | None
-    evaluations: list[tuple[int, dict[str, float]]]
-    wall_seconds: float
-    env_steps_per_second: float
-    updates_per_second: float
-    update_seconds_mean: float
-    env_steps_this_call: int = 0
-    last_eval_return: float = float("nan")
-    last_eval_step: int = -1
-    time_to_first_update: float = float("nan")
-    first_update_seconds: float = float("nan")
-    steady_updates_per_second: float = float("nan")
-
-
-class StopFlag:
-    """First SIGINT requests a clean stop at the end of the current step; a second one aborts immediately."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
-
-    def __enter__(self) -> StopFlag:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print(
-            "\nCtrl-C: finishing the current step, then saving a checkpoint (press again to abort without saving)",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 class _EvaluationCancelled(Exception):
@@ -540,52 +472,6 @@ class _Loop:
         self.eval_envs.close()
 
 
-def prepare_run_dir(cfg: Config, framework: str | None = None) -> None:
-    """Checks the run and creates its directory before any work: ``schema.check_training_run`` (``framework``: the
-    agent, for ``env.env_type=mjx``); a fresh run never writes into a directory that holds another run (only a
-    resume of that run may); the directory must be creatable and writable.
-
-    Raises:
-        ConfigError: naming ``save_path`` and what to do instead.
-    """
-    check_training_run(cfg, framework)
-    run_dir = cfg.save_path or "."
-    resumed_run = run_dir_of_checkpoint(cfg.agent_load_path) if cfg.agent_load_path is not None else None
-    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
-        raise ConfigError(f"save_path={run_dir} is a file, not a directory; choose another save_path")
-    if os.path.isdir(run_dir) and holds_run(run_dir):
-        same = resumed_run is not None and os.path.isdir(resumed_run) and os.path.samefile(run_dir, resumed_run)
-        if not same:
-            raise ConfigError(
-                f"save_path={run_dir} already holds a run (config.yaml, eval.csv, checkpoints/ or tb/); a new run "
-                f"never writes into it. Resume it with --overrides agent_load_path={run_dir}, or choose another "
-                "save_path (null: a new timestamped directory under runs/)"
-            )
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-        probe = os.path.join(run_dir, ".write_test")
-        with open(probe, "w"):
-            pass
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError(
-            f"save_path={run_dir} cannot be used as the run directory ({exc.strerror or exc}); choose another "
-            "save_path"
-        ) from None
-
-
-def kept_on_resume(cfg: Config) -> list[str]:
-    """The schedule keys whose values differ from what ``num_env_steps`` alone would derive (kept from the run)."""
-    kept = []
-    for key, derived in budget_defaults(cfg).items():
-        obj: Any = cfg
-        for part in key.split("."):
-            obj = getattr(obj, part)
-        if obj != derived and key != "recording_per_interaction_step":
-            kept.append(f"{key}={obj} (num_env_steps={cfg.num_env_steps} would give {derived})")
-    return kept
-
-
 def strict_backend_as_config_error(make_agent: AgentFactory, unavailable: type[Exception]) -> AgentFactory:
     """Wraps an agent factory for the CLI: a strict backend that cannot run here (``unavailable``, the framework's
     ``BackendUnavailable``) becomes a one-line ``ConfigError`` naming the keys, instead of a traceback."""
@@ -887,29 +773,6 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
         first_update_seconds=timeline.first_seconds,
         steady_updates_per_second=timeline.steady_rate(),
     )
-
-
-def announce_compute_path(agent: Agent) -> None:
-    """Prints the agent's ``compile/path`` line (how it computes and why) once, on stderr; the TensorBoard text of
-    the same key comes with the agent's other ``info()``."""
-    path = agent.info().get("compile/path")
-    if isinstance(path, str):
-        tqdm.write(f"compute path: {path}", file=sys.stderr)
-
-
-def report_first_update(logger: RunLogger, timeline: UpdateTimeline, env_step: int, train_start: float) -> None:
-    """The first update's line on stderr and its TensorBoard scalars (``perf/time_to_first_update_s``: from launch;
-    ``perf/first_update_s``: the call itself)."""
-    assert timeline.first_end is not None
-    tqdm.write(
-        f"first update at env step {env_step}: {timeline.time_to_first_update:.1f} s after launch "
-        f"({timeline.first_end - train_start:.1f} s after training started; the update call took "
-        f"{timeline.first_seconds:.2f} s)",
-        file=sys.stderr,
-    )
-    logger.log_scalars({"perf/time_to_first_update_s": timeline.time_to_first_update,
-                        "perf/first_update_s": timeline.first_seconds}, env_step)
-
 
 
 def _summary(result: TrainResult, num_env_steps: int) -> str:

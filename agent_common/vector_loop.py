@@ -47,7 +47,8 @@ from agent_common.checkpoint import (
 )
 from agent_common.config import config_to_yaml
 from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_time
-from agent_common.loop import (
+from agent_common.replicas import SINGLE, Replicas
+from agent_common.run import (
     StopFlag,
     TrainResult,
     announce_compute_path,
@@ -55,7 +56,6 @@ from agent_common.loop import (
     prepare_run_dir,
     report_first_update,
 )
-from agent_common.replicas import SINGLE, Replicas
 from agent_common.schema import Config, ConfigError, run_dir_of_checkpoint
 
 __all__ = [

@@ -272,3 +272,83 @@ def test_walker_accepts_the_allowed_imports(tmp_path):
         "tests/agent_test_utils.py": "REPO = '.'\ndef run_module(): pass\n",
     })
     assert find_violations(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# no import circles between modules
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def module_graph(root: Path, top: str) -> dict[str, set[str]]:
+    """Module -> the modules of package ``top`` it imports (every import, lazy ones too; ``from pkg import name``
+    counts as importing the submodule ``pkg.name`` where there is one, else ``pkg`` itself)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((root / top).rglob("*.py")):
+        if SKIPPED_DIRS & set(path.relative_to(root).parts):
+            continue
+        own = _module_name(root, path)
+        package = own if path.name == "__init__.py" else own[:-1]
+        edges = graph.setdefault(".".join(own), set())
+        for _, module, names in _imports(ast.parse(path.read_text(), filename=str(path)), package):
+            if not module or module[0] != top:
+                continue
+            subs = [(*module, name) for name in names if _is_submodule(root, module, name)]
+            for target in subs or [module]:
+                if target != own:
+                    edges.add(".".join(target))
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted: every import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+@pytest.mark.parametrize("top", PACKAGES)
+def test_no_import_circle_between_modules(top):
+    cycles = import_cycles(module_graph(REPO, top))
+    assert not cycles, f"import circles in {top}: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_cycle_finder_catches_a_planted_circle(tmp_path):
+    _plant(tmp_path, {
+        "agent_common/loop.py": "from agent_common.run import TrainResult\n"
+                                "def cli():\n    from agent_common.vector_loop import train_vector\n",
+        "agent_common/vector_loop.py": "from agent_common import run\n",
+        "agent_common/run.py": "import agent_common.schema\n",
+        "agent_common/schema.py": "",
+    })
+    assert import_cycles(module_graph(tmp_path, "agent_common")) == []
+    (tmp_path / "agent_common/schema.py").write_text("def f():\n    from agent_common import loop\n")
+    assert import_cycles(module_graph(tmp_path, "agent_common")) == [
+        ["agent_common.loop", "agent_common.run", "agent_common.schema", "agent_common.vector_loop"]]
