@@ -522,6 +522,37 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
         CheckpointError: no usable checkpoint to resume from.
         DiskFullError: the disk filled up while writing a checkpoint.
     """
+    loop, logger, resumed_ckpt = _open_run(cfg, make_agent, replicas)
+    run = _Training(cfg, loop, logger, replicas)  # the initial evaluation starts; the clock of this call starts
+    with StopFlag() as stop:
+        try:
+            while loop.interaction_step < run.num_interaction_steps:
+                run.sync_initial_eval()  # before this step's policy action
+                loop.interaction_step += 1
+                env_step = loop.interaction_step * loop.num_envs
+                run.collect()  # act, step the envs, store the transition, update the reward statistics
+                run.sync_initial_eval()  # before this step's first update
+                if loop.fused:
+                    run.step_agent(env_step)  # one agent call: store, update(s), next action
+                if loop.buffer.can_sample():
+                    if not loop.fused:
+                        run.update(env_step)  # the due updates on batches sampled here
+                    run.on_intervals(env_step)  # evaluation, logging and checkpoint when due
+                status = run.stop_status(stop, run.show_progress(env_step))
+                if status is not None:
+                    run.status = status
+                    break
+            run.finish()  # the initial evaluation, the final evaluation and checkpoint
+        finally:
+            run.close()
+    return run.result(resumed_ckpt)
+
+
+def _open_run(cfg: Config, make_agent: AgentFactory, replicas: Replicas) -> tuple[_Loop, RunLogger | NullLogger,
+                                                                                     str | None]:
+    """Checks and creates the run directory, builds the run's state and, with ``agent_load_path``, repairs the run's
+    checkpoints and resumes from the newest usable one; opens the run's logger. Returns (state, logger, the
+    checkpoint resumed from or None)."""
     if replicas.is_main:
         prepare_run_dir(cfg)
     else:
@@ -566,213 +597,253 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
     except BaseException:
         loop.close()
         raise
-    evaluations: list[tuple[int, dict[str, float]]] = []
-    initial_eval: _BackgroundEvaluation | None = None  # the step-0 evaluation while it runs in the background
+    return loop, logger, resumed_ckpt
 
-    def log_eval(metrics: dict[str, float], interaction_step: int) -> None:
-        env_step = interaction_step * loop.num_envs
-        logger.log_eval(metrics, env_step)
-        evaluations.append((env_step, metrics))
-        loop.last_eval_step = interaction_step
-        loop.last_eval_return = metrics["avg_return"]
 
-    def finish_initial_eval() -> None:
+class _Training:
+    """One ``train`` call on a run's state (``_Loop``): the pieces of an interaction step, evaluation, logging,
+    checkpoints, the progress bar, the end of the run and its ``TrainResult``. Constructing it starts the call:
+    the agent's precompilation, its info, the compute-path line and the step-0 evaluation, then the clock."""
+
+    def __init__(self, cfg: Config, loop: _Loop, logger: RunLogger | NullLogger, replicas: Replicas) -> None:
+        self.cfg, self.loop, self.logger, self.replicas = cfg, loop, logger, replicas
+        self.run_dir = cfg.save_path or "."
+        self.evaluations: list[tuple[int, dict[str, float]]] = []
+        self.initial_eval: _BackgroundEvaluation | None = None  # the step-0 evaluation while it runs in the background
+        self.start_step = loop.interaction_step
+        precompile = getattr(loop.agent, "precompile_step", None)
+        if loop.fused and callable(precompile) and self.start_step < loop.num_interaction_steps:
+            precompile(loop.local_envs)  # the first updates' programs compile during the evaluation and the warm-up
+        self.log_info(logger.first_step)
+        if replicas.is_main:
+            announce_compute_path(loop.agent)
+        self.timeline = UpdateTimeline(launch_time())
+        if self.start_step == 0 and cfg.num_eval_episodes > 0 and replicas.is_main:
+            self.initial_eval = loop.start_initial_evaluation()  # None: it runs here, before training
+            if self.initial_eval is None:
+                self.do_eval()
+        self.num_interaction_steps = loop.num_interaction_steps
+        self.status = "completed"
+        self.last_ckpt: str | None = None
+        self.t_start = time.monotonic()
+        self.window_start, self.window_env_steps, self.window_updates = self.t_start, 0, 0
+        self.update_time, self.updates_this_call = 0.0, 0
+        self.postfix_time = 0.0
+        self.bar = tqdm(
+            total=self.num_interaction_steps * loop.num_envs,
+            initial=min(self.start_step, self.num_interaction_steps) * loop.num_envs,
+            unit="step",
+            dynamic_ncols=True,
+            disable=not cfg.progress_bar or not replicas.is_main,
+            file=sys.stderr,
+            mininterval=1.0,
+        )
+
+    # ----------------------------------------------------------------------------------------- evaluation
+    def log_eval(self, metrics: dict[str, float], interaction_step: int) -> None:
+        env_step = interaction_step * self.loop.num_envs
+        self.logger.log_eval(metrics, env_step)
+        self.evaluations.append((env_step, metrics))
+        self.loop.last_eval_step = interaction_step
+        self.loop.last_eval_return = metrics["avg_return"]
+
+    def finish_initial_eval(self) -> None:
         """Waits for the background step-0 evaluation, if one runs, and logs it (its error is raised here)."""
-        nonlocal initial_eval
-        if initial_eval is not None:
-            metrics = initial_eval.result()  # still pending if this raises: the run's ``finally`` ends it
-            log_eval(metrics, initial_eval.interaction_step)
-            initial_eval = None
+        if self.initial_eval is not None:
+            metrics = self.initial_eval.result()  # still pending if this raises: the run's ``close`` ends it
+            self.log_eval(metrics, self.initial_eval.interaction_step)
+            self.initial_eval = None
 
-    def sync_initial_eval() -> None:
+    def sync_initial_eval(self) -> None:
         """Logs the background step-0 evaluation once it has finished; for an agent without a snapshot, waits for it
         as soon as the agent will be called (the buffer can sample: the first policy action and update)."""
-        if initial_eval is not None and (initial_eval.done() or (
-                not initial_eval.overlaps_updates and loop.buffer.can_sample())):
-            finish_initial_eval()
+        if self.initial_eval is not None and (self.initial_eval.done() or (
+                not self.initial_eval.overlaps_updates and self.loop.buffer.can_sample())):
+            self.finish_initial_eval()
 
-    def do_eval() -> None:
-        if not replicas.is_main:  # replica 0 alone evaluates
+    def do_eval(self) -> None:
+        if not self.replicas.is_main:  # replica 0 alone evaluates
             return
-        finish_initial_eval()  # evaluations are logged in step order, and this one steps the same eval env
-        log_eval(loop.evaluate(), loop.interaction_step)
+        self.finish_initial_eval()  # evaluations are logged in step order, and this one steps the same eval env
+        self.log_eval(self.loop.evaluate(), self.loop.interaction_step)
 
-    def log_info(step: int) -> dict[str, float]:
+    # ----------------------------------------------------------------------------------------- logging, checkpoints
+    def log_info(self, step: int) -> dict[str, float]:
         scalars: dict[str, float] = {}
-        for key, value in loop.agent.info().items():
+        for key, value in self.loop.agent.info().items():
             if isinstance(value, str):
-                logger.log_text(key, value, step, only_if_changed=True)
+                self.logger.log_text(key, value, step, only_if_changed=True)
             else:
                 scalars[key] = float(value)
         return scalars
 
-    def save(with_buffer: bool = False) -> str:
-        finish_initial_eval()  # the checkpoint holds the eval env's state and the latest evaluation
-        line = loop.save(with_buffer=with_buffer)
-        if replicas.is_main:
+    def save(self, with_buffer: bool = False) -> str:
+        self.finish_initial_eval()  # the checkpoint holds the eval env's state and the latest evaluation
+        line = self.loop.save(with_buffer=with_buffer)
+        if self.replicas.is_main:
             tqdm.write(line, file=sys.stderr)
-        return checkpoint_dir(run_dir, loop.interaction_step * loop.num_envs)
+        return checkpoint_dir(self.run_dir, self.loop.interaction_step * self.loop.num_envs)
 
-    start_step = loop.interaction_step
-    precompile = getattr(loop.agent, "precompile_step", None)
-    if loop.fused and callable(precompile) and start_step < loop.num_interaction_steps:
-        precompile(loop.local_envs)  # the first updates' programs compile during the evaluation and the warm-up
-    log_info(logger.first_step)
-    if replicas.is_main:
-        announce_compute_path(loop.agent)
-    timeline = UpdateTimeline(launch_time())
-    if start_step == 0 and cfg.num_eval_episodes > 0 and replicas.is_main:
-        initial_eval = loop.start_initial_evaluation()  # None: it runs here, before training
-        if initial_eval is None:
-            do_eval()
-    n_int = loop.num_interaction_steps
-    status = "completed"
-    last_ckpt: str | None = None
-    t_start = time.monotonic()
-    window_start, window_env_steps, window_updates = t_start, 0, 0
-    update_time, updates_this_call = 0.0, 0
-    postfix_time = 0.0
-    bar = tqdm(
-        total=n_int * loop.num_envs,
-        initial=min(start_step, n_int) * loop.num_envs,
-        unit="step",
-        dynamic_ncols=True,
-        disable=not cfg.progress_bar or not replicas.is_main,
-        file=sys.stderr,
-        mininterval=1.0,
-    )
-    with StopFlag() as stop:
-        try:
-            while loop.interaction_step < n_int:
-                sync_initial_eval()  # before this step's policy action
-                loop.interaction_step += 1
-                step = loop.interaction_step
-                env_step = step * loop.num_envs
-                action = loop.act()  # (E, A)
-                result = step_env(loop.train_envs, action)
-                loop.buffer.add(
-                    loop.observation,
-                    action,
-                    result.reward,
-                    result.terminated,
-                    result.truncated,
-                    result.next_observation,
-                )
-                loop.normalizer.update(result.reward, result.terminated, result.truncated)
-                loop.observation = result.reset_observation  # (E, O)
-                window_env_steps += loop.num_envs
-                sync_initial_eval()  # before this step's first update
-                if loop.fused:  # one agent call: store, update(s), next action (metrics stay on the device)
-                    due = loop.due_updates()
-                    t0 = time.perf_counter()
-                    loop.step_agent(due)
-                    if due:
-                        update_seconds = time.perf_counter() - t0
-                        update_time += update_seconds
-                        first = timeline.record(time.monotonic(), updates_this_call + due, update_seconds)
-                        if first and replicas.is_main:
-                            report_first_update(logger, timeline, env_step, t_start)
-                    loop.num_updates += due
-                    updates_this_call += due
-                    window_updates += due
-                if loop.buffer.can_sample():
-                    if not loop.fused:
-                        loop.update_counter += cfg.updates_per_interaction_step
-                    while not loop.fused and loop.update_counter >= 1.0:
-                        batch = loop.buffer.sample(cfg.agent.sample_batch_size * cfg.num_devices)  # jax: N devices
-                        batch["reward"] = loop.normalizer.normalize(batch["reward"])  # (B,)
-                        t0 = time.perf_counter()
-                        metrics = loop.agent.update(batch)
-                        update_seconds = time.perf_counter() - t0
-                        update_time += update_seconds
-                        first = timeline.record(time.monotonic(), updates_this_call + 1, update_seconds)
-                        if first and replicas.is_main:
-                            report_first_update(logger, timeline, env_step, t_start)
-                        loop.meter.update(metrics)
-                        loop.update_counter -= 1.0
-                        loop.num_updates += 1
-                        updates_this_call += 1
-                        window_updates += 1
-                    if step % replicas.interval(cfg.evaluation_per_interaction_step, n_int) == 0 and (
-                        cfg.num_eval_episodes > 0
-                    ):
-                        do_eval()
-                    if step % replicas.interval(cfg.logging_per_interaction_step, n_int) == 0:
-                        now = time.monotonic()
-                        loop.take_metrics()
-                        scalars = loop.meter.averages()
-                        scalars.update(log_info(env_step))
-                        scalars["perf/env_steps_per_second"] = window_env_steps / max(now - window_start, 1e-9)
-                        scalars["perf/updates_per_second"] = window_updates / max(now - window_start, 1e-9)
-                        scalars["perf/update_ms"] = 1e3 * update_time / max(updates_this_call, 1)
-                        logger.log_scalars(scalars, env_step)
-                        loop.meter.reset()
-                        window_start, window_env_steps, window_updates = now, 0, 0
-                    if step % replicas.interval(cfg.save_checkpoint_per_interaction_step, n_int) == 0:
-                        last_ckpt = save()
-                bar.update(loop.num_envs)
-                now = time.monotonic()
-                if now - postfix_time >= 1.0:
-                    elapsed = max(now - t_start, 1e-9)
-                    bar.set_postfix(
-                        sps=f"{(env_step - start_step * loop.num_envs) / elapsed:.1f}",
-                        ups=f"{updates_this_call / elapsed:.1f}",
-                        eval=f"{loop.last_eval_return:.1f}",
-                        refresh=False,
-                    )
-                    postfix_time = now
-                stopping = stop.requested
-                over_budget = cfg.max_wall_seconds is not None and now - t_start >= cfg.max_wall_seconds
-                if replicas.world_size > 1:  # replicas agree every _AGREE_EVERY steps, so all stop at the same one
-                    code = replicas.max_on_all(2 if stopping else int(over_budget)) if step % _AGREE_EVERY == 0 else 0
-                    stopping, over_budget = code == 2, code == 1
-                if stopping:
-                    status = "interrupted"
-                    break
-                if over_budget:
-                    status = "budget"
-                    break
-            if initial_eval is not None:
-                if status != "completed" and not initial_eval.done():
-                    tqdm.write("waiting for the initial evaluation to finish: the checkpoint holds its result and "
-                               "the eval env", file=sys.stderr)
-                finish_initial_eval()
-            if updates_this_call > 1 and math.isfinite(timeline.steady_rate()):
-                logger.log_scalars({"perf/steady_updates_per_second": timeline.steady_rate()},
-                                   loop.interaction_step * loop.num_envs)
-            if status == "completed":
-                if loop.last_eval_step != loop.interaction_step and cfg.num_eval_episodes > 0:
-                    do_eval()
-            if status != "completed":
-                if loop.last_checkpoint_step != loop.interaction_step or not loop.last_checkpoint_has_buffer:
-                    last_ckpt = save(with_buffer=True)  # stopped early: the resume must be exact
-            elif loop.last_checkpoint_step != loop.interaction_step:
-                last_ckpt = save()
-        finally:
-            if initial_eval is not None:  # the run failed or was aborted while the evaluation ran
-                initial_eval.cancel()
-            bar.close()
-            logger.close()
-            loop.close()
-    wall = time.monotonic() - t_start
-    env_steps_done = (loop.interaction_step - start_step) * loop.num_envs
-    return TrainResult(
-        status=status,
-        env_step=loop.interaction_step * loop.num_envs,
-        run_dir=run_dir,
-        checkpoint=last_ckpt or latest_checkpoint(run_dir) or resumed_ckpt,
-        evaluations=evaluations,
-        wall_seconds=wall,
-        env_steps_per_second=env_steps_done / max(wall, 1e-9),
-        updates_per_second=updates_this_call / max(wall, 1e-9),
-        update_seconds_mean=update_time / max(updates_this_call, 1),
-        env_steps_this_call=env_steps_done,
-        last_eval_return=loop.last_eval_return,
-        last_eval_step=loop.last_eval_step * loop.num_envs if loop.last_eval_step >= 0 else -1,
-        time_to_first_update=timeline.time_to_first_update,
-        first_update_seconds=timeline.first_seconds,
-        steady_updates_per_second=timeline.steady_rate(),
-    )
+    # ----------------------------------------------------------------------------------------- one step
+    def collect(self) -> None:
+        """Acts, steps the training envs and stores the transition; updates the reward statistics."""
+        loop = self.loop
+        action = loop.act()  # (E, A)
+        result = step_env(loop.train_envs, action)
+        loop.buffer.add(
+            loop.observation,
+            action,
+            result.reward,
+            result.terminated,
+            result.truncated,
+            result.next_observation,
+        )
+        loop.normalizer.update(result.reward, result.terminated, result.truncated)
+        loop.observation = result.reset_observation  # (E, O)
+        self.window_env_steps += loop.num_envs
+
+    def step_agent(self, env_step: int) -> None:
+        """The agent's fused step (one call: store, the due updates, next action; metrics stay on the device)."""
+        loop = self.loop
+        due = loop.due_updates()
+        t0 = time.perf_counter()
+        loop.step_agent(due)
+        if due:
+            update_seconds = time.perf_counter() - t0
+            self.update_time += update_seconds
+            first = self.timeline.record(time.monotonic(), self.updates_this_call + due, update_seconds)
+            if first and self.replicas.is_main:
+                report_first_update(self.logger, self.timeline, env_step, self.t_start)
+        loop.num_updates += due
+        self.updates_this_call += due
+        self.window_updates += due
+
+    def update(self, env_step: int) -> None:
+        """The due updates (fractional UTD accumulates), each on a batch sampled from the buffer here."""
+        loop, cfg = self.loop, self.cfg
+        loop.update_counter += cfg.updates_per_interaction_step
+        while loop.update_counter >= 1.0:
+            batch = loop.buffer.sample(cfg.agent.sample_batch_size * cfg.num_devices)  # jax: N devices
+            batch["reward"] = loop.normalizer.normalize(batch["reward"])  # (B,)
+            t0 = time.perf_counter()
+            metrics = loop.agent.update(batch)
+            update_seconds = time.perf_counter() - t0
+            self.update_time += update_seconds
+            first = self.timeline.record(time.monotonic(), self.updates_this_call + 1, update_seconds)
+            if first and self.replicas.is_main:
+                report_first_update(self.logger, self.timeline, env_step, self.t_start)
+            loop.meter.update(metrics)
+            loop.update_counter -= 1.0
+            loop.num_updates += 1
+            self.updates_this_call += 1
+            self.window_updates += 1
+
+    def on_intervals(self, env_step: int) -> None:
+        """Evaluation, logging and the checkpoint, each on its interval."""
+        cfg, loop, replicas, n_int = self.cfg, self.loop, self.replicas, self.num_interaction_steps
+        step = loop.interaction_step
+        if step % replicas.interval(cfg.evaluation_per_interaction_step, n_int) == 0 and (
+            cfg.num_eval_episodes > 0
+        ):
+            self.do_eval()
+        if step % replicas.interval(cfg.logging_per_interaction_step, n_int) == 0:
+            now = time.monotonic()
+            loop.take_metrics()
+            scalars = loop.meter.averages()
+            scalars.update(self.log_info(env_step))
+            scalars["perf/env_steps_per_second"] = self.window_env_steps / max(now - self.window_start, 1e-9)
+            scalars["perf/updates_per_second"] = self.window_updates / max(now - self.window_start, 1e-9)
+            scalars["perf/update_ms"] = 1e3 * self.update_time / max(self.updates_this_call, 1)
+            self.logger.log_scalars(scalars, env_step)
+            loop.meter.reset()
+            self.window_start, self.window_env_steps, self.window_updates = now, 0, 0
+        if step % replicas.interval(cfg.save_checkpoint_per_interaction_step, n_int) == 0:
+            self.last_ckpt = self.save()
+
+    def show_progress(self, env_step: int) -> float:
+        """Advances the progress bar (its rates at most once a second); returns the time now."""
+        loop = self.loop
+        self.bar.update(loop.num_envs)
+        now = time.monotonic()
+        if now - self.postfix_time >= 1.0:
+            elapsed = max(now - self.t_start, 1e-9)
+            self.bar.set_postfix(
+                sps=f"{(env_step - self.start_step * loop.num_envs) / elapsed:.1f}",
+                ups=f"{self.updates_this_call / elapsed:.1f}",
+                eval=f"{loop.last_eval_return:.1f}",
+                refresh=False,
+            )
+            self.postfix_time = now
+        return now
+
+    def stop_status(self, stop: StopFlag, now: float) -> str | None:
+        """``"interrupted"`` (Ctrl-C) or ``"budget"`` (``max_wall_seconds``) when the run stops after this step, else
+        None; several replicas agree every ``_AGREE_EVERY`` steps, so all stop at the same one."""
+        cfg, replicas = self.cfg, self.replicas
+        stopping = stop.requested
+        over_budget = cfg.max_wall_seconds is not None and now - self.t_start >= cfg.max_wall_seconds
+        if replicas.world_size > 1:
+            step = self.loop.interaction_step
+            code = replicas.max_on_all(2 if stopping else int(over_budget)) if step % _AGREE_EVERY == 0 else 0
+            stopping, over_budget = code == 2, code == 1
+        if stopping:
+            return "interrupted"
+        if over_budget:
+            return "budget"
+        return None
+
+    # ----------------------------------------------------------------------------------------- the end
+    def finish(self) -> None:
+        """After the last step: the initial evaluation's result, the steady update rate, the final evaluation (a
+        completed run) and the final checkpoint (with the replay buffer when the run stopped early)."""
+        loop, cfg, status = self.loop, self.cfg, self.status
+        if self.initial_eval is not None:
+            if status != "completed" and not self.initial_eval.done():
+                tqdm.write("waiting for the initial evaluation to finish: the checkpoint holds its result and "
+                           "the eval env", file=sys.stderr)
+            self.finish_initial_eval()
+        if self.updates_this_call > 1 and math.isfinite(self.timeline.steady_rate()):
+            self.logger.log_scalars({"perf/steady_updates_per_second": self.timeline.steady_rate()},
+                                    loop.interaction_step * loop.num_envs)
+        if status == "completed":
+            if loop.last_eval_step != loop.interaction_step and cfg.num_eval_episodes > 0:
+                self.do_eval()
+        if status != "completed":
+            if loop.last_checkpoint_step != loop.interaction_step or not loop.last_checkpoint_has_buffer:
+                self.last_ckpt = self.save(with_buffer=True)  # stopped early: the resume must be exact
+        elif loop.last_checkpoint_step != loop.interaction_step:
+            self.last_ckpt = self.save()
+
+    def close(self) -> None:
+        """Cancels a still running initial evaluation (the run failed or was aborted), closes the bar, the logger
+        and the envs."""
+        if self.initial_eval is not None:
+            self.initial_eval.cancel()
+        self.bar.close()
+        self.logger.close()
+        self.loop.close()
+
+    def result(self, resumed_ckpt: str | None) -> TrainResult:
+        loop, timeline = self.loop, self.timeline
+        wall = time.monotonic() - self.t_start
+        env_steps_done = (loop.interaction_step - self.start_step) * loop.num_envs
+        return TrainResult(
+            status=self.status,
+            env_step=loop.interaction_step * loop.num_envs,
+            run_dir=self.run_dir,
+            checkpoint=self.last_ckpt or latest_checkpoint(self.run_dir) or resumed_ckpt,
+            evaluations=self.evaluations,
+            wall_seconds=wall,
+            env_steps_per_second=env_steps_done / max(wall, 1e-9),
+            updates_per_second=self.updates_this_call / max(wall, 1e-9),
+            update_seconds_mean=self.update_time / max(self.updates_this_call, 1),
+            env_steps_this_call=env_steps_done,
+            last_eval_return=loop.last_eval_return,
+            last_eval_step=loop.last_eval_step * loop.num_envs if loop.last_eval_step >= 0 else -1,
+            time_to_first_update=timeline.time_to_first_update,
+            first_update_seconds=timeline.first_seconds,
+            steady_updates_per_second=timeline.steady_rate(),
+        )
 
 
 def _summary(result: TrainResult, num_env_steps: int) -> str:
