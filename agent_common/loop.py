@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -45,6 +45,7 @@ from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_st
 from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_time
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
+from agent_common.protocol import Agent, AgentFactory, DeviceReplayAgent, PrecompilingAgent, SnapshotAgent, check_agent
 from agent_common.replicas import SINGLE, NullLogger, Replicas
 from agent_common.run import (
     StopFlag,
@@ -80,34 +81,6 @@ BACKGROUND_INITIAL_EVALUATION = True
 """Whether ``train`` runs the step-0 evaluation on a background thread while training starts (``_Loop.
 start_initial_evaluation``); False runs it first, before training. The run is the same either way (tests compare
 the two)."""
-
-
-class Agent(Protocol):
-    """What the loop needs from an agent (see ``agent_common.__init__`` for the full contract)."""
-
-    def act(self, observation: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
-        """(E, O) float32 -> (E, A) float32 actions in [-1, 1]; ``noise`` None means deterministic tanh(μ)."""
-        ...
-
-    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """One FlashSAC update on a numpy batch (reward already normalised); returns upstream metric names."""
-        ...
-
-    def save(self, directory: str) -> None:
-        """Writes the agent state (networks, optimizers, schedulers, scaler, counters, framework RNG)."""
-        ...
-
-    def load(self, directory: str, load_optimizer: bool = True) -> None:
-        """Restores ``save`` output."""
-        ...
-
-    def info(self) -> dict[str, float | str]:
-        """Diagnostics logged with the metrics (floats as scalars, strings as TensorBoard text)."""
-        ...
-
-
-AgentFactory = Callable[[Config, gym.spaces.Box, gym.spaces.Box], Agent]
-"""``make_agent(cfg, observation_space, action_space) -> Agent``; seeds its framework RNG from ``cfg.seed``."""
 
 
 class _EvaluationCancelled(Exception):
@@ -198,10 +171,11 @@ class _Loop:
         self.action_high = np.asarray(act_space.high, dtype=np.float32)  # (A,)
         action_dim = int(act_space.shape[0])
         self.agent = make_agent(cfg, obs_space, act_space)
+        check_agent(self.agent)
         a = cfg.agent
         # An agent that keeps the replay rows itself (device buffer) also does the step's device work in ``step``.
-        replay_storage = getattr(self.agent, "replay_storage", None)
-        storage = replay_storage(a.buffer_max_length) if callable(replay_storage) else None
+        storage = (cast(DeviceReplayAgent, self.agent).replay_storage(a.buffer_max_length)
+                   if self.agent.capabilities.device_replay else None)
         self.fused = storage is not None
         self.next_action: np.ndarray | None = None  # (E, A) computed by the previous ``agent.step``
         self.buffer = ReplayBuffer(
@@ -417,13 +391,13 @@ class _Loop:
         compute the next action on ``self.observation`` (its noise drawn now) once the buffer can sample."""
         noise = self.noise.sample() if self.buffer.can_sample() else None
         scale = self.normalizer.scale() if self.normalizer.enabled else 1.0
-        self.next_action = self.agent.step(self.observation, noise, num_updates, scale)  # type: ignore[attr-defined]
+        self.next_action = cast(DeviceReplayAgent, self.agent).step(self.observation, noise, num_updates, scale)
 
     def take_metrics(self) -> None:
         """Moves the metrics the agent's step summed on the device into the meter (a device read-back)."""
         if not self.fused:
             return
-        for key, (total, count) in self.agent.take_metrics().items():  # type: ignore[attr-defined]
+        for key, (total, count) in cast(DeviceReplayAgent, self.agent).take_metrics().items():
             self.meter.sums[key] += total
             self.meter.counts[key] += count
 
@@ -444,9 +418,9 @@ class _Loop:
         """
         if not BACKGROUND_INITIAL_EVALUATION:
             return None
-        snapshot = getattr(self.agent, "policy_snapshot", None)
-        if callable(snapshot):
-            policy: Callable[[np.ndarray], np.ndarray] = snapshot()
+        has_snapshot = self.agent.capabilities.policy_snapshot
+        if has_snapshot:
+            policy: Callable[[np.ndarray], np.ndarray] = cast(SnapshotAgent, self.agent).policy_snapshot()
         elif not self.fused and self.replicas.world_size == 1:
             agent = self.agent
 
@@ -464,7 +438,7 @@ class _Loop:
 
             return evaluate(act, envs, episodes)
 
-        return _BackgroundEvaluation(run, self.interaction_step, overlaps_updates=callable(snapshot))
+        return _BackgroundEvaluation(run, self.interaction_step, overlaps_updates=has_snapshot)
 
     def close(self) -> None:
         """Closes the envs."""
@@ -611,9 +585,9 @@ class _Training:
         self.evaluations: list[tuple[int, dict[str, float]]] = []
         self.initial_eval: _BackgroundEvaluation | None = None  # the step-0 evaluation while it runs in the background
         self.start_step = loop.interaction_step
-        precompile = getattr(loop.agent, "precompile_step", None)
-        if loop.fused and callable(precompile) and self.start_step < loop.num_interaction_steps:
-            precompile(loop.local_envs)  # the first updates' programs compile during the evaluation and the warm-up
+        if loop.fused and loop.agent.capabilities.precompile_step and self.start_step < loop.num_interaction_steps:
+            # the first updates' programs compile during the evaluation and the warm-up
+            cast(PrecompilingAgent, loop.agent).precompile_step(loop.local_envs)
         self.log_info(logger.first_step)
         if replicas.is_main:
             announce_compute_path(loop.agent)

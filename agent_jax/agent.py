@@ -16,6 +16,7 @@ import numpy as np
 
 from agent_common.buffer import RowStorage, flat_batch
 from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
+from agent_common.protocol import Capabilities
 from agent_common.schema import Config, target_entropy
 from agent_jax import parallel
 from agent_jax.compilation_cache import compute_path
@@ -81,7 +82,7 @@ def _to_numpy(tree: Any) -> Any:
 
 
 class FlashSACAgent:
-    """JAX FlashSAC (paper-era heads) implementing the ``agent_common`` agent interface.
+    """JAX FlashSAC (paper-era heads) implementing the loop's agent protocol (``agent_common.protocol``).
 
     ``update`` returns the metrics of the *previous* update: they are read back after the current update has been
     dispatched, so the host never waits for the device inside ``update`` (JAX dispatch is asynchronous). The first
@@ -97,6 +98,9 @@ class FlashSACAgent:
         ValueError: ``agent.use_amp=true`` (not implemented by the JAX agent).
         jax_impl.BackendUnavailable: strict backend selection that cannot be met (at construction).
     """
+
+    # what the loop may call (agent_common.protocol)
+    capabilities = Capabilities(device_replay=True, policy_snapshot=True, precompile_step=True)
 
     def __init__(self, cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> None:
         a = cfg.agent
