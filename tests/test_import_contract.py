@@ -50,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 ALLOWED["bench"] = set(ALLOWED) | {"bench"}
 ALLOWED["tests"] = ALLOWED["bench"] | {"tests"}  # bench only in BENCH_TEST_FILES
-PACKAGES = tuple(p for p in ALLOWED if p != "tests")  # the installed packages (pyproject's packages.find)
+PACKAGES = tuple(p for p in ALLOWED if p != "tests")  # the repository's packages (bench is not installed)
 
 JAX_STACK = {"jax", "jaxlib", "flax", "optax"}
 NO_FRAMEWORK = {"torch", "triton"} | JAX_STACK
@@ -176,15 +176,22 @@ def test_repository_keeps_the_import_contract():
     assert not violations, "import contract broken:\n" + "\n".join(map(str, violations))
 
 
+NOT_INSTALLED = ("bench", "tests")
+"""Run from a checkout (``python -m bench``, ``python -m pytest``), never installed into site-packages."""
+
+
 def test_every_package_is_classified_and_installed():
     """A new top-level package must get its place in ``ALLOWED`` (and so in the README's layout table), and every
-    package is in pyproject's ``packages.find`` include list."""
+    package but ``NOT_INSTALLED`` is in pyproject's ``packages.find`` include list, which matches none of those."""
     on_disk = {p.parent.name for p in REPO.glob("*/__init__.py")}
     assert on_disk <= set(PACKAGES), f"unclassified packages: {sorted(on_disk - set(PACKAGES))}"
     assert set(PACKAGES) <= on_disk, f"classified but missing: {sorted(set(PACKAGES) - on_disk)}"
     include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
-    missing = [p for p in PACKAGES if not any(fnmatch.fnmatch(p, pattern) for pattern in include)]
+    missing = [p for p in PACKAGES if p not in NOT_INSTALLED and not any(fnmatch.fnmatch(p, i) for i in include)]
     assert not missing, f"pyproject.toml [tool.setuptools.packages.find] include lacks {missing}"
+    installed = [p for p in NOT_INSTALLED for sub in (p, f"{p}.results")
+                 if any(fnmatch.fnmatch(sub, i) for i in include)]
+    assert not installed, f"pyproject.toml [tool.setuptools.packages.find] include installs {installed}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
