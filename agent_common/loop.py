@@ -56,6 +56,7 @@ from agent_common.run import (
     report_first_update,
 )
 from agent_common.schema import Config, ConfigError, check_training_run, run_dir_of_checkpoint
+from agent_common.seeding import BUFFER_STREAM, NOISE_STREAM, WARMUP_STREAM
 
 __all__ = [
     "AGENT_DIR",
@@ -74,8 +75,6 @@ __all__ = [
     "train",
 ]
 
-# Independent RNG streams, all derived from cfg.seed (spawn keys keep them uncorrelated).
-_NOISE_STREAM, _BUFFER_STREAM, _WARMUP_STREAM = 1, 2, 3
 _AGREE_EVERY = 16  # interaction steps between the replicas' agreements on stopping early (one small collective)
 BACKGROUND_INITIAL_EVALUATION = True
 """Whether ``train`` runs the step-0 evaluation on a background thread while training starts (``_Loop.
@@ -185,14 +184,14 @@ class _Loop:
             a.buffer_min_length,
             cfg.n_step,
             cfg.gamma,
-            seed=[seed, _BUFFER_STREAM],
+            seed=[seed, BUFFER_STREAM],
             storage=storage,
         )
         self.normalizer = RewardNormalizer(cfg.gamma, a.normalized_G_max, enabled=a.normalize_reward)
         self.noise = ZetaNoise(
-            self.local_envs, action_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max, seed=[seed, _NOISE_STREAM]
+            self.local_envs, action_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max, seed=[seed, NOISE_STREAM]
         )
-        self.warmup_rng = np.random.Generator(np.random.PCG64([seed, _WARMUP_STREAM]))
+        self.warmup_rng = np.random.Generator(np.random.PCG64([seed, WARMUP_STREAM]))
         self.meter = AverageMeter()
         self.interaction_step = 0
         self.update_counter = 0.0

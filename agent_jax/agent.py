@@ -18,6 +18,7 @@ from agent_common.buffer import RowStorage, flat_batch
 from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
 from agent_common.protocol import Capabilities
 from agent_common.schema import Config, target_entropy
+from agent_common.seeding import BUFFER_STREAM
 from agent_jax import parallel
 from agent_jax.compilation_cache import compute_path
 from agent_jax.packing import PackedTree, host_unpack, packed, unpacked
@@ -44,7 +45,6 @@ log = logging.getLogger("flashsac.agent_jax")
 
 NETWORK_FILES = ("actor", "critic", "target_critic", "temperature")  # <name>.pkl, as agent_torch's <name>.pt
 AGENT_STATE_FILE = "agent_state.pkl"
-_REPLAY_KEY_STREAM = 2  # the replay sampler's key: jax.random.fold_in(PRNGKey(seed), 2)
 STATE_PACKING: str | None = "matrices"
 """How ``step`` hands the state to ``env_step``: an ``agent_jax.packing`` mode, or None for the AgentState's own
 leaves. Packing cuts the host time of the per-env-step dispatch (docs/flashsac.md, "JAX training loop")."""
@@ -142,7 +142,7 @@ class FlashSACAgent:
         # update, not yet returned
         # The device replay (``replay_storage``), created when the loop asks for it; until then its sampler key.
         self._storage: DeviceRowStorage | None = None
-        self._replay_key = np.asarray(jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), _REPLAY_KEY_STREAM))
+        self._replay_key = np.asarray(jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), BUFFER_STREAM))
         self._metric_carry = (np.zeros(len(METRIC_NAMES), np.float32), np.zeros(len(METRIC_NAMES), np.float32))
         # ``act``'s (params, batch_stats, their flat leaves, treedef), rebuilt when the actor's params or BN
         # statistics are other objects (every update, load or outside replacement of ``state``)

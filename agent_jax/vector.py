@@ -47,6 +47,7 @@ import numpy as np
 from agent_common.loop import strict_backend_as_config_error
 from agent_common.noise import truncated_zeta_cdf
 from agent_common.schema import Config, ConfigError
+from agent_common.seeding import BUFFER_STREAM
 from agent_common.vector_loop import interaction_steps_per_call
 from agent_jax.agent import FlashSACAgent, make_agent
 from agent_jax.state import AgentState, build_networks
@@ -69,8 +70,9 @@ Array = jax.Array
 
 log = logging.getLogger("flashsac.agent_jax")
 
-# Streams of the run seed's key (jax.random.fold_in(PRNGKey(seed), stream)); 2 is the agent's replay sampler.
-_REPLAY_STREAM, _ENV_STREAM, _EVAL_STREAM, _EXPLORE_STREAM = 2, 10, 11, 12
+# Streams of the run seed's key (jax.random.fold_in(PRNGKey(seed), stream)); the replay sampler's is the agent's
+# (agent_common.seeding.BUFFER_STREAM).
+_ENV_STREAM, _EVAL_STREAM, _EXPLORE_STREAM = 10, 11, 12
 
 
 @flax.struct.dataclass
@@ -374,7 +376,7 @@ class JaxVectorTrainer:
         self._train_steps, self._evaluate_round, reset = programs(compiler_options() is not None)
         root = jax.random.PRNGKey(int(cfg.seed))
         replay = create_device_replay(int(a.buffer_max_length), row_width(obs_dim, act_dim),
-                                      np.asarray(jax.random.fold_in(root, _REPLAY_STREAM)), self.device)
+                                      np.asarray(jax.random.fold_in(root, BUFFER_STREAM)), self.device)
         f32, i32 = jnp.float32, jnp.int32
         carry = VectorState(
             agent=self.agent.state, replay=replay, env=reset(jax.random.fold_in(root, _ENV_STREAM), env=self.env),

@@ -23,20 +23,14 @@ import torch
 
 from agent_common.buffer import ROW_KEYS, flat_widths
 from agent_common.noise import truncated_zeta_cdf
+from agent_common.seeding import stream_seed
 from agent_torch.replay import TensorRowStorage
 
 __all__ = ["DeviceReplay", "DeviceRewardNormalizer", "DeviceZetaNoise", "stream_seed", "torch_generator"]
 
 
-def stream_seed(seed: int, stream: int) -> int:
-    """A 63-bit generator seed for the run seed ``seed`` and RNG stream ``stream`` (``SeedSequence([seed, stream])``,
-    the loop's stream numbering: 1 noise, 2 replay sampler, 3 warm-up actions)."""
-    state = np.random.SeedSequence([int(seed), int(stream)]).generate_state(2, dtype=np.uint32)
-    return (int(state[0]) << 31 | int(state[1]) >> 1) & (2**63 - 1)
-
-
 def torch_generator(device: torch.device, seed: int, stream: int) -> torch.Generator:
-    """A torch generator on ``device`` seeded with ``stream_seed(seed, stream)``."""
+    """A torch generator on ``device`` seeded with ``agent_common.seeding.stream_seed(seed, stream)``."""
     generator = torch.Generator(device=device)
     generator.manual_seed(stream_seed(seed, stream))
     return generator

@@ -14,15 +14,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from agent_common.seeding import BUFFER_STREAM, stream_seed
+
 __all__ = ["TensorRowStorage", "sampler_seed"]
 
-_SAMPLER_STREAM = 2  # as the loop's buffer stream: the sampler seed is SeedSequence([seed, 2])
 
 
 def sampler_seed(seed: int) -> int:
-    """The seed of the storage's generator for the run seed ``seed`` (63 bits of ``SeedSequence([seed, 2])``)."""
-    state = np.random.SeedSequence([int(seed), _SAMPLER_STREAM]).generate_state(2, dtype=np.uint32)
-    return (int(state[0]) << 31 | int(state[1]) >> 1) & (2**63 - 1)
+    """The seed of the storage's generator for the run seed ``seed``: the loop's replay sampler stream
+    (``agent_common.seeding.stream_seed(seed, BUFFER_STREAM)``)."""
+    return stream_seed(seed, BUFFER_STREAM)
 
 
 class TensorRowStorage:
