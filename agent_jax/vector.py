@@ -55,6 +55,7 @@ from agent_jax.step import (
     METRIC_NAMES,
     DeviceReplay,
     create_device_replay,
+    insert_first,
     metric_sums,
     policy_actions,
     row_width,
@@ -151,13 +152,7 @@ def _select(pred: Array, yes: Any, no: Any) -> Any:
 
 def _insert_if(replay: DeviceReplay, rows: Array, active: Array) -> DeviceReplay:
     """``agent_jax.step.insert_rows`` when ``active``; otherwise the rows are dropped and nothing changes."""
-    capacity = replay.rows.shape[0]
-    ring = (replay.index + jnp.arange(rows.shape[0], dtype=jnp.int32)) % capacity  # (E,)
-    positions = jnp.where(active, ring, capacity)  # out of bounds when inactive: the scatter drops them
-    data = replay.rows.at[positions].set(rows, mode="drop")
-    index = jnp.where(active, (replay.index + rows.shape[0]) % capacity, replay.index)
-    size = jnp.where(active, jnp.minimum(replay.size + rows.shape[0], capacity), replay.size)
-    return replay.replace(rows=data, index=index.astype(jnp.int32), size=size.astype(jnp.int32))
+    return insert_first(replay, rows, jnp.where(active, rows.shape[0], 0).astype(jnp.int32))
 
 
 def _metric_vector(info: dict[str, Array]) -> tuple[Array, Array]:
