@@ -24,7 +24,7 @@ import torch
 from agent_common.buffer import ROW_KEYS, flat_widths
 from agent_common.noise import truncated_zeta_cdf
 from agent_common.seeding import stream_seed
-from agent_torch.replay import TensorRowStorage
+from agent_torch.replay import TensorRowStorage, ring_segments
 
 __all__ = ["DeviceReplay", "DeviceRewardNormalizer", "DeviceZetaNoise", "stream_seed", "torch_generator"]
 
@@ -192,10 +192,8 @@ class DeviceReplay:
                       "next_observation": next_observation, "truncated": truncated}
         rows = self.storage.rows
         num_rows = int(reward.shape[0])
-        start, capacity = self.index, self.max_length
-        segments = [(start, 0, min(num_rows, capacity - start))]  # (ring position, first env, count)
-        if segments[0][2] < num_rows:
-            segments.append((0, segments[0][2], num_rows - segments[0][2]))
+        capacity = self.max_length
+        segments = ring_segments(self.index, num_rows, capacity)  # (ring position, first env, count)
         for column, key in enumerate(ROW_KEYS):
             value = transition[key].reshape(num_rows, -1)  # (E, width)
             lo, hi = self.bounds[column], self.bounds[column + 1]
