@@ -19,13 +19,17 @@ Modules
                 ``config.yaml``), ``AverageMeter``, ``read_eval_csv``.
     checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``,
                 checkpoint discovery by scanning, crash recovery, pruning, ``CheckpointError``, ``DiskFullError``.
+    recipes     standard library only: the named recipes (``--recipe smoke | gym | mjx``) as ``--overrides``.
+    run         what both drivers share: ``TrainResult``, ``StopFlag``, ``prepare_run_dir``, ``kept_on_resume``.
+    protocol    ``Agent`` (what the loop calls), ``Capabilities`` (its optional parts), ``check_agent``.
     loop        ``train(cfg, make_agent) -> TrainResult`` and ``run_cli(argv, framework, factory_loader)``.
     vector_loop ``train_vector(cfg, make_trainer, framework)``: the device driver (``env.env_type`` mjx or
                 mujoco_playground) over an agent's ``VectorTrainer`` (chunks of interaction steps on the device;
                 evaluation, logging, checkpoints between).
     plot        ``python -m agent_common.plot <run_dir> [--reference published.csv]`` -> ``learning_curve.png``.
 
-Agent interface (what ``loop.train`` calls; both frameworks implement it identically)
+Agent interface (what ``loop.train`` calls; ``agent_common.protocol``: the protocols and their check; both frameworks
+implement it identically)
     ``make_agent(cfg: Config, observation_space: Box, action_space: Box) -> agent``
         Seeds the framework RNG from ``cfg.seed`` and builds networks; target entropy from ``target_entropy``.
     ``agent.act(observation: (E, O) float32, noise: (E, A) float32 | None) -> (E, A) float32``
@@ -44,7 +48,8 @@ Agent interface (what ``loop.train`` calls; both frameworks implement it identic
         Diagnostics: ``backend/fallback_count`` (float), ``backend/selected`` (str, logged as text) and
         ``compile/path`` (str: how the agent computes -- compilation, CUDA graphs, jit cache -- and why; the loop
         also prints it once on stderr at the start of training).
-    Optional, for an agent that keeps the replay rows on its device (``agent.buffer_device_type``):
+    ``agent.capabilities`` (``protocol.Capabilities``): which of the optional parts below the agent implements.
+    Optional (``device_replay``), for an agent that keeps the replay rows on its device (``agent.buffer_device_type``):
     ``agent.replay_storage(capacity) -> buffer.RowStorage | None``
         Called once by the loop; a storage makes the loop's ``ReplayBuffer`` write its rows there and turns on:
     ``agent.step(observation, noise | None, num_updates, reward_scale) -> (E, A) action | None``
@@ -52,9 +57,9 @@ Agent interface (what ``loop.train`` calls; both frameworks implement it identic
         (rewards divided by ``reward_scale``), then the action for ``observation`` (None when ``noise`` is None).
     ``agent.take_metrics() -> {name: (sum, count)}``
         The metrics of ``step`` since the last call (read at logging steps and checkpoints).
-    ``agent.precompile_step(num_envs)`` (optional too)
+    ``agent.precompile_step(num_envs)`` (optional too: ``precompile_step``)
         Called once before the initial evaluation: starts compiling the first updates' programs in the background.
-    Optional for any agent:
+    Optional for any agent (``policy_snapshot``):
     ``agent.policy_snapshot() -> (obs: (E, O) float32) -> (E, A) float32``
         The deterministic policy as it is now (``act(obs, None)``), unchanged by later updates and callable from
         another thread; with it the loop's background initial evaluation runs alongside the updates, without it

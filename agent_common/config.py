@@ -27,6 +27,7 @@ from agent_common.checkpoint import (
     set_train_program,
     train_command,
 )
+from agent_common.recipes import recipe_overrides, recipes_help
 from agent_common.schema import (
     BACKENDS,
     DERIVED_FROM_BUDGET,
@@ -194,6 +195,23 @@ def start_over_command(run_dir: str, framework: str) -> str | None:
                          *(f"{k}={text(v)}" for k, v in sorted(values.items()) if k != "save_path"))
 
 
+def with_recipe(values: dict[str, Any], framework: str) -> dict[str, Any]:
+    """``values`` on top of the overrides of the named recipe ``values["recipe"]`` (``agent_common.recipes``), or
+    ``values`` unchanged without one.
+
+    Raises:
+        ConfigError: an unknown recipe, naming it and listing the known ones.
+    """
+    name = values.get("recipe")
+    if name is None:
+        return values
+    try:
+        recipe = parse_overrides(recipe_overrides(name, framework))
+    except ValueError as exc:
+        raise ConfigError(f"invalid value for 'recipe': {exc}") from None
+    return {**recipe, **values}
+
+
 def load_config(overrides: list[str] | None = None, framework: Literal["torch", "jax"] = "torch") -> Config:
     """Build the resolved, frozen config from ``key=value`` overrides.
 
@@ -205,7 +223,8 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
     Args:
         overrides: dotted ``key=value`` strings, e.g. ``["agent.sample_batch_size=256", "seed=3"]``. Values are
             parsed as YAML (``null``, ``true``, ``1_000_000``, ``3e-4``). ``env=mujoco`` and ``agent=flashSAC``
-            (upstream group selections) are accepted and ignored.
+            (upstream group selections) are accepted and ignored. ``recipe=NAME`` applies the named recipe's
+            overrides (``agent_common.recipes``) beneath all of them.
         framework: ``"torch"`` or ``"jax"``; selects the allowed ``agent.categorical_target_backend`` values.
 
     Returns:
@@ -215,7 +234,7 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
         ConfigError: unknown key, wrong type, invalid value, or a resume that cannot be done; the message names the
             key (and, for a resume conflict, both values).
     """
-    values = parse_overrides(overrides)
+    values = with_recipe(parse_overrides(overrides), framework)
     base: dict[str, Any] | None = None
     load_path = values.get("agent_load_path")
     if load_path is not None:
@@ -239,7 +258,8 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
 def parse_args(
     argv: list[str] | None = None, framework: Literal["torch", "jax"] = "torch", prog: str | None = None
 ) -> Config:
-    """Parse upstream's CLI (``--overrides key=value``, repeatable) and return the resolved config.
+    """Parse upstream's CLI (``--overrides key=value``, repeatable; ``--recipe NAME`` beneath them) and return the
+    resolved config.
 
     On a config error this prints the message to stderr and exits with status 2, before any env or GPU work.
 
@@ -254,10 +274,15 @@ def parse_args(
     set_train_program(prog or f"python -m agent_{framework}.train")
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Train FlashSAC on gym-MuJoCo (or MJX with env.env_type=mjx). Every config key below is set "
-        "with --overrides KEY=VALUE; null means derived or taken from the named key.",
-        epilog=config_help(),
+        description="Train FlashSAC on gym-MuJoCo, DeepMind Control, MJX or MuJoCo Playground (env.env_type). Every "
+        "config key below is set with --overrides KEY=VALUE; null means derived or taken from the named key.",
+        epilog=recipes_help() + "\n\n" + config_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--recipe",
+        metavar="NAME",
+        help="named recipe (listed below); --overrides apply on top; the run's config.yaml records it",
     )
     parser.add_argument(
         "--overrides",
@@ -267,8 +292,9 @@ def parse_args(
         help="config override, repeatable (e.g. --overrides env.env_name=Hopper-v4)",
     )
     args = parser.parse_args(argv)
+    overrides = args.overrides if args.recipe is None else [f"recipe={args.recipe}", *args.overrides]
     try:
-        return load_config(args.overrides, framework)
+        return load_config(overrides, framework)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

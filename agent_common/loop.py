@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import random
 import shutil
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -32,7 +30,6 @@ from agent_common.checkpoint import (
     commit_checkpoint_dir,
     continue_lines,
     directory_size,
-    holds_run,
     is_disk_full,
     latest_checkpoint,
     load_newest,
@@ -40,8 +37,6 @@ from agent_common.checkpoint import (
     prune_checkpoints,
     read_checkpoint_file,
     recover_checkpoints,
-    run_dir_taken_message,
-    set_aside_incomplete_run,
     set_aside_newer,
     warn,
     write_checkpoint,
@@ -51,15 +46,18 @@ from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_st
 from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_time
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
+from agent_common.protocol import Agent, AgentFactory, DeviceReplayAgent, PrecompilingAgent, SnapshotAgent, check_agent
 from agent_common.replicas import SINGLE, NullLogger, Replicas
-from agent_common.schema import (
-    VECTOR_ENV_TYPES,
-    Config,
-    ConfigError,
-    budget_defaults,
-    check_training_run,
-    run_dir_of_checkpoint,
+from agent_common.run import (
+    StopFlag,
+    TrainResult,
+    announce_compute_path,
+    kept_on_resume,
+    prepare_run_dir,
+    report_first_update,
 )
+from agent_common.schema import VECTOR_ENV_TYPES, Config, ConfigError, check_training_run, run_dir_of_checkpoint
+from agent_common.seeding import BUFFER_STREAM, NOISE_STREAM, WARMUP_STREAM
 from agent_common.video import RunVideos, run_videos
 from agent_common.wandb_logger import logger_options
 
@@ -80,114 +78,11 @@ __all__ = [
     "train",
 ]
 
-# Independent RNG streams, all derived from cfg.seed (spawn keys keep them uncorrelated).
-_NOISE_STREAM, _BUFFER_STREAM, _WARMUP_STREAM = 1, 2, 3
 _AGREE_EVERY = 16  # interaction steps between the replicas' agreements on stopping early (one small collective)
 BACKGROUND_INITIAL_EVALUATION = True
 """Whether ``train`` runs the step-0 evaluation on a background thread while training starts (``_Loop.
 start_initial_evaluation``); False runs it first, before training. The run is the same either way (tests compare
 the two)."""
-
-
-class Agent(Protocol):
-    """What the loop needs from an agent (see ``agent_common.__init__`` for the full contract)."""
-
-    def act(self, observation: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
-        """(E, O) float32 -> (E, A) float32 actions in [-1, 1]; ``noise`` None means deterministic tanh(μ)."""
-        ...
-
-    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """One FlashSAC update on a numpy batch (reward already normalised); returns upstream metric names."""
-        ...
-
-    def save(self, directory: str) -> None:
-        """Writes the agent state (networks, optimizers, schedulers, scaler, counters, framework RNG)."""
-        ...
-
-    def load(self, directory: str, load_optimizer: bool = True) -> None:
-        """Restores ``save`` output."""
-        ...
-
-    def info(self) -> dict[str, float | str]:
-        """Diagnostics logged with the metrics (floats as scalars, strings as TensorBoard text)."""
-        ...
-
-
-AgentFactory = Callable[[Config, gym.spaces.Box, gym.spaces.Box], Agent]
-"""``make_agent(cfg, observation_space, action_space) -> Agent``; seeds its framework RNG from ``cfg.seed``."""
-
-
-@dataclasses.dataclass
-class TrainResult:
-    """Summary of one ``train`` call.
-
-    Attributes:
-        status: ``"completed"``, ``"budget"`` (max_wall_seconds reached) or ``"interrupted"`` (Ctrl-C).
-        env_step: env steps done in total (including resumed ones).
-        run_dir: the run directory.
-        checkpoint: the newest checkpoint of the run after this call: the last one written, else the one resumed
-            from (None if there is none).
-        evaluations: ``(env_step, metrics)`` for every evaluation of this call.
-        wall_seconds: wall time of this call's loop.
-        env_steps_per_second: env steps of this call / wall_seconds.
-        updates_per_second: updates of this call / wall_seconds.
-        update_seconds_mean: mean wall time of one ``agent.update`` call.
-        env_steps_this_call: env steps trained by this call (0: the run had already reached num_env_steps).
-        last_eval_return: the run's latest evaluation return (also from before a resume; nan if none).
-        last_eval_step: the env step of that evaluation (-1 if none).
-        time_to_first_update: wall seconds from the process's launch to the end of this call's first update
-            (imports, environment and agent construction, the random-action warm-up, the first update with any
-            compilation it triggers, and whatever part of the initial evaluation the first update waits for,
-            included; nan without an update).
-        first_update_seconds: how long that first ``agent.update`` call took.
-        steady_updates_per_second: updates per wall second over the second half of the time between the first
-            update's end and the last update (``UpdateTimeline.steady_rate``; nan with too few updates).
-    """
-
-    status: str
-    env_step: int
-    run_dir: str
-    checkpoint: str | None
-    evaluations: list[tuple[int, dict[str, float]]]
-    wall_seconds: float
-    env_steps_per_second: float
-    updates_per_second: float
-    update_seconds_mean: float
-    env_steps_this_call: int = 0
-    last_eval_return: float = float("nan")
-    last_eval_step: int = -1
-    time_to_first_update: float = float("nan")
-    first_update_seconds: float = float("nan")
-    steady_updates_per_second: float = float("nan")
-
-
-class StopFlag:
-    """First SIGINT requests a clean stop at the end of the current step; a second one aborts immediately."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
-
-    def __enter__(self) -> StopFlag:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print(
-            "\nCtrl-C: finishing the current step, then saving a checkpoint (press again to abort without saving)",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 class _EvaluationCancelled(Exception):
@@ -280,10 +175,11 @@ class _Loop:
         self.action_high = np.asarray(act_space.high, dtype=np.float32)  # (A,)
         action_dim = int(act_space.shape[0])
         self.agent = make_agent(cfg, obs_space, act_space)
+        check_agent(self.agent)
         a = cfg.agent
         # An agent that keeps the replay rows itself (device buffer) also does the step's device work in ``step``.
-        replay_storage = getattr(self.agent, "replay_storage", None)
-        storage = replay_storage(a.buffer_max_length) if callable(replay_storage) else None
+        storage = (cast(DeviceReplayAgent, self.agent).replay_storage(a.buffer_max_length)
+                   if self.agent.capabilities.device_replay else None)
         self.fused = storage is not None
         self.next_action: np.ndarray | None = None  # (E, A) computed by the previous ``agent.step``
         self.buffer = ReplayBuffer(
@@ -293,14 +189,14 @@ class _Loop:
             a.buffer_min_length,
             cfg.n_step,
             cfg.gamma,
-            seed=[seed, _BUFFER_STREAM],
+            seed=[seed, BUFFER_STREAM],
             storage=storage,
         )
         self.normalizer = RewardNormalizer(cfg.gamma, a.normalized_G_max, enabled=a.normalize_reward)
         self.noise = ZetaNoise(
-            self.local_envs, action_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max, seed=[seed, _NOISE_STREAM]
+            self.local_envs, action_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max, seed=[seed, NOISE_STREAM]
         )
-        self.warmup_rng = np.random.Generator(np.random.PCG64([seed, _WARMUP_STREAM]))
+        self.warmup_rng = np.random.Generator(np.random.PCG64([seed, WARMUP_STREAM]))
         self.meter = AverageMeter()
         self.interaction_step = 0
         self.update_counter = 0.0
@@ -308,8 +204,8 @@ class _Loop:
         self.last_eval_step = -1
         self.last_checkpoint_step = -1
         self.last_checkpoint_has_buffer = False
-        self.last_eval_return = float("nan")
         self.eval_envs_before_last_eval: list[dict[str, Any]] | None = None  # replayed by agent_*.evaluate
+        self.last_eval_return = float("nan")
         self.num_interaction_steps = max(1, cfg.num_env_steps // self.num_envs)
 
     # ----------------------------------------------------------------------------------------- checkpoints
@@ -502,13 +398,13 @@ class _Loop:
         compute the next action on ``self.observation`` (its noise drawn now) once the buffer can sample."""
         noise = self.noise.sample() if self.buffer.can_sample() else None
         scale = self.normalizer.scale() if self.normalizer.enabled else 1.0
-        self.next_action = self.agent.step(self.observation, noise, num_updates, scale)  # type: ignore[attr-defined]
+        self.next_action = cast(DeviceReplayAgent, self.agent).step(self.observation, noise, num_updates, scale)
 
     def take_metrics(self) -> None:
         """Moves the metrics the agent's step summed on the device into the meter (a device read-back)."""
         if not self.fused:
             return
-        for key, (total, count) in self.agent.take_metrics().items():  # type: ignore[attr-defined]
+        for key, (total, count) in cast(DeviceReplayAgent, self.agent).take_metrics().items():
             self.meter.sums[key] += total
             self.meter.counts[key] += count
 
@@ -530,9 +426,9 @@ class _Loop:
         """
         if not BACKGROUND_INITIAL_EVALUATION:
             return None
-        snapshot = getattr(self.agent, "policy_snapshot", None)
-        if callable(snapshot):
-            policy: Callable[[np.ndarray], np.ndarray] = snapshot()
+        has_snapshot = self.agent.capabilities.policy_snapshot
+        if has_snapshot:
+            policy: Callable[[np.ndarray], np.ndarray] = cast(SnapshotAgent, self.agent).policy_snapshot()
         elif not self.fused and self.replicas.world_size == 1:
             agent = self.agent
 
@@ -551,59 +447,12 @@ class _Loop:
 
             return evaluate(act, envs, episodes)
 
-        return _BackgroundEvaluation(run, self.interaction_step, overlaps_updates=callable(snapshot))
+        return _BackgroundEvaluation(run, self.interaction_step, overlaps_updates=has_snapshot)
 
     def close(self) -> None:
         """Closes the envs."""
         self.train_envs.close()
         self.eval_envs.close()
-
-
-def prepare_run_dir(cfg: Config, framework: str | None = None) -> None:
-    """Checks the run and creates its directory before any work: ``schema.check_training_run`` (``framework``: the
-    agent, for ``env.env_type=mjx``); a fresh run never writes into a directory that holds another run (only a
-    resume of that run may); the directory must be creatable and writable.
-
-    Raises:
-        ConfigError: naming ``save_path`` and what to do instead.
-    """
-    check_training_run(cfg, framework)
-    run_dir = cfg.save_path or "."
-    resumed_run = run_dir_of_checkpoint(cfg.agent_load_path) if cfg.agent_load_path is not None else None
-    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
-        raise ConfigError(f"save_path={run_dir} is a file, not a directory; choose another save_path")
-    if os.path.isdir(run_dir) and holds_run(run_dir):
-        same = resumed_run is not None and os.path.isdir(resumed_run) and os.path.samefile(run_dir, resumed_run)
-        if not same and cfg.overwrite_incomplete:
-            try:
-                print(set_aside_incomplete_run(run_dir), file=sys.stderr, flush=True)
-            except CheckpointError as exc:
-                raise ConfigError(f"save_path={run_dir}: {exc}") from None
-        elif not same:
-            raise ConfigError(run_dir_taken_message(run_dir))
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-        probe = os.path.join(run_dir, ".write_test")
-        with open(probe, "w"):
-            pass
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError(
-            f"save_path={run_dir} cannot be used as the run directory ({exc.strerror or exc}); choose another "
-            "save_path"
-        ) from None
-
-
-def kept_on_resume(cfg: Config) -> list[str]:
-    """The schedule keys whose values differ from what ``num_env_steps`` alone would derive (kept from the run)."""
-    kept = []
-    for key, derived in budget_defaults(cfg).items():
-        obj: Any = cfg
-        for part in key.split("."):
-            obj = getattr(obj, part)
-        if obj != derived and key != "recording_per_interaction_step":
-            kept.append(f"{key}={obj} (num_env_steps={cfg.num_env_steps} would give {derived})")
-    return kept
 
 
 def strict_backend_as_config_error(make_agent: AgentFactory, unavailable: type[Exception]) -> AgentFactory:
@@ -656,6 +505,37 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
         CheckpointError: no usable checkpoint to resume from.
         DiskFullError: the disk filled up while writing a checkpoint.
     """
+    loop, logger, resumed_ckpt, videos = _open_run(cfg, make_agent, replicas)
+    run = _Training(cfg, loop, logger, replicas, videos)  # the initial evaluation starts; the clock of this call starts
+    with StopFlag() as stop:
+        try:
+            while loop.interaction_step < run.num_interaction_steps:
+                run.sync_initial_eval()  # before this step's policy action
+                loop.interaction_step += 1
+                env_step = loop.interaction_step * loop.num_envs
+                run.collect()  # act, step the envs, store the transition, update the reward statistics
+                run.sync_initial_eval()  # before this step's first update
+                if loop.fused:
+                    run.step_agent(env_step)  # one agent call: store, update(s), next action
+                if loop.buffer.can_sample():
+                    if not loop.fused:
+                        run.update(env_step)  # the due updates on batches sampled here
+                    run.on_intervals(env_step)  # evaluation, logging and checkpoint when due
+                status = run.stop_status(stop, run.show_progress(env_step))
+                if status is not None:
+                    run.status = status
+                    break
+            run.finish()  # the initial evaluation, the final evaluation and checkpoint
+        finally:
+            run.close()
+    return run.result(resumed_ckpt)
+
+
+def _open_run(cfg: Config, make_agent: AgentFactory, replicas: Replicas
+              ) -> tuple[_Loop, RunLogger | NullLogger, str | None, RunVideos | None]:
+    """Checks and creates the run directory, builds the run's state and, with ``agent_load_path``, repairs the run's
+    checkpoints and resumes from the newest usable one; opens the run's logger and, with ``record_video``, its video
+    recorder. Returns (state, logger, the checkpoint resumed from or None, the recorder or None)."""
     if replicas.is_main:
         prepare_run_dir(cfg)
     else:
@@ -702,252 +582,271 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
         if videos is not None:
             videos.close()
         raise
-    evaluations: list[tuple[int, dict[str, float]]] = []
-    initial_eval: _BackgroundEvaluation | None = None  # the step-0 evaluation while it runs in the background
+    return loop, logger, resumed_ckpt, videos
 
-    def log_eval(metrics: dict[str, float], interaction_step: int) -> None:
-        env_step = interaction_step * loop.num_envs
-        logger.log_eval(metrics, env_step)
-        evaluations.append((env_step, metrics))
-        loop.last_eval_step = interaction_step
-        loop.last_eval_return = metrics["avg_return"]
 
-    def finish_initial_eval() -> None:
+class _Training:
+    """One ``train`` call on a run's state (``_Loop``): the pieces of an interaction step, evaluation, logging,
+    checkpoints, the progress bar, the end of the run and its ``TrainResult``. Constructing it starts the call:
+    the agent's precompilation, its info, the compute-path line and the step-0 evaluation, then the clock."""
+
+    def __init__(self, cfg: Config, loop: _Loop, logger: RunLogger | NullLogger, replicas: Replicas,
+                 videos: RunVideos | None = None) -> None:
+        self.cfg, self.loop, self.logger, self.replicas, self.videos = cfg, loop, logger, replicas, videos
+        self.run_dir = cfg.save_path or "."
+        self.evaluations: list[tuple[int, dict[str, float]]] = []
+        self.initial_eval: _BackgroundEvaluation | None = None  # the step-0 evaluation while it runs in the background
+        self.start_step = loop.interaction_step
+        if loop.fused and loop.agent.capabilities.precompile_step and self.start_step < loop.num_interaction_steps:
+            # the first updates' programs compile during the evaluation and the warm-up
+            cast(PrecompilingAgent, loop.agent).precompile_step(loop.local_envs)
+        self.log_info(logger.first_step)
+        if replicas.is_main:
+            announce_compute_path(loop.agent)
+        self.timeline = UpdateTimeline(launch_time())
+        if self.start_step == 0 and videos is not None:
+            self.record_video()  # before the step-0 evaluation starts on its thread: they never call the agent at once
+        if self.start_step == 0 and cfg.num_eval_episodes > 0 and replicas.is_main:
+            self.initial_eval = loop.start_initial_evaluation()  # None: it runs here, before training
+            if self.initial_eval is None:
+                self.do_eval()
+        self.num_interaction_steps = loop.num_interaction_steps
+        self.status = "completed"
+        self.last_ckpt: str | None = None
+        self.t_start = time.monotonic()
+        self.window_start, self.window_env_steps, self.window_updates = self.t_start, 0, 0
+        self.update_time, self.updates_this_call = 0.0, 0
+        self.postfix_time = 0.0
+        self.bar = tqdm(
+            total=self.num_interaction_steps * loop.num_envs,
+            initial=min(self.start_step, self.num_interaction_steps) * loop.num_envs,
+            unit="step",
+            dynamic_ncols=True,
+            disable=not cfg.progress_bar or not replicas.is_main,
+            file=sys.stderr,
+            mininterval=1.0,
+        )
+
+    # ----------------------------------------------------------------------------------------- evaluation
+    def log_eval(self, metrics: dict[str, float], interaction_step: int) -> None:
+        env_step = interaction_step * self.loop.num_envs
+        self.logger.log_eval(metrics, env_step)
+        self.evaluations.append((env_step, metrics))
+        self.loop.last_eval_step = interaction_step
+        self.loop.last_eval_return = metrics["avg_return"]
+
+    def finish_initial_eval(self) -> None:
         """Waits for the background step-0 evaluation, if one runs, and logs it (its error is raised here)."""
-        nonlocal initial_eval
-        if initial_eval is not None:
-            metrics = initial_eval.result()  # still pending if this raises: the run's ``finally`` ends it
-            log_eval(metrics, initial_eval.interaction_step)
-            initial_eval = None
+        if self.initial_eval is not None:
+            metrics = self.initial_eval.result()  # still pending if this raises: the run's ``close`` ends it
+            self.log_eval(metrics, self.initial_eval.interaction_step)
+            self.initial_eval = None
 
-    def sync_initial_eval() -> None:
+    def sync_initial_eval(self) -> None:
         """Logs the background step-0 evaluation once it has finished; for an agent without a snapshot, waits for it
         as soon as the agent will be called (the buffer can sample: the first policy action and update)."""
-        if initial_eval is not None and (initial_eval.done() or (
-                not initial_eval.overlaps_updates and loop.buffer.can_sample())):
-            finish_initial_eval()
+        if self.initial_eval is not None and (self.initial_eval.done() or (
+                not self.initial_eval.overlaps_updates and self.loop.buffer.can_sample())):
+            self.finish_initial_eval()
 
-    def do_eval() -> None:
-        if not replicas.is_main:  # replica 0 alone evaluates
+    def do_eval(self) -> None:
+        if not self.replicas.is_main:  # replica 0 alone evaluates
             return
-        finish_initial_eval()  # evaluations are logged in step order, and this one steps the same eval env
-        log_eval(loop.evaluate(), loop.interaction_step)
+        self.finish_initial_eval()  # evaluations are logged in step order, and this one steps the same eval env
+        self.log_eval(self.loop.evaluate(), self.loop.interaction_step)
 
-    def record_video() -> None:
-        assert videos is not None
-        line = videos.record(lambda obs: loop.agent.act(obs, None), loop.interaction_step,
-                             loop.interaction_step * loop.num_envs, logger)
+    def record_video(self) -> None:
+        assert self.videos is not None
+        loop = self.loop
+        line = self.videos.record(lambda obs: loop.agent.act(obs, None), loop.interaction_step,
+                                  loop.interaction_step * loop.num_envs, self.logger)
         tqdm.write(line, file=sys.stderr)
 
-    def log_info(step: int) -> dict[str, float]:
+    # ----------------------------------------------------------------------------------------- logging, checkpoints
+    def log_info(self, step: int) -> dict[str, float]:
         scalars: dict[str, float] = {}
-        for key, value in loop.agent.info().items():
+        for key, value in self.loop.agent.info().items():
             if isinstance(value, str):
-                logger.log_text(key, value, step, only_if_changed=True)
+                self.logger.log_text(key, value, step, only_if_changed=True)
             else:
                 scalars[key] = float(value)
         return scalars
 
-    def save(with_buffer: bool = False) -> str:
-        finish_initial_eval()  # the checkpoint holds the eval env's state and the latest evaluation
-        line = loop.save(with_buffer=with_buffer)
-        if replicas.is_main:
+    def save(self, with_buffer: bool = False) -> str:
+        self.finish_initial_eval()  # the checkpoint holds the eval env's state and the latest evaluation
+        line = self.loop.save(with_buffer=with_buffer)
+        if self.replicas.is_main:
             tqdm.write(line, file=sys.stderr)
-        return checkpoint_dir(run_dir, loop.interaction_step * loop.num_envs)
+        return checkpoint_dir(self.run_dir, self.loop.interaction_step * self.loop.num_envs)
 
-    start_step = loop.interaction_step
-    precompile = getattr(loop.agent, "precompile_step", None)
-    if loop.fused and callable(precompile) and start_step < loop.num_interaction_steps:
-        precompile(loop.local_envs)  # the first updates' programs compile during the evaluation and the warm-up
-    log_info(logger.first_step)
-    if replicas.is_main:
-        announce_compute_path(loop.agent)
-    timeline = UpdateTimeline(launch_time())
-    if start_step == 0 and videos is not None:
-        record_video()  # before the step-0 evaluation starts on its thread: the two never call the agent at once
-    if start_step == 0 and cfg.num_eval_episodes > 0 and replicas.is_main:
-        initial_eval = loop.start_initial_evaluation()  # None: it runs here, before training
-        if initial_eval is None:
-            do_eval()
-    n_int = loop.num_interaction_steps
-    status = "completed"
-    last_ckpt: str | None = None
-    t_start = time.monotonic()
-    window_start, window_env_steps, window_updates = t_start, 0, 0
-    update_time, updates_this_call = 0.0, 0
-    postfix_time = 0.0
-    bar = tqdm(
-        total=n_int * loop.num_envs,
-        initial=min(start_step, n_int) * loop.num_envs,
-        unit="step",
-        dynamic_ncols=True,
-        disable=not cfg.progress_bar or not replicas.is_main,
-        file=sys.stderr,
-        mininterval=1.0,
-    )
-    with StopFlag() as stop:
-        try:
-            while loop.interaction_step < n_int:
-                sync_initial_eval()  # before this step's policy action
-                loop.interaction_step += 1
-                step = loop.interaction_step
-                env_step = step * loop.num_envs
-                action = loop.act()  # (E, A)
-                result = step_env(loop.train_envs, action)
-                loop.buffer.add(
-                    loop.observation,
-                    action,
-                    result.reward,
-                    result.terminated,
-                    result.truncated,
-                    result.next_observation,
-                )
-                loop.normalizer.update(result.reward, result.terminated, result.truncated)
-                loop.observation = result.reset_observation  # (E, O)
-                window_env_steps += loop.num_envs
-                sync_initial_eval()  # before this step's first update
-                if loop.fused:  # one agent call: store, update(s), next action (metrics stay on the device)
-                    due = loop.due_updates()
-                    t0 = time.perf_counter()
-                    loop.step_agent(due)
-                    if due:
-                        update_seconds = time.perf_counter() - t0
-                        update_time += update_seconds
-                        first = timeline.record(time.monotonic(), updates_this_call + due, update_seconds)
-                        if first and replicas.is_main:
-                            report_first_update(logger, timeline, env_step, t_start)
-                    loop.num_updates += due
-                    updates_this_call += due
-                    window_updates += due
-                if loop.buffer.can_sample():
-                    if not loop.fused:
-                        loop.update_counter += cfg.updates_per_interaction_step
-                    while not loop.fused and loop.update_counter >= 1.0:
-                        batch = loop.buffer.sample(cfg.agent.sample_batch_size * cfg.num_devices)  # jax: N devices
-                        batch["reward"] = loop.normalizer.normalize(batch["reward"])  # (B,)
-                        t0 = time.perf_counter()
-                        metrics = loop.agent.update(batch)
-                        update_seconds = time.perf_counter() - t0
-                        update_time += update_seconds
-                        first = timeline.record(time.monotonic(), updates_this_call + 1, update_seconds)
-                        if first and replicas.is_main:
-                            report_first_update(logger, timeline, env_step, t_start)
-                        loop.meter.update(metrics)
-                        loop.update_counter -= 1.0
-                        loop.num_updates += 1
-                        updates_this_call += 1
-                        window_updates += 1
-                    if step % replicas.interval(cfg.evaluation_per_interaction_step, n_int) == 0 and (
-                        cfg.num_eval_episodes > 0
-                    ):
-                        do_eval()
-                    if videos is not None and videos.due(step, replicas.interval(cfg.recording_per_interaction_step,
-                                                                                 n_int)):
-                        record_video()
-                    if step % replicas.interval(cfg.logging_per_interaction_step, n_int) == 0:
-                        now = time.monotonic()
-                        loop.take_metrics()
-                        scalars = loop.meter.averages()
-                        scalars.update(log_info(env_step))
-                        scalars["perf/env_steps_per_second"] = window_env_steps / max(now - window_start, 1e-9)
-                        scalars["perf/updates_per_second"] = window_updates / max(now - window_start, 1e-9)
-                        scalars["perf/update_ms"] = 1e3 * update_time / max(updates_this_call, 1)
-                        logger.log_scalars(scalars, env_step)
-                        loop.meter.reset()
-                        window_start, window_env_steps, window_updates = now, 0, 0
-                    if step % replicas.interval(cfg.save_checkpoint_per_interaction_step, n_int) == 0:
-                        last_ckpt = save()
-                bar.update(loop.num_envs)
-                now = time.monotonic()
-                if now - postfix_time >= 1.0:
-                    elapsed = max(now - t_start, 1e-9)
-                    bar.set_postfix(
-                        sps=f"{(env_step - start_step * loop.num_envs) / elapsed:.1f}",
-                        ups=f"{updates_this_call / elapsed:.1f}",
-                        eval=f"{loop.last_eval_return:.1f}",
-                        refresh=False,
-                    )
-                    postfix_time = now
-                stopping = stop.requested
-                over_budget = cfg.max_wall_seconds is not None and now - t_start >= cfg.max_wall_seconds
-                if replicas.world_size > 1:  # replicas agree every _AGREE_EVERY steps, so all stop at the same one
-                    code = replicas.max_on_all(2 if stopping else int(over_budget)) if step % _AGREE_EVERY == 0 else 0
-                    stopping, over_budget = code == 2, code == 1
-                if stopping:
-                    status = "interrupted"
-                    break
-                if over_budget:
-                    status = "budget"
-                    break
-            if initial_eval is not None:
-                if status != "completed" and not initial_eval.done():
-                    tqdm.write("waiting for the initial evaluation to finish: the checkpoint holds its result and "
-                               "the eval env", file=sys.stderr)
-                finish_initial_eval()
-            if updates_this_call > 1 and math.isfinite(timeline.steady_rate()):
-                logger.log_scalars({"perf/steady_updates_per_second": timeline.steady_rate()},
-                                   loop.interaction_step * loop.num_envs)
-            if status == "completed":
-                if loop.last_eval_step != loop.interaction_step and cfg.num_eval_episodes > 0:
-                    do_eval()
-                if videos is not None and videos.last_step != loop.interaction_step:
-                    record_video()
-            if status != "completed":
-                if loop.last_checkpoint_step != loop.interaction_step or not loop.last_checkpoint_has_buffer:
-                    last_ckpt = save(with_buffer=True)  # stopped early: the resume must be exact
-            elif loop.last_checkpoint_step != loop.interaction_step:
-                last_ckpt = save()
-        finally:
-            if initial_eval is not None:  # the run failed or was aborted while the evaluation ran
-                initial_eval.cancel()
-            bar.close()
-            if videos is not None:
-                videos.close()
-                tqdm.write(videos.summary(), file=sys.stderr)
-            logger.close()
-            loop.close()
-    wall = time.monotonic() - t_start
-    env_steps_done = (loop.interaction_step - start_step) * loop.num_envs
-    return TrainResult(
-        status=status,
-        env_step=loop.interaction_step * loop.num_envs,
-        run_dir=run_dir,
-        checkpoint=last_ckpt or latest_checkpoint(run_dir) or resumed_ckpt,
-        evaluations=evaluations,
-        wall_seconds=wall,
-        env_steps_per_second=env_steps_done / max(wall, 1e-9),
-        updates_per_second=updates_this_call / max(wall, 1e-9),
-        update_seconds_mean=update_time / max(updates_this_call, 1),
-        env_steps_this_call=env_steps_done,
-        last_eval_return=loop.last_eval_return,
-        last_eval_step=loop.last_eval_step * loop.num_envs if loop.last_eval_step >= 0 else -1,
-        time_to_first_update=timeline.time_to_first_update,
-        first_update_seconds=timeline.first_seconds,
-        steady_updates_per_second=timeline.steady_rate(),
-    )
+    # ----------------------------------------------------------------------------------------- one step
+    def collect(self) -> None:
+        """Acts, steps the training envs and stores the transition; updates the reward statistics."""
+        loop = self.loop
+        action = loop.act()  # (E, A)
+        result = step_env(loop.train_envs, action)
+        loop.buffer.add(
+            loop.observation,
+            action,
+            result.reward,
+            result.terminated,
+            result.truncated,
+            result.next_observation,
+        )
+        loop.normalizer.update(result.reward, result.terminated, result.truncated)
+        loop.observation = result.reset_observation  # (E, O)
+        self.window_env_steps += loop.num_envs
 
+    def step_agent(self, env_step: int) -> None:
+        """The agent's fused step (one call: store, the due updates, next action; metrics stay on the device)."""
+        loop = self.loop
+        due = loop.due_updates()
+        t0 = time.perf_counter()
+        loop.step_agent(due)
+        if due:
+            update_seconds = time.perf_counter() - t0
+            self.update_time += update_seconds
+            first = self.timeline.record(time.monotonic(), self.updates_this_call + due, update_seconds)
+            if first and self.replicas.is_main:
+                report_first_update(self.logger, self.timeline, env_step, self.t_start)
+        loop.num_updates += due
+        self.updates_this_call += due
+        self.window_updates += due
 
-def announce_compute_path(agent: Agent) -> None:
-    """Prints the agent's ``compile/path`` line (how it computes and why) once, on stderr; the TensorBoard text of
-    the same key comes with the agent's other ``info()``."""
-    path = agent.info().get("compile/path")
-    if isinstance(path, str):
-        tqdm.write(f"compute path: {path}", file=sys.stderr)
+    def update(self, env_step: int) -> None:
+        """The due updates (fractional UTD accumulates), each on a batch sampled from the buffer here."""
+        loop, cfg = self.loop, self.cfg
+        loop.update_counter += cfg.updates_per_interaction_step
+        while loop.update_counter >= 1.0:
+            batch = loop.buffer.sample(cfg.agent.sample_batch_size * cfg.num_devices)  # jax: N devices
+            batch["reward"] = loop.normalizer.normalize(batch["reward"])  # (B,)
+            t0 = time.perf_counter()
+            metrics = loop.agent.update(batch)
+            update_seconds = time.perf_counter() - t0
+            self.update_time += update_seconds
+            first = self.timeline.record(time.monotonic(), self.updates_this_call + 1, update_seconds)
+            if first and self.replicas.is_main:
+                report_first_update(self.logger, self.timeline, env_step, self.t_start)
+            loop.meter.update(metrics)
+            loop.update_counter -= 1.0
+            loop.num_updates += 1
+            self.updates_this_call += 1
+            self.window_updates += 1
 
+    def on_intervals(self, env_step: int) -> None:
+        """Evaluation, logging and the checkpoint, each on its interval."""
+        cfg, loop, replicas, n_int = self.cfg, self.loop, self.replicas, self.num_interaction_steps
+        step = loop.interaction_step
+        if step % replicas.interval(cfg.evaluation_per_interaction_step, n_int) == 0 and (
+            cfg.num_eval_episodes > 0
+        ):
+            self.do_eval()
+        if self.videos is not None and self.videos.due(step, replicas.interval(cfg.recording_per_interaction_step,
+                                                                              n_int)):
+            self.record_video()
+        if step % replicas.interval(cfg.logging_per_interaction_step, n_int) == 0:
+            now = time.monotonic()
+            loop.take_metrics()
+            scalars = loop.meter.averages()
+            scalars.update(self.log_info(env_step))
+            scalars["perf/env_steps_per_second"] = self.window_env_steps / max(now - self.window_start, 1e-9)
+            scalars["perf/updates_per_second"] = self.window_updates / max(now - self.window_start, 1e-9)
+            scalars["perf/update_ms"] = 1e3 * self.update_time / max(self.updates_this_call, 1)
+            self.logger.log_scalars(scalars, env_step)
+            loop.meter.reset()
+            self.window_start, self.window_env_steps, self.window_updates = now, 0, 0
+        if step % replicas.interval(cfg.save_checkpoint_per_interaction_step, n_int) == 0:
+            self.last_ckpt = self.save()
 
-def report_first_update(logger: RunLogger, timeline: UpdateTimeline, env_step: int, train_start: float) -> None:
-    """The first update's line on stderr and its TensorBoard scalars (``perf/time_to_first_update_s``: from launch;
-    ``perf/first_update_s``: the call itself)."""
-    assert timeline.first_end is not None
-    tqdm.write(
-        f"first update at env step {env_step}: {timeline.time_to_first_update:.1f} s after launch "
-        f"({timeline.first_end - train_start:.1f} s after training started; the update call took "
-        f"{timeline.first_seconds:.2f} s)",
-        file=sys.stderr,
-    )
-    logger.log_scalars({"perf/time_to_first_update_s": timeline.time_to_first_update,
-                        "perf/first_update_s": timeline.first_seconds}, env_step)
+    def show_progress(self, env_step: int) -> float:
+        """Advances the progress bar (its rates at most once a second); returns the time now."""
+        loop = self.loop
+        self.bar.update(loop.num_envs)
+        now = time.monotonic()
+        if now - self.postfix_time >= 1.0:
+            elapsed = max(now - self.t_start, 1e-9)
+            self.bar.set_postfix(
+                sps=f"{(env_step - self.start_step * loop.num_envs) / elapsed:.1f}",
+                ups=f"{self.updates_this_call / elapsed:.1f}",
+                eval=f"{loop.last_eval_return:.1f}",
+                refresh=False,
+            )
+            self.postfix_time = now
+        return now
 
+    def stop_status(self, stop: StopFlag, now: float) -> str | None:
+        """``"interrupted"`` (Ctrl-C) or ``"budget"`` (``max_wall_seconds``) when the run stops after this step, else
+        None; several replicas agree every ``_AGREE_EVERY`` steps, so all stop at the same one."""
+        cfg, replicas = self.cfg, self.replicas
+        stopping = stop.requested
+        over_budget = cfg.max_wall_seconds is not None and now - self.t_start >= cfg.max_wall_seconds
+        if replicas.world_size > 1:
+            step = self.loop.interaction_step
+            code = replicas.max_on_all(2 if stopping else int(over_budget)) if step % _AGREE_EVERY == 0 else 0
+            stopping, over_budget = code == 2, code == 1
+        if stopping:
+            return "interrupted"
+        if over_budget:
+            return "budget"
+        return None
+
+    # ----------------------------------------------------------------------------------------- the end
+    def finish(self) -> None:
+        """After the last step: the initial evaluation's result, the steady update rate, the final evaluation (a
+        completed run) and the final checkpoint (with the replay buffer when the run stopped early)."""
+        loop, cfg, status = self.loop, self.cfg, self.status
+        if self.initial_eval is not None:
+            if status != "completed" and not self.initial_eval.done():
+                tqdm.write("waiting for the initial evaluation to finish: the checkpoint holds its result and "
+                           "the eval env", file=sys.stderr)
+            self.finish_initial_eval()
+        if self.updates_this_call > 1 and math.isfinite(self.timeline.steady_rate()):
+            self.logger.log_scalars({"perf/steady_updates_per_second": self.timeline.steady_rate()},
+                                    loop.interaction_step * loop.num_envs)
+        if status == "completed":
+            if loop.last_eval_step != loop.interaction_step and cfg.num_eval_episodes > 0:
+                self.do_eval()
+            if self.videos is not None and self.videos.last_step != loop.interaction_step:
+                self.record_video()
+        if status != "completed":
+            if loop.last_checkpoint_step != loop.interaction_step or not loop.last_checkpoint_has_buffer:
+                self.last_ckpt = self.save(with_buffer=True)  # stopped early: the resume must be exact
+        elif loop.last_checkpoint_step != loop.interaction_step:
+            self.last_ckpt = self.save()
+
+    def close(self) -> None:
+        """Cancels a still running initial evaluation (the run failed or was aborted), closes the bar, the logger
+        and the envs."""
+        if self.initial_eval is not None:
+            self.initial_eval.cancel()
+        self.bar.close()
+        if self.videos is not None:
+            self.videos.close()
+            tqdm.write(self.videos.summary(), file=sys.stderr)
+        self.logger.close()
+        self.loop.close()
+
+    def result(self, resumed_ckpt: str | None) -> TrainResult:
+        loop, timeline = self.loop, self.timeline
+        wall = time.monotonic() - self.t_start
+        env_steps_done = (loop.interaction_step - self.start_step) * loop.num_envs
+        return TrainResult(
+            status=self.status,
+            env_step=loop.interaction_step * loop.num_envs,
+            run_dir=self.run_dir,
+            checkpoint=self.last_ckpt or latest_checkpoint(self.run_dir) or resumed_ckpt,
+            evaluations=self.evaluations,
+            wall_seconds=wall,
+            env_steps_per_second=env_steps_done / max(wall, 1e-9),
+            updates_per_second=self.updates_this_call / max(wall, 1e-9),
+            update_seconds_mean=self.update_time / max(self.updates_this_call, 1),
+            env_steps_this_call=env_steps_done,
+            last_eval_return=loop.last_eval_return,
+            last_eval_step=loop.last_eval_step * loop.num_envs if loop.last_eval_step >= 0 else -1,
+            time_to_first_update=timeline.time_to_first_update,
+            first_update_seconds=timeline.first_seconds,
+            steady_updates_per_second=timeline.steady_rate(),
+        )
 
 
 def _summary(result: TrainResult, num_env_steps: int) -> str:

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_common.recipes import RECIPES, unknown_recipe
+
 __all__ = [
     "BACKENDS",
     "COMPILE_MODES",
@@ -283,6 +285,7 @@ class Config(_Freezable):
     # project keys
     record_video: bool = False  # write evaluation videos (<run>/videos/*.mp4; gymnasium envs; MUJOCO_GL=egl|osmesa)
     record_size: int = 480  # evaluation video frame width and height in pixels
+    recipe: str | None = None  # named recipe under the overrides (agent_common.recipes: smoke | gym | mjx); null: none
     save_buffer: bool = True  # replay buffer in every checkpoint (exact resume); always on Ctrl-C / budget stops
     keep_checkpoints: int = 2  # newest complete checkpoints kept in <run>/checkpoints (older ones are deleted)
     overwrite_incomplete: bool = False  # start over in a save_path whose run has no complete checkpoint (its files
@@ -549,6 +552,8 @@ def _validate(cfg: Config, framework: str) -> None:
                 + (f" (framework {framework})" if key == "agent.categorical_target_backend" else "")
                 + (f" (env.env_type {cfg.env.env_type})" if key == "env.env_name" else "")
             )
+    if cfg.recipe is not None and cfg.recipe not in RECIPES:
+        raise ConfigError(f"invalid value for 'recipe': {unknown_recipe(cfg.recipe)}")
     for key in KNOWN_KEYS:  # no inf or nan anywhere: each would fail (or silently misbehave) after setup
         value = _get(cfg, key)
         if isinstance(value, float):

@@ -45,7 +45,8 @@ from agent_common.checkpoint import (
 )
 from agent_common.config import config_to_yaml
 from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_time
-from agent_common.loop import (
+from agent_common.replicas import SINGLE, Replicas
+from agent_common.run import (
     StopFlag,
     TrainResult,
     announce_compute_path,
@@ -53,7 +54,6 @@ from agent_common.loop import (
     prepare_run_dir,
     report_first_update,
 )
-from agent_common.replicas import SINGLE, Replicas
 from agent_common.schema import Config, ConfigError, run_dir_of_checkpoint
 from agent_common.wandb_logger import logger_options
 

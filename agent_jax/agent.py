@@ -16,7 +16,9 @@ import numpy as np
 
 from agent_common.buffer import RowStorage, flat_batch
 from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
+from agent_common.protocol import Capabilities
 from agent_common.schema import Config, target_entropy
+from agent_common.seeding import BUFFER_STREAM
 from agent_jax import parallel
 from agent_jax.compilation_cache import compute_path
 from agent_jax.packing import PackedTree, host_unpack, packed, unpacked
@@ -43,7 +45,6 @@ log = logging.getLogger("flashsac.agent_jax")
 
 NETWORK_FILES = ("actor", "critic", "target_critic", "temperature")  # <name>.pkl, as agent_torch's <name>.pt
 AGENT_STATE_FILE = "agent_state.pkl"
-_REPLAY_KEY_STREAM = 2  # the replay sampler's key: jax.random.fold_in(PRNGKey(seed), 2)
 STATE_PACKING: str | None = "matrices"
 """How ``step`` hands the state to ``env_step``: an ``agent_jax.packing`` mode, or None for the AgentState's own
 leaves. Packing cuts the host time of the per-env-step dispatch (docs/flashsac.md, "JAX training loop")."""
@@ -81,7 +82,7 @@ def _to_numpy(tree: Any) -> Any:
 
 
 class FlashSACAgent:
-    """JAX FlashSAC (paper-era heads) implementing the ``agent_common`` agent interface.
+    """JAX FlashSAC (paper-era heads) implementing the loop's agent protocol (``agent_common.protocol``).
 
     ``update`` returns the metrics of the *previous* update: they are read back after the current update has been
     dispatched, so the host never waits for the device inside ``update`` (JAX dispatch is asynchronous). The first
@@ -97,6 +98,9 @@ class FlashSACAgent:
         ValueError: ``agent.use_amp=true`` (not implemented by the JAX agent).
         jax_impl.BackendUnavailable: strict backend selection that cannot be met (at construction).
     """
+
+    # what the loop may call (agent_common.protocol)
+    capabilities = Capabilities(device_replay=True, policy_snapshot=True, precompile_step=True)
 
     def __init__(self, cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> None:
         a = cfg.agent
@@ -138,7 +142,7 @@ class FlashSACAgent:
         # update, not yet returned
         # The device replay (``replay_storage``), created when the loop asks for it; until then its sampler key.
         self._storage: DeviceRowStorage | None = None
-        self._replay_key = np.asarray(jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), _REPLAY_KEY_STREAM))
+        self._replay_key = np.asarray(jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), BUFFER_STREAM))
         self._metric_carry = (np.zeros(len(METRIC_NAMES), np.float32), np.zeros(len(METRIC_NAMES), np.float32))
         # ``act``'s (params, batch_stats, their flat leaves, treedef), rebuilt when the actor's params or BN
         # statistics are other objects (every update, load or outside replacement of ``state``)

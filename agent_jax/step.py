@@ -38,6 +38,7 @@ __all__ = [
     "DeviceRowStorage",
     "create_device_replay",
     "env_step",
+    "insert_first",
     "insert_rows",
     "metric_sums",
     "policy_actions",
@@ -242,24 +243,30 @@ STAGING_ROWS = 4096
 or the capacity if smaller; more when one write alone is larger)."""
 
 
-@functools.partial(jax.jit, donate_argnums=(0,))
-def write_chunk(replay: DeviceReplay, chunk: Array, count: Array) -> DeviceReplay:
-    """Writes the first ``count`` rows of a (C, W) ``chunk`` at the ring positions index, index + 1, ... (mod
-    capacity), as ``count`` / E calls of ``insert_rows`` with E rows each would; the other C - count rows are not
-    written. One executable per chunk shape, whatever ``count`` is.
+def insert_first(replay: DeviceReplay, rows: Array, count: Array) -> DeviceReplay:
+    """Writes the first ``count`` of the (C, W) ``rows`` at the ring positions index, index + 1, ... (mod capacity),
+    as ``insert_rows`` with those rows would; the other C - count rows are not written (``count`` 0: nothing
+    changes). Traceable: the MJX scan's masked store and ``write_chunk`` use it.
 
     Args:
-        replay: DeviceReplay (donated).
-        chunk: (C, W) float32 rows, C <= capacity (so the written positions are distinct).
+        replay: DeviceReplay.
+        rows: (C, W) float32 rows, C <= capacity (so the written positions are distinct).
         count: () int32 rows to write, 0 <= count <= C.
     """
     capacity = replay.rows.shape[0]
-    offsets = jnp.arange(chunk.shape[0], dtype=jnp.int32)  # (C,)
+    offsets = jnp.arange(rows.shape[0], dtype=jnp.int32)  # (C,)
     # rows past ``count`` get the position ``capacity``, out of bounds: the scatter drops them
     positions = jnp.where(offsets < count, (replay.index + offsets) % capacity, capacity)  # (C,)
-    data = replay.rows.at[positions].set(chunk, mode="drop")
-    return replay.replace(rows=data, index=(replay.index + count) % capacity,
-                          size=jnp.minimum(replay.size + count, capacity))
+    data = replay.rows.at[positions].set(rows, mode="drop")
+    return replay.replace(rows=data, index=((replay.index + count) % capacity).astype(jnp.int32),
+                          size=jnp.minimum(replay.size + count, capacity).astype(jnp.int32))
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def write_chunk(replay: DeviceReplay, chunk: Array, count: Array) -> DeviceReplay:
+    """``insert_first`` as one executable per chunk shape, whatever ``count`` is (``replay`` donated): the first
+    ``count`` rows of a (C, W) ``chunk``, as ``count`` / E calls of ``insert_rows`` with E rows each would."""
+    return insert_first(replay, chunk, count)
 
 
 READ_CHUNK_ROWS = 1 << 16  # rows per device-to-host chunk of ``DeviceRowStorage.read``

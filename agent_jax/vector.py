@@ -47,6 +47,7 @@ import numpy as np
 from agent_common.loop import strict_backend_as_config_error
 from agent_common.noise import truncated_zeta_cdf
 from agent_common.schema import Config, ConfigError
+from agent_common.seeding import BUFFER_STREAM
 from agent_common.vector_loop import interaction_steps_per_call
 from agent_jax.agent import FlashSACAgent, make_agent
 from agent_jax.state import AgentState, build_networks
@@ -54,6 +55,7 @@ from agent_jax.step import (
     METRIC_NAMES,
     DeviceReplay,
     create_device_replay,
+    insert_first,
     metric_sums,
     policy_actions,
     row_width,
@@ -69,8 +71,9 @@ Array = jax.Array
 
 log = logging.getLogger("flashsac.agent_jax")
 
-# Streams of the run seed's key (jax.random.fold_in(PRNGKey(seed), stream)); 2 is the agent's replay sampler.
-_REPLAY_STREAM, _ENV_STREAM, _EVAL_STREAM, _EXPLORE_STREAM = 2, 10, 11, 12
+# Streams of the run seed's key (jax.random.fold_in(PRNGKey(seed), stream)); the replay sampler's is the agent's
+# (agent_common.seeding.BUFFER_STREAM).
+_ENV_STREAM, _EVAL_STREAM, _EXPLORE_STREAM = 10, 11, 12
 
 
 @flax.struct.dataclass
@@ -149,13 +152,7 @@ def _select(pred: Array, yes: Any, no: Any) -> Any:
 
 def _insert_if(replay: DeviceReplay, rows: Array, active: Array) -> DeviceReplay:
     """``agent_jax.step.insert_rows`` when ``active``; otherwise the rows are dropped and nothing changes."""
-    capacity = replay.rows.shape[0]
-    ring = (replay.index + jnp.arange(rows.shape[0], dtype=jnp.int32)) % capacity  # (E,)
-    positions = jnp.where(active, ring, capacity)  # out of bounds when inactive: the scatter drops them
-    data = replay.rows.at[positions].set(rows, mode="drop")
-    index = jnp.where(active, (replay.index + rows.shape[0]) % capacity, replay.index)
-    size = jnp.where(active, jnp.minimum(replay.size + rows.shape[0], capacity), replay.size)
-    return replay.replace(rows=data, index=index.astype(jnp.int32), size=size.astype(jnp.int32))
+    return insert_first(replay, rows, jnp.where(active, rows.shape[0], 0).astype(jnp.int32))
 
 
 def _metric_vector(info: dict[str, Array]) -> tuple[Array, Array]:
@@ -372,7 +369,7 @@ class JaxVectorTrainer:
         self._train_steps, self._evaluate_round, reset = programs(compiler_options() is not None)
         root = jax.random.PRNGKey(int(cfg.seed))
         replay = create_device_replay(int(a.buffer_max_length), row_width(obs_dim, act_dim),
-                                      np.asarray(jax.random.fold_in(root, _REPLAY_STREAM)), self.device)
+                                      np.asarray(jax.random.fold_in(root, BUFFER_STREAM)), self.device)
         f32, i32 = jnp.float32, jnp.int32
         carry = VectorState(
             agent=self.agent.state, replay=replay, env=reset(jax.random.fold_in(root, _ENV_STREAM), env=self.env),

@@ -16,6 +16,7 @@ import torch
 
 from agent_common.buffer import RowStorage, flat_batch, flat_widths
 from agent_common.checkpoint import atomic_write, read_checkpoint_file
+from agent_common.protocol import Capabilities
 from agent_common.schema import Config, target_entropy
 from agent_torch import distributed
 from agent_torch.amp import DeviceLossScaler, resolve_amp_dtype
@@ -74,13 +75,15 @@ def _configure_torch(cfg: Config, device: torch.device) -> None:
 
 
 class FlashSACAgent:
-    """PyTorch FlashSAC (paper-era heads) implementing the ``agent_common`` agent interface.
+    """PyTorch FlashSAC (paper-era heads) implementing the loop's agent protocol (``agent_common.protocol``).
 
     Args:
         cfg: resolved config.
         observation_space: Box (O,).
         action_space: Box (A,), [-1, 1] after RescaleAction.
     """
+
+    capabilities = Capabilities(device_replay=True)  # what the loop may call (agent_common.protocol)
 
     def __init__(self, cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> None:
         a = cfg.agent

@@ -23,20 +23,14 @@ import torch
 
 from agent_common.buffer import ROW_KEYS, flat_widths
 from agent_common.noise import truncated_zeta_cdf
-from agent_torch.replay import TensorRowStorage
+from agent_common.seeding import stream_seed
+from agent_torch.replay import TensorRowStorage, ring_segments
 
 __all__ = ["DeviceReplay", "DeviceRewardNormalizer", "DeviceZetaNoise", "stream_seed", "torch_generator"]
 
 
-def stream_seed(seed: int, stream: int) -> int:
-    """A 63-bit generator seed for the run seed ``seed`` and RNG stream ``stream`` (``SeedSequence([seed, stream])``,
-    the loop's stream numbering: 1 noise, 2 replay sampler, 3 warm-up actions)."""
-    state = np.random.SeedSequence([int(seed), int(stream)]).generate_state(2, dtype=np.uint32)
-    return (int(state[0]) << 31 | int(state[1]) >> 1) & (2**63 - 1)
-
-
 def torch_generator(device: torch.device, seed: int, stream: int) -> torch.Generator:
-    """A torch generator on ``device`` seeded with ``stream_seed(seed, stream)``."""
+    """A torch generator on ``device`` seeded with ``agent_common.seeding.stream_seed(seed, stream)``."""
     generator = torch.Generator(device=device)
     generator.manual_seed(stream_seed(seed, stream))
     return generator
@@ -198,10 +192,8 @@ class DeviceReplay:
                       "next_observation": next_observation, "truncated": truncated}
         rows = self.storage.rows
         num_rows = int(reward.shape[0])
-        start, capacity = self.index, self.max_length
-        segments = [(start, 0, min(num_rows, capacity - start))]  # (ring position, first env, count)
-        if segments[0][2] < num_rows:
-            segments.append((0, segments[0][2], num_rows - segments[0][2]))
+        capacity = self.max_length
+        segments = ring_segments(self.index, num_rows, capacity)  # (ring position, first env, count)
         for column, key in enumerate(ROW_KEYS):
             value = transition[key].reshape(num_rows, -1)  # (E, width)
             lo, hi = self.bounds[column], self.bounds[column + 1]

@@ -14,15 +14,25 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["TensorRowStorage", "sampler_seed"]
+from agent_common.seeding import BUFFER_STREAM, stream_seed
 
-_SAMPLER_STREAM = 2  # as the loop's buffer stream: the sampler seed is SeedSequence([seed, 2])
+__all__ = ["TensorRowStorage", "ring_segments", "sampler_seed"]
+
 
 
 def sampler_seed(seed: int) -> int:
-    """The seed of the storage's generator for the run seed ``seed`` (63 bits of ``SeedSequence([seed, 2])``)."""
-    state = np.random.SeedSequence([int(seed), _SAMPLER_STREAM]).generate_state(2, dtype=np.uint32)
-    return (int(state[0]) << 31 | int(state[1]) >> 1) & (2**63 - 1)
+    """The seed of the storage's generator for the run seed ``seed``: the loop's replay sampler stream
+    (``agent_common.seeding.stream_seed(seed, BUFFER_STREAM)``)."""
+    return stream_seed(seed, BUFFER_STREAM)
+
+
+def ring_segments(start: int, num_rows: int, capacity: int) -> list[tuple[int, int, int]]:
+    """Where ``num_rows`` rows written at ring position ``start`` go: ``(ring position, first row, count)`` for each
+    contiguous piece (one, or two when the write wraps around); ``num_rows <= capacity``."""
+    segments = [(start, 0, min(num_rows, capacity - start))]
+    if segments[0][2] < num_rows:
+        segments.append((0, segments[0][2], num_rows - segments[0][2]))
+    return segments
 
 
 class TensorRowStorage:
@@ -47,14 +57,11 @@ class TensorRowStorage:
     def write(self, index: int, rows: np.ndarray) -> None:
         """Stores (E, W) rows at ring positions index, index + 1, ... (mod M)."""
         rows = np.asarray(rows, dtype=np.float32)
-        if rows.ndim != 2 or rows.shape[1] != self.width:
-            raise ValueError(f"rows must be (E, {self.width}), got {rows.shape}")
-        positions = (int(index) + np.arange(rows.shape[0])) % self.capacity  # (E,)
+        if rows.ndim != 2 or rows.shape[1] != self.width or rows.shape[0] > self.capacity:
+            raise ValueError(f"rows must be (E <= {self.capacity}, {self.width}), got {rows.shape}")
         data = torch.from_numpy(rows).to(self.device, non_blocking=False)
-        if positions[-1] >= positions[0]:  # contiguous: one slice copy
-            self.rows[int(positions[0]) : int(positions[-1]) + 1] = data
-        else:
-            self.rows[torch.from_numpy(positions).to(self.device)] = data
+        for position, first, count in ring_segments(int(index) % self.capacity, rows.shape[0], self.capacity):
+            self.rows[position : position + count] = data[first : first + count]  # slice copies
         self.size = min(self.size + rows.shape[0], self.capacity)
 
     def sample(self, batch_size: int, reward_scale: float | torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,7 @@ import torch
 
 from agent_common.loop import strict_backend_as_config_error
 from agent_common.schema import Config, ConfigError
+from agent_common.seeding import NOISE_STREAM, WARMUP_STREAM
 from agent_torch.agent import FlashSACAgent, make_agent, resolve_device
 from agent_torch.distributed import local_device
 from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator
@@ -41,7 +42,6 @@ from torch_impl import BackendUnavailable
 
 __all__ = ["TorchVectorTrainer", "make_vector_trainer"]
 
-_NOISE_STREAM, _WARMUP_STREAM = 1, 3  # the loop's RNG stream numbers (the sampler's, 2, is TensorRowStorage's)
 _EVAL_KEY_STREAM = 1  # the eval envs' key is derived from the seed's (TorchEnv's stream)
 _EVAL_CHECK_EVERY = 16  # eval steps between read-backs of "has every env finished an episode"
 
@@ -68,8 +68,8 @@ class TorchVectorTrainer:
         self.normalizer = DeviceRewardNormalizer(cfg.gamma, a.normalized_G_max, a.normalize_reward, self.num_envs,
                                                  self.device)
         self.noise = DeviceZetaNoise(self.num_envs, act_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max,
-                                     torch_generator(self.device, seed, _NOISE_STREAM))
-        self.warmup = torch_generator(self.device, seed, _WARMUP_STREAM)
+                                     torch_generator(self.device, seed, NOISE_STREAM))
+        self.warmup = torch_generator(self.device, seed, WARMUP_STREAM)
         self.action_low = torch.as_tensor(train_env.action_low, device=self.device)  # (A,)
         self.action_high = torch.as_tensor(train_env.action_high, device=self.device)  # (A,)
         self.batch_size = int(a.sample_batch_size)

@@ -11,11 +11,11 @@ Modules
                 (the ``playground`` extra; locomotion tasks need a MuJoCo Menagerie checkout).
     torch_view  ``step_to_torch`` / ``from_torch``: a step's arrays as torch tensors and torch actions as JAX arrays,
                 through DLPack, without copies; ``TorchEnv``: an env stepped from torch (the torch agent's).
-    recipe      ``GPU_RECIPE``: upstream's GPU-simulator recipe as ``--overrides`` for an MJX task.
+    recipe      ``mjx_xla_flags``; ``GPU_RECIPE`` (``agent_common.recipes``: the ``mjx`` recipe) as ``--overrides``.
 
 The task names are ``agent_common.schema.MJX_TASKS``. Everything here needs the ``mjx`` extra
-(``pip install -e ".[mjx]"``: brax and mujoco-mjx); ``recipe`` alone imports only the standard library, and so does
-this package's ``__init__``: the other modules are imported on first use of their names.
+(``pip install -e ".[mjx]"``: brax and mujoco-mjx); ``recipe`` imports no JAX (only ``agent_common``), and
+this package's ``__init__`` only the standard library: the other modules are imported on first use of their names.
 """
 
 from __future__ import annotations

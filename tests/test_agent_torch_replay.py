@@ -115,3 +115,18 @@ def test_step_equals_update_and_act_on_the_same_rows(tmp_path):
     other_storage = other.replay_storage(64)
     other.load(str(tmp_path / "agent"))
     assert torch.equal(other_storage.generator.get_state(), storage.generator.get_state())
+
+
+def test_ring_writes_wrap_in_slices_and_refuse_more_rows_than_the_ring():
+    from agent_torch.replay import ring_segments
+
+    assert ring_segments(0, 3, 8) == [(0, 0, 3)]
+    assert ring_segments(6, 3, 8) == [(6, 0, 2), (0, 2, 1)]
+    assert ring_segments(5, 3, 8) == [(5, 0, 3)]
+    storage = TensorRowStorage(5, 4, 1, torch.device("cpu"), seed=0)
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    storage.write(3, rows)  # positions 3, 4, 0
+    assert np.array_equal(storage.read(5)[[3, 4, 0]], rows) and storage.size == 3
+    assert not storage.read(5)[1:3].any()
+    with pytest.raises(ValueError, match=r"rows must be \(E <= 5, 4\), got \(6, 4\)"):
+        storage.write(0, np.zeros((6, 4), np.float32))

@@ -50,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 ALLOWED["bench"] = set(ALLOWED) | {"bench"}
 ALLOWED["tests"] = ALLOWED["bench"] | {"tests"}  # bench only in BENCH_TEST_FILES
-PACKAGES = tuple(p for p in ALLOWED if p != "tests")  # the repository packages (all but bench installed)
+PACKAGES = tuple(p for p in ALLOWED if p != "tests")  # the repository's packages (bench is not installed)
 
 JAX_STACK = {"jax", "jaxlib", "flax", "optax"}
 NO_FRAMEWORK = {"torch", "triton"} | JAX_STACK
@@ -176,16 +176,22 @@ def test_repository_keeps_the_import_contract():
     assert not violations, "import contract broken:\n" + "\n".join(map(str, violations))
 
 
+NOT_INSTALLED = ("bench", "tests")
+"""Run from a checkout (``python -m bench``, ``python -m pytest``), never installed into site-packages."""
+
+
 def test_every_package_is_classified_and_installed():
-    """A new top-level package must get its place in ``ALLOWED`` (and so in docs/agents.md's layout table), and every
-    package but ``bench`` (run from a checkout) is in pyproject's ``packages.find`` include list, ``bench`` not."""
+    """A new top-level package must get its place in ``ALLOWED`` (and so in the README's layout table), and every
+    package but ``NOT_INSTALLED`` is in pyproject's ``packages.find`` include list, which matches none of those."""
     on_disk = {p.parent.name for p in REPO.glob("*/__init__.py")}
     assert on_disk <= set(PACKAGES), f"unclassified packages: {sorted(on_disk - set(PACKAGES))}"
     assert set(PACKAGES) <= on_disk, f"classified but missing: {sorted(set(PACKAGES) - on_disk)}"
     include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
-    missing = [p for p in PACKAGES if p != "bench" and not any(fnmatch.fnmatch(p, pattern) for pattern in include)]
+    missing = [p for p in PACKAGES if p not in NOT_INSTALLED and not any(fnmatch.fnmatch(p, i) for i in include)]
     assert not missing, f"pyproject.toml [tool.setuptools.packages.find] include lacks {missing}"
-    assert not any(fnmatch.fnmatch("bench", pattern) for pattern in include), "bench must not be installed"
+    installed = [p for p in NOT_INSTALLED for sub in (p, f"{p}.results")
+                 if any(fnmatch.fnmatch(sub, i) for i in include)]
+    assert not installed, f"pyproject.toml [tool.setuptools.packages.find] include installs {installed}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -275,3 +281,83 @@ def test_walker_accepts_the_allowed_imports(tmp_path):
         "tests/agent_test_utils.py": "REPO = '.'\ndef run_module(): pass\n",
     })
     assert find_violations(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# no import circles between modules
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def module_graph(root: Path, top: str) -> dict[str, set[str]]:
+    """Module -> the modules of package ``top`` it imports (every import, lazy ones too; ``from pkg import name``
+    counts as importing the submodule ``pkg.name`` where there is one, else ``pkg`` itself)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((root / top).rglob("*.py")):
+        if SKIPPED_DIRS & set(path.relative_to(root).parts):
+            continue
+        own = _module_name(root, path)
+        package = own if path.name == "__init__.py" else own[:-1]
+        edges = graph.setdefault(".".join(own), set())
+        for _, module, names in _imports(ast.parse(path.read_text(), filename=str(path)), package):
+            if not module or module[0] != top:
+                continue
+            subs = [(*module, name) for name in names if _is_submodule(root, module, name)]
+            for target in subs or [module]:
+                if target != own:
+                    edges.add(".".join(target))
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted: every import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+@pytest.mark.parametrize("top", PACKAGES)
+def test_no_import_circle_between_modules(top):
+    cycles = import_cycles(module_graph(REPO, top))
+    assert not cycles, f"import circles in {top}: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_cycle_finder_catches_a_planted_circle(tmp_path):
+    _plant(tmp_path, {
+        "agent_common/loop.py": "from agent_common.run import TrainResult\n"
+                                "def cli():\n    from agent_common.vector_loop import train_vector\n",
+        "agent_common/vector_loop.py": "from agent_common import run\n",
+        "agent_common/run.py": "import agent_common.schema\n",
+        "agent_common/schema.py": "",
+    })
+    assert import_cycles(module_graph(tmp_path, "agent_common")) == []
+    (tmp_path / "agent_common/schema.py").write_text("def f():\n    from agent_common import loop\n")
+    assert import_cycles(module_graph(tmp_path, "agent_common")) == [
+        ["agent_common.loop", "agent_common.run", "agent_common.schema", "agent_common.vector_loop"]]

@@ -1,0 +1,88 @@
+"""Packaging, offline: pyproject's ranges admit the torch/triton pairs the project runs on, constraints/ci.txt pins
+every dependency inside them, .ci/run installs with it and checks the GPU install line, and that check's pure parts
+(which torch versions, which triton pin) work on known metadata. The resolution itself needs the package index:
+``python .ci/check_gpu_install.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def _check_module():
+    spec = importlib.util.spec_from_file_location("check_gpu_install", REPO / ".ci" / "check_gpu_install.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _requirements(extras=("dev", "mjx")) -> dict[str, Requirement]:
+    project = PYPROJECT["project"]
+    items = list(project["dependencies"]) + [i for e in extras for i in project["optional-dependencies"][e]]
+    return {Requirement(i).name: Requirement(i) for i in items}
+
+
+def _constraints() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "constraints" / "ci.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep and version, f"constraints/ci.txt: {line!r} is not name==version"
+            pins[name.strip()] = version.strip()
+    return pins
+
+
+# (torch, the triton its CUDA wheel on the package index requires): the pairs the range must admit
+TESTED = [("2.11.0", "3.6.0"), ("2.12.0", "3.7.0"), ("2.13.0", "3.7.1")]
+
+
+@pytest.mark.parametrize(("torch", "triton"), TESTED)
+def test_ranges_admit_each_tested_torch_and_its_triton(torch, triton):
+    reqs = _requirements()
+    assert reqs["torch"].specifier.contains(torch)
+    assert reqs["triton"].specifier.contains(triton)
+    assert reqs["triton"].marker is not None and reqs["triton"].marker.evaluate({"platform_system": "Linux"})
+    assert not reqs["triton"].marker.evaluate({"platform_system": "Darwin"})  # no triton wheels off Linux
+
+
+def test_ranges_exclude_untested_versions():
+    reqs = _requirements()
+    assert not reqs["torch"].specifier.contains("2.14.0") and not reqs["torch"].specifier.contains("2.10.0")
+    assert not reqs["jax"].specifier.contains("0.12.0") and reqs["jax"].specifier.contains("0.11.2")
+
+
+def test_constraints_pin_every_dependency_inside_its_range():
+    reqs, pins = _requirements(), _constraints()
+    assert set(pins) == set(reqs), f"unpinned: {sorted(set(reqs) - set(pins))}; extra: {sorted(set(pins) - set(reqs))}"
+    outside = {name: pins[name] for name, req in reqs.items() if not req.specifier.contains(pins[name])}
+    assert not outside, f"constraints/ci.txt pins outside pyproject's ranges: {outside}"
+
+
+def test_ci_installs_with_the_constraints_and_checks_the_gpu_line():
+    run = (REPO / ".ci" / "run").read_text()
+    assert 'pip install -q -c constraints/ci.txt -e ".[dev,mjx]"' in run
+    assert run.index("constraints/ci.txt") < run.index(".ci/check_gpu_install.py") < run.index("pytest")
+
+
+def test_gpu_check_picks_each_minor_and_reads_the_triton_pin():
+    check = _check_module()
+    assert check.torch_minors(SpecifierSet(">=2.11,<2.14"), Version("2.13.0")) == ["==2.11.*", "==2.12.*", "==2.13.*"]
+    assert check.torch_minors(SpecifierSet(">=2.11,<2.14"), Version("2.12.1")) == ["==2.11.*", "==2.12.*"]
+    with pytest.raises(ValueError, match="expected a lower bound"):
+        check.torch_minors(SpecifierSet("<2.14"), Version("2.13.0"))
+    cuda_wheel = ['nvidia-cudnn-cu13==9.20.0.48; platform_system == "Linux"', "filelock",
+                  'triton==3.7.1; platform_system == "Linux" and python_version < "3.15"']
+    assert check.triton_pin(cuda_wheel) == "==3.7.1"
+    assert check.triton_pin(["filelock", "sympy>=1.13.3"]) is None  # the CPU wheel
+    names = [r.name for r in check.project_requirements(PYPROJECT)]
+    assert {"torch", "triton", "jax", "brax", "mujoco-mjx"} <= set(names) and "pytest" not in names
