@@ -62,7 +62,8 @@ from agent_jax.step import (
     sample_batch,
 )
 from agent_jax.update import UpdateContext, update_networks
-from mjx_envs.env import MjxEnvState, MjxVecEnv, cached_vector_env, compiler_options
+from mjx_envs.env import MjxEnvState, MjxVecEnv, compiler_options
+from mjx_envs.playground import cached_vector_env
 
 __all__ = ["JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer",
            "normalizer_update", "programs", "train_steps"]

@@ -36,7 +36,8 @@ from agent_torch.agent import FlashSACAgent, make_agent, resolve_device
 from agent_torch.distributed import local_device
 from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator
 from agent_torch.replay import TensorRowStorage
-from mjx_envs.env import MjxVecEnv, cached_vector_env
+from mjx_envs.env import MjxVecEnv
+from mjx_envs.playground import cached_vector_env
 from mjx_envs.torch_view import TorchEnv, jax_device_for
 from torch_impl import BackendUnavailable
 

@@ -14,7 +14,7 @@ FlashSAC's per-seed returns at the same step (``bench/results/published/flashsac
 The median is rliable's: the median over tasks of each task's mean score. Writes ``rliable.json`` (raw),
 ``rliable.md`` (the table and the per-seed returns; the command also writes it as ``results.md``) and
 ``performance_profile_<suite>.png``. ``--tiny`` runs on the
-committed results of ``bench/results/learning-h200-2026-12-02-lr1m`` with few bootstrap samples.
+committed results of ``bench/results/learning/h200-2026-12-02-lr1m`` with few bootstrap samples.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PUBLISHED_DIR = os.path.join(REPO, "bench", "results", "published")
 NORMALIZATION = os.path.join(PUBLISHED_DIR, "normalization.csv")
 PUBLISHED_PER_SEED = os.path.join(PUBLISHED_DIR, "flashsac_gym_mujoco_per_seed.csv")
-TINY_FOLDER = os.path.join(REPO, "bench", "results", "learning-h200-2026-12-02-lr1m")
+TINY_FOLDER = os.path.join(REPO, "bench", "results", "learning", "h200-2026-12-02-lr1m")
 PUBLISHED_LABEL = "FlashSAC (published)"
 METRICS = ("IQM", "median", "mean")
 

@@ -5,10 +5,10 @@ Modules
                 (``reset(key) -> MjxEnvState``; ``step(state, action) -> MjxStep``) that fits inside ``jax.jit`` and
                 ``lax.scan``. Finished envs are reset inside ``step`` and their true final observation is returned
                 (``final_obs``); the episode-length limit (``truncated``) is kept apart from a task's own end
-                (``terminated``). ``cached_mjx_env``: one env per configuration in a process; ``cached_vector_env``:
-                the env of a config's ``env`` group (mjx or mujoco_playground).
+                (``terminated``). ``cached_mjx_env``: one env per configuration in a process.
     playground  ``PlaygroundVecEnv``: a MuJoCo Playground task (``env.env_type=mujoco_playground``) with the same API
-                (the ``playground`` extra; locomotion tasks need a MuJoCo Menagerie checkout).
+                (the ``playground`` extra; locomotion tasks need a MuJoCo Menagerie checkout);
+                ``cached_vector_env``: the env of a config's ``env`` group (mjx or mujoco_playground).
     torch_view  ``step_to_torch`` / ``from_torch``: a step's arrays as torch tensors and torch actions as JAX arrays,
                 through DLPack, without copies; ``TorchEnv``: an env stepped from torch (the torch agent's).
     recipe      ``mjx_xla_flags``; ``GPU_RECIPE`` (``agent_common.recipes``: the ``mjx`` recipe) as ``--overrides``.

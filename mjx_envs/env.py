@@ -37,7 +37,7 @@ warnings.filterwarnings("ignore", message=r"JAXopt is no longer maintained", cat
 warnings.filterwarnings("ignore", message=r"Accessing `(contact|ncon)` directly", category=DeprecationWarning)
 
 __all__ = ["DEFAULT_MAX_EPISODE_STEPS", "FAST_COMPILE_ENV", "MjxEnvState", "MjxStep", "MjxVecEnv", "cached_mjx_env",
-           "cached_vector_env", "compiler_options", "key_from_seed", "make_mjx_env"]
+           "compiler_options", "key_from_seed", "make_mjx_env"]
 
 DEFAULT_MAX_EPISODE_STEPS = 1000
 """Episode-length limit when none is given: the gymnasium tasks' TimeLimit."""
@@ -271,14 +271,3 @@ def cached_mjx_env(task: str, num_envs: int, max_episode_steps: int | None = Non
     caches by the env's identity) compile once, so a resume in the same process, a second run of the same
     configuration, or evaluation envs as many as the training ones reuse them."""
     return make_mjx_env(task, num_envs, max_episode_steps, rescale_action)
-
-
-def cached_vector_env(env_cfg: Any, num_envs: int) -> MjxVecEnv:
-    """The cached env of a config's ``env`` group (``env.env_type`` ``mjx`` or ``mujoco_playground``) with
-    ``num_envs`` copies: ``cached_mjx_env``, or ``mjx_envs.playground.cached_playground_env``."""
-    if env_cfg.env_type == "mujoco_playground":
-        from mjx_envs.playground import cached_playground_env
-
-        return cached_playground_env(env_cfg.env_name, int(num_envs), env_cfg.max_episode_steps,
-                                     env_cfg.menagerie_path)
-    return cached_mjx_env(env_cfg.env_name, int(num_envs), env_cfg.max_episode_steps, bool(env_cfg.rescale_action))

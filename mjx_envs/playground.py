@@ -35,9 +35,9 @@ from agent_common.schema import (
     PLAYGROUND_TASKS,
     menagerie_problem,
 )
-from mjx_envs.env import DEFAULT_MAX_EPISODE_STEPS, MjxVecEnv, compiler_options
+from mjx_envs.env import DEFAULT_MAX_EPISODE_STEPS, MjxVecEnv, cached_mjx_env, compiler_options
 
-__all__ = ["PlaygroundVecEnv", "cached_playground_env", "load_playground_task"]
+__all__ = ["PlaygroundVecEnv", "cached_playground_env", "cached_vector_env", "load_playground_task"]
 
 
 def load_playground_task(task: str, menagerie_path: str | None = None) -> Any:
@@ -139,3 +139,12 @@ def cached_playground_env(task: str, num_envs: int, max_episode_steps: int | Non
                           menagerie_path: str | None = None) -> PlaygroundVecEnv:
     """``PlaygroundVecEnv``, one per configuration in a process (as ``mjx_envs.env.cached_mjx_env``)."""
     return PlaygroundVecEnv(task, num_envs, max_episode_steps, False, menagerie_path)
+
+
+def cached_vector_env(env_cfg: Any, num_envs: int) -> MjxVecEnv:
+    """The cached env of a config's ``env`` group (``env.env_type`` ``mjx`` or ``mujoco_playground``) with
+    ``num_envs`` copies: ``mjx_envs.env.cached_mjx_env``, or ``cached_playground_env``."""
+    if env_cfg.env_type == "mujoco_playground":
+        return cached_playground_env(env_cfg.env_name, int(num_envs), env_cfg.max_episode_steps,
+                                     env_cfg.menagerie_path)
+    return cached_mjx_env(env_cfg.env_name, int(num_envs), env_cfg.max_episode_steps, bool(env_cfg.rescale_action))
