@@ -139,6 +139,7 @@ class AgentConfig(_Freezable):
     actor_bc_alpha: float = 0.0  # optional BC term weight (0 = off)
     actor_noise_zeta_mu: float = 2.0  # truncated-zeta exponent of the noise repetition length
     actor_noise_zeta_max: int = 16  # largest repetition length
+    actor_head: str = "paper"  # paper | upstream: actor head (log-std range, head projection/init, action scaling)
     # temperature
     temp_initial_value: float = 0.01  # initial alpha
     temp_target_sigma: float = 0.15  # target entropy = entropy of N(0, sigma^2) per dim + sum log range
@@ -258,6 +259,7 @@ RESUME_LOCKED: dict[str, str] = {
     "agent.asymmetric_observation": _TASK,
     "agent.actor_num_blocks": _ARCH,
     "agent.actor_hidden_dim": _ARCH,
+    "agent.actor_head": _ARCH,
     "agent.critic_num_blocks": _ARCH,
     "agent.critic_hidden_dim": _ARCH,
     "agent.critic_num_bins": _ARCH,
@@ -299,6 +301,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "agent.device_type": ("auto", "cpu", "cuda"),
     "agent.buffer_device_type": ("auto", "cpu", "cuda"),
     "agent.compile_mode": COMPILE_MODES,
+    "agent.actor_head": ("paper", "upstream"),
     "agent.asymmetric_observation": (False,),
 }
 

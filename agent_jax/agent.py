@@ -121,9 +121,10 @@ class FlashSACAgent:
             max_v=float(a.critic_max_v),
             backend=backend,
         )
-        self._actor_def, _, _ = build_networks(a, observation_dim, action_dim)
+        bounds = (action_space.low, action_space.high)
+        self._actor_def, _, _ = build_networks(a, observation_dim, action_dim, *bounds)
         with jax.default_device(self.device):
-            state = create_agent_state(a, observation_dim, action_dim, seed=int(cfg.seed))
+            state = create_agent_state(a, observation_dim, action_dim, int(cfg.seed), *bounds)
         # Commit everything to the device: uncommitted and committed inputs are different jit cache entries, so an
         # uncommitted initial state would compile each update variant twice.
         self.mesh = parallel.make_mesh(int(cfg.num_devices), self.device)  # None: one device

@@ -89,7 +89,7 @@ def _configure_torch(cfg: Config, device: torch.device) -> None:
 
 
 class FlashSACAgent:
-    """PyTorch FlashSAC (paper-era heads) implementing the ``agent_common`` agent interface.
+    """PyTorch FlashSAC (actor head: ``agent.actor_head``) implementing the ``agent_common`` agent interface.
 
     Args:
         cfg: resolved config.
@@ -127,7 +127,8 @@ class FlashSACAgent:
         self.graphs = GraphCache(capture_error_mode=mode) if self.use_cuda_graph else None
         graph_safe = self.use_cuda_graph
         torch.manual_seed(cfg.seed)  # init order as upstream: actor, critic, target critic, temperature
-        actor = FlashSACActor(observation_dim, action_dim, a.actor_num_blocks, a.actor_hidden_dim)
+        actor = FlashSACActor(observation_dim, action_dim, a.actor_num_blocks, a.actor_hidden_dim, head=a.actor_head,
+                              action_low=action_space.low, action_high=action_space.high)
         critic = FlashSACDoubleCritic(
             observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim, support.atoms()
         )
@@ -205,9 +206,11 @@ class FlashSACAgent:
         return self._act(*inputs)
 
     def _act(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
-        """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A)."""
-        mean, std = self.actor.module.get_mean_and_std(obs, training=False)  # (E, A), (E, A)
-        return torch.tanh(mean) if eps is None else torch.tanh(mean + std * eps)
+        """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A) (scaled to the env's bounds with
+        ``agent.actor_head=upstream``)."""
+        actor = self.actor.module
+        mean, std = actor.get_mean_and_std(obs, training=False)  # (E, A), (E, A)
+        return actor.scale_action(torch.tanh(mean) if eps is None else torch.tanh(mean + std * eps))
 
     # ------------------------------------------------------------------------------------------------ update
     def _flat_batch(self, batch: dict[str, np.ndarray]) -> torch.Tensor:
