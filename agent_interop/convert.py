@@ -69,6 +69,7 @@ __all__ = [
     "ADAM_HYPERPARAMETERS",
     "ConversionError",
     "HYPERPARAMETER_KEYS",
+    "agent_dir_of",
     "check_compatible",
     "convert_jax_checkpoint",
     "convert_torch_checkpoint",
@@ -567,7 +568,7 @@ def make_torch_agent_from_jax_init(cfg: Any, observation_space: Any, action_spac
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _agent_dir(path: str) -> str:
+def agent_dir_of(path: str) -> str:
     """The directory holding ``actor.pt`` / ``actor.pkl`` for an agent, training-checkpoint or run directory."""
     if not any(os.path.exists(os.path.join(path, f"actor.{ext}")) for ext in ("pt", "pkl")):
         if not os.path.isdir(os.path.join(path, CHECKPOINT_AGENT_DIR)):
@@ -580,7 +581,7 @@ def _agent_dir(path: str) -> str:
 
 def _checkpoint_dims(src: str, source: str) -> tuple[int, int]:
     """(observation width, action width) read from the source checkpoint's actor."""
-    agent_dir = _agent_dir(src)
+    agent_dir = agent_dir_of(src)
     if source == "torch":
         import torch
 

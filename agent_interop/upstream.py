@@ -455,7 +455,7 @@ def run(direction: str, src: str, dst: str, overrides: list[str], actor_head: st
         ConversionError: the source is not what the direction reads, or does not fit the config.
     """
     from agent_common.normalizer import RewardNormalizer
-    from agent_interop.convert import _agent_dir, jax_to_torch, torch_to_jax
+    from agent_interop.convert import agent_dir_of, jax_to_torch, torch_to_jax
 
     if direction.startswith("upstream-to-"):
         target = direction.split("-")[-1]
@@ -483,7 +483,7 @@ def run(direction: str, src: str, dst: str, overrides: list[str], actor_head: st
                 f"agent_init_path={dst}")
     if direction in ("torch-to-upstream", "jax-to-upstream"):
         source = direction.split("-")[0]
-        agent_dir = _agent_dir(src)
+        agent_dir = agent_dir_of(src)
         step_dir = os.path.dirname(os.path.normpath(agent_dir)) if os.path.basename(
             os.path.normpath(agent_dir)) == AGENT_DIR else agent_dir
         marker = os.path.join(agent_dir, "actor.pt" if source == "torch" else "actor.pkl")
