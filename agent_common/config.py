@@ -61,7 +61,7 @@ __all__ = [
 # Upstream selects config groups with `env=mujoco` / `agent=flashSAC`; these are the only groups that exist here.
 _GROUP_SELECTIONS = {"env": ("mujoco",), "agent": ("flashSAC",)}
 # Per-invocation keys: a resume takes them from its own command line, never from the stored config.
-_NOT_RESTORED = ("agent_load_path", "buffer_load_path", "save_path", "rederive_schedule_on_resume")
+_NOT_RESTORED = ("agent_load_path", "buffer_load_path", "save_path", "rederive_schedule_on_resume", "agent_init_path")
 
 
 def _split_override(item: str) -> tuple[str, str]:
@@ -189,7 +189,29 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
             base.pop("agent.categorical_target_backend", None)  # a checkpoint converted from the other framework
         if values.get("rederive_schedule_on_resume", False):
             base.update({key: None for key in DERIVED_FROM_BUDGET})
-    return build_config(values, framework, base)
+    cfg = build_config(values, framework, base)
+    check_init_path(cfg, framework)
+    return cfg
+
+
+def check_init_path(cfg: Config, framework: str) -> None:
+    """``agent_init_path`` (a new run from a checkpoint's weights) resolves for this framework and is not combined
+    with a resume.
+
+    Raises:
+        ConfigError: naming the key, what was found and the command to run.
+    """
+    if cfg.agent_init_path is None:
+        return
+    if cfg.agent_load_path is not None:
+        raise ConfigError(f"agent_init_path={cfg.agent_init_path} starts a new run from weights and agent_load_path="
+                          f"{cfg.agent_load_path} resumes a run: give one of them")
+    from agent_common.start_from import resolve_init_source
+
+    try:
+        resolve_init_source(cfg.agent_init_path, framework)
+    except CheckpointError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def parse_args(

@@ -185,6 +185,9 @@ class Config(_Freezable):
     save_path: str | None = None  # run directory; null -> runs/<group>/<exp>/<env>/seed<seed>-<MMDD-HHMMSS>
     agent_load_path: str | None = None  # run dir (-> its newest complete checkpoint) or checkpoint dir to resume
     buffer_load_path: str | None = None  # replay_buffer.pkl to load (default: the checkpoint's)
+    agent_init_path: str | None = None  # a NEW run starts from this checkpoint's weights (run/checkpoint/converted dir)
+    agent_init_optimizer: bool = True  # with agent_init_path: also its Adam moments and step counts (LR schedule fresh)
+    agent_init_reward_normalizer: bool = True  # with agent_init_path: also its reward normaliser statistics
     num_env_steps: int = 1_000_000
     num_train_envs: int = 1
     num_eval_envs: int = 1
@@ -604,6 +607,9 @@ def check_training_run(cfg: Config, framework: str | None = None) -> None:
         cfg.agent.buffer_min_length,
         f"must be <= num_env_steps={cfg.num_env_steps}, or the run would end without a single update",
     )
+    if cfg.env.env_type == "mjx" and cfg.agent_init_path is not None:
+        raise ConfigError(f"agent_init_path={cfg.agent_init_path}: starting from weights is wired into the gymnasium "
+                          "loop (env.env_type=mujoco), not into the MJX loop yet")
     if cfg.env.env_type == "mjx" and framework not in MJX_TRAINING_FRAMEWORKS:
         raise ConfigError(
             "env.env_type='mjx' is not wired into this agent yet: the gymnasium training loop steps gymnasium only; "

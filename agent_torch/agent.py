@@ -426,6 +426,29 @@ class FlashSACAgent:
         for name, (total, count) in agent_state.get("step_metrics", {}).items():
             self._carry_metric(name, total, count)
 
+    def start_from(self, directory: str, load_optimizer: bool = True) -> None:
+        """A new run from a saved agent (``agent_init_path``): its weights, BN statistics and log α, and with
+        ``load_optimizer`` its Adam moments and step counts; this run keeps its own RNG state, and its update
+        counter and LR schedules start at 0.
+
+        Raises:
+            agent_common.checkpoint.CheckpointError / RuntimeError: as ``load``.
+        """
+        rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        self.load(directory, load_optimizer=load_optimizer)
+        torch.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        self.update_step = 0
+        for net in (self.actor, self.critic, self.temperature):
+            net.set_schedule_step(0)
+            net.ensure_lr_tensors()
+        self._storage_state = None
+        self._metric_sums.clear()
+        self._metric_counts.clear()
+        self.state_replaced()
+
     def _carry_metric(self, name: str, total: float, count: int) -> None:
         """Puts a metric sum back (saved by ``save``) so that ``take_metrics`` returns it."""
         self._metric_sums[(name,)] = torch.tensor([total], dtype=torch.float32, device=self.device)
