@@ -174,6 +174,9 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
     values = parse_overrides(overrides)
     base: dict[str, Any] | None = None
     load_path = values.get("agent_load_path")
+    if load_path is not None and values.get("agent_init_path") is not None:
+        raise ConfigError(f"agent_init_path={values['agent_init_path']} starts a new run from weights and "
+                          f"agent_load_path={load_path} resumes a run: give one of them")
     if load_path is not None:
         if not isinstance(load_path, str):
             raise ConfigError(f"invalid value {load_path!r} for 'agent_load_path' (expected str)")
@@ -203,9 +206,6 @@ def check_init_path(cfg: Config, framework: str) -> None:
     """
     if cfg.agent_init_path is None:
         return
-    if cfg.agent_load_path is not None:
-        raise ConfigError(f"agent_init_path={cfg.agent_init_path} starts a new run from weights and agent_load_path="
-                          f"{cfg.agent_load_path} resumes a run: give one of them")
     from agent_common.start_from import resolve_init_source
 
     try:

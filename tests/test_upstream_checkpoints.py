@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -283,3 +284,101 @@ def test_loader_names_upstreams_layout_and_leaves_it_alone(tmp_path):
             assert f"python -m agent_interop.convert upstream-to-torch {run / 'step300'}" in message
     after = {p: os.stat(os.path.join(dp, p)).st_mtime_ns for dp, _, fs in os.walk(run) for p in fs}
     assert before == after and sorted(os.listdir(run)) == ["step300"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# start from weights (agent_init_path)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def imported_dirs(tmp_path_factory):
+    """The fixture converted with the CLI into a torch and a JAX folder."""
+    root = tmp_path_factory.mktemp("imported")
+    args = [a for o in ARCH for a in ("--overrides", o)]
+    assert convert.main(["upstream-to-torch", CKPT, str(root / "t"), *args]) == 0
+    assert convert.main(["upstream-to-jax", CKPT, str(root / "j"), *args]) == 0
+    return str(root / "t"), str(root / "j")
+
+
+def test_torch_agent_starts_from_imported_weights(imported_dirs):
+    from agent_common.schedule import warmup_cosine_decay
+
+    files = read_upstream(CKPT)
+    for load_optimizer in (True, False):
+        agent = _torch_agent("seed=3")
+        rng = torch.get_rng_state()
+        agent.start_from(os.path.join(imported_dirs[0], "agent"), load_optimizer=load_optimizer)
+        assert torch.equal(torch.get_rng_state(), rng)  # this run's own RNG stream
+        assert agent.update_step == 0
+        for net in ("actor", "critic", "target_critic", "temperature"):
+            bundle = getattr(agent, net)
+            ours = bundle.module.state_dict()
+            for up_name, value in files[net]["network_state_dict"].items():
+                if up_name != "predictor.bin_values":
+                    assert torch.equal(ours[upstream_to_torch_name(net, up_name)], value), (net, up_name)
+            if bundle.optimizer is None:
+                continue
+            assert bundle.schedule_step == 0
+            a = agent.cfg.agent
+            assert float(bundle.optimizer.param_groups[0]["lr"]) == warmup_cosine_decay(
+                0, a.learning_rate_init, a.learning_rate_peak, a.learning_rate_end, 0, 300)
+            steps = {float(s["step"]) for s in bundle.optimizer.state.values()}
+            assert steps == ({101.0} if net != "critic" else {201.0}) if load_optimizer else steps == set()
+
+
+def test_jax_agent_starts_from_imported_weights(imported_dirs):
+    import optax
+
+    agent = _jax_agent("seed=3")
+    key = np.asarray(agent.state.rng).copy()
+    agent.start_from(os.path.join(imported_dirs[1], "agent"), load_optimizer=True)
+    assert agent.update_step == 0 and np.array_equal(np.asarray(agent.state.rng), key)
+    reference = _jax_agent()
+    torch_to_jax(_imported()[0], reference)
+    for net in ("actor", "critic", "temperature"):
+        got, want = getattr(agent.state, net), getattr(reference.state, net)
+        for x, y in zip(jax.tree_util.tree_leaves(got.params), jax.tree_util.tree_leaves(want.params), strict=True):
+            assert np.array_equal(np.asarray(x), np.asarray(y)), net
+        nodes = jax.tree_util.tree_leaves(got.opt_state, is_leaf=lambda n: isinstance(
+            n, (optax.ScaleByScheduleState, optax.ScaleByAdamState)))
+        counts = {type(n).__name__: int(n.count) for n in nodes
+                  if isinstance(n, (optax.ScaleByScheduleState, optax.ScaleByAdamState))}
+        assert counts == {"ScaleByAdamState": 201 if net == "critic" else 101, "ScaleByScheduleState": 0}, net
+
+
+def test_init_path_config_checks(imported_dirs, tmp_path):
+    t_dir, j_dir = imported_dirs
+    cfg = load_config([*ARCH, f"agent_init_path={t_dir}"], "torch")
+    assert cfg.agent_init_path == t_dir and cfg.agent_init_optimizer and cfg.agent_init_reward_normalizer
+    with pytest.raises(ConfigError, match="written by the jax agent.*convert it first"):
+        load_config([*ARCH, f"agent_init_path={j_dir}"], "torch")
+    with pytest.raises(ConfigError, match="upstream-to-jax"):
+        load_config([*ARCH, f"agent_init_path={CKPT}"], "jax")
+    with pytest.raises(ConfigError, match="give one of them"):
+        load_config([*ARCH, f"agent_init_path={t_dir}", f"agent_load_path={t_dir}"], "torch")
+    with pytest.raises(ConfigError, match="not a run to resume.*agent_init_path="):
+        load_config([f"agent_load_path={t_dir}"], "torch")
+
+
+def test_training_run_starts_from_the_imported_weights(imported_dirs, tmp_path, capfd):
+    """A tiny torch run with agent_init_path: a new run directory, the source named on stderr and in config.yaml,
+    the imported reward normaliser continued (count 300 + this run's steps), the update counter from 0."""
+    from agent_common.checkpoint import load_pickle
+    from agent_common.loop import train
+    from agent_torch.agent import make_agent
+
+    run_dir = tmp_path / "run"
+    cfg = load_config([*ARCH, *CPU, "agent.actor_head=upstream", "agent.categorical_target_backend=torch",
+                       f"agent_init_path={imported_dirs[0]}", "num_env_steps=20", "agent.buffer_min_length=16",
+                       "env.max_episode_steps=10", "num_eval_episodes=1", "logger_type=none",
+                       f"save_path={run_dir}"], "torch")
+    result = train(cfg, make_agent)
+    err = capfd.readouterr().err
+    assert f"new run started from weights, optimizer state, reward normaliser of {imported_dirs[0]}" in err
+    assert f"agent_init_path: {imported_dirs[0]}" in (run_dir / "config.yaml").read_text()
+    state = load_pickle(os.path.join(result.checkpoint, "loop_state.pkl"))
+    assert state["reward_normalizer"]["count"] == 300.0 + 20 and state["interaction_step"] == 20
+    agent_state = torch.load(os.path.join(result.checkpoint, "agent", "agent_state.pt"), weights_only=False)
+    assert agent_state["update_step"] == 5  # 16..20: this run's own updates, counted from 0
+    assert sorted(os.listdir(imported_dirs[0])) == ["agent", "imported_from.json", "reward_normalizer.pkl"]
