@@ -44,6 +44,7 @@ from agent_common.upstream_layout import (
     REWARD_NORMALIZER_FILE,
     UPSTREAM_FILES,
     is_upstream_checkpoint,
+    upstream_checkpoints_in,
 )
 from agent_interop.convert import ConversionError
 
@@ -459,6 +460,8 @@ def run(direction: str, src: str, dst: str, overrides: list[str], actor_head: st
 
     if direction.startswith("upstream-to-"):
         target = direction.split("-")[-1]
+        if not is_upstream_checkpoint(src) and upstream_checkpoints_in(src):
+            src = upstream_checkpoints_in(src)[0]  # an upstream run folder: its newest step<N>
         files = read_upstream(src)
         detected, why = detect_actor_head(files["actor"]["network_state_dict"])
         stated = _stated_head(overrides, actor_head)
