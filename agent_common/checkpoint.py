@@ -30,6 +30,8 @@ import zipfile
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from agent_common.upstream_layout import describe_foreign_checkpoint
+
 __all__ = [
     "AGENT_DIR",
     "BUFFER_FILE",
@@ -362,8 +364,12 @@ def candidate_checkpoints(path: str) -> list[str]:
     directory's complete checkpoints, newest first (the loop falls back along them past damaged ones).
 
     Raises:
-        NoCheckpointError: nothing usable, with what was found and what to do.
+        NoCheckpointError: nothing usable, with what was found and what to do (another program's layout is named as
+            such, with the conversion command; ``agent_common.upstream_layout``).
     """
+    foreign = describe_foreign_checkpoint(path)
+    if foreign is not None:
+        raise NoCheckpointError(foreign)
     if _is_complete(path):
         return [path]
     if not os.path.isdir(path):

@@ -69,7 +69,7 @@ __all__ = [
 _GROUP_SELECTIONS = {"env": ("mujoco",), "agent": ("flashSAC",)}
 # Per-invocation keys: a resume takes them from its own command line, never from the stored config.
 _NOT_RESTORED = ("agent_load_path", "buffer_load_path", "save_path", "rederive_schedule_on_resume",
-                 "overwrite_incomplete")
+                 "overwrite_incomplete", "agent_init_path")
 # Keys a resolved config fills from another key (upstream interpolations): never needed on a command line.
 _MIRRORED = ("env.num_train_envs", "env.num_eval_envs", "agent.seed", "agent.gamma", "agent.n_step",
              "agent.critic_min_v", "agent.critic_max_v")
@@ -237,6 +237,9 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
     values = with_recipe(parse_overrides(overrides), framework)
     base: dict[str, Any] | None = None
     load_path = values.get("agent_load_path")
+    if load_path is not None and values.get("agent_init_path") is not None:
+        raise ConfigError(f"agent_init_path={values['agent_init_path']} starts a new run from weights and "
+                          f"agent_load_path={load_path} resumes a run: give one of them")
     if load_path is not None:
         if not isinstance(load_path, str):
             raise ConfigError(f"invalid value {load_path!r} for 'agent_load_path' (expected str)")
@@ -252,7 +255,26 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
             base.pop("agent.categorical_target_backend", None)  # a checkpoint converted from the other framework
         if values.get("rederive_schedule_on_resume", False):
             base.update({key: None for key in DERIVED_FROM_BUDGET})
-    return build_config(values, framework, base)
+    cfg = build_config(values, framework, base)
+    check_init_path(cfg, framework)
+    return cfg
+
+
+def check_init_path(cfg: Config, framework: str) -> None:
+    """``agent_init_path`` (a new run from a checkpoint's weights) resolves for this framework and is not combined
+    with a resume.
+
+    Raises:
+        ConfigError: naming the key, what was found and the command to run.
+    """
+    if cfg.agent_init_path is None:
+        return
+    from agent_common.start_from import resolve_init_source
+
+    try:
+        resolve_init_source(cfg.agent_init_path, framework)
+    except CheckpointError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def parse_args(

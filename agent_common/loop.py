@@ -296,6 +296,29 @@ class _Loop:
         if save_data:
             atomic_pickle(os.path.join(directory, BUFFER_FILE), self.buffer.state_dict(include_data=True))
 
+    def start_from(self, path: str, framework: str) -> str:
+        """A new run from the weights at ``path`` (``agent_init_path``): the agent's ``start_from`` (weights, with
+        ``agent_init_optimizer`` the Adam state; fresh update counter, LR schedule and RNG), and with
+        ``agent_init_reward_normalizer`` the source's reward normaliser. The loop state stays this run's own.
+
+        Returns:
+            One line for the run's log naming the source and what was taken from it.
+        """
+        from agent_common.start_from import resolve_init_source
+
+        source = resolve_init_source(path, framework)
+        self.agent.start_from(source.agent_dir, load_optimizer=self.cfg.agent_init_optimizer)
+        taken = ["weights"] + (["optimizer state"] if self.cfg.agent_init_optimizer else [])
+        if self.cfg.agent_init_reward_normalizer:
+            state = source.normalizer_state()
+            if state is None:
+                warn(f"agent_init_path={path} has no reward normaliser state; this run's normaliser starts fresh")
+            else:
+                self.normalizer.load_state_dict(state)
+                taken.append("reward normaliser")
+        return (f"new run started from {', '.join(taken)} of {source.agent_dir} (agent_init_path={path}); update "
+                "counter, LR schedule, replay buffer and loop state start fresh")
+
     def load(self, path: str) -> str:
         """Restores the newest usable checkpoint at ``path`` (a checkpoint dir or a run dir) and returns it.
 
@@ -455,6 +478,12 @@ class _Loop:
         self.eval_envs.close()
 
 
+def _framework_of(agent: Any) -> str:
+    """``"torch"`` / ``"jax"`` from the agent's package (``agent_torch`` / ``agent_jax``)."""
+    package = type(agent).__module__.split(".")[0]
+    return package.removeprefix("agent_")
+
+
 def strict_backend_as_config_error(make_agent: AgentFactory, unavailable: type[Exception]) -> AgentFactory:
     """Wraps an agent factory for the CLI: a strict backend that cannot run here (``unavailable``, the framework's
     ``BackendUnavailable``) becomes a one-line ``ConfigError`` naming the keys, instead of a traceback."""
@@ -568,6 +597,9 @@ def _open_run(cfg: Config, make_agent: AgentFactory, replicas: Replicas
                     + " (rederive_schedule_on_resume=true re-derives them from num_env_steps)",
                     file=sys.stderr,
                 )
+        if cfg.agent_init_path is not None:
+            line = loop.start_from(cfg.agent_init_path, _framework_of(loop.agent))
+            print(line, file=sys.stderr, flush=True)  # the run's config.yaml records agent_init_path too
         logger = NullLogger() if not replicas.is_main else RunLogger(
             run_dir,
             cfg.exp_name,

@@ -218,6 +218,7 @@ class AgentConfig(_Freezable):
     actor_bc_alpha: float = 0.0  # optional BC term weight (0 = off)
     actor_noise_zeta_mu: float = 2.0  # truncated-zeta exponent of the noise repetition length
     actor_noise_zeta_max: int = 16  # largest repetition length
+    actor_head: str = "paper"  # paper | upstream: actor head (log-std range, head projection/init, action scaling)
     # temperature
     temp_initial_value: float = 0.01  # initial alpha
     temp_target_sigma: float = 0.15  # target entropy = entropy of N(0, sigma^2) per dim + sum log range
@@ -267,6 +268,9 @@ class Config(_Freezable):
     save_path: str | None = None  # run directory; null -> runs/<group>/<exp>/<env>/seed<seed>-<MMDD-HHMMSS>
     agent_load_path: str | None = None  # run dir (-> its newest complete checkpoint) or checkpoint dir to resume
     buffer_load_path: str | None = None  # replay_buffer.pkl to load (default: the checkpoint's)
+    agent_init_path: str | None = None  # a NEW run starts from this checkpoint's weights (run/checkpoint/converted dir)
+    agent_init_optimizer: bool = True  # with agent_init_path: also its Adam moments and step counts (LR schedule fresh)
+    agent_init_reward_normalizer: bool = True  # with agent_init_path: also its reward normaliser statistics
     num_env_steps: int = 1_000_000  # training budget in env steps (all train envs together)
     num_train_envs: int = 1  # parallel training environments
     num_eval_envs: int = 1  # parallel evaluation environments
@@ -346,6 +350,7 @@ RESUME_LOCKED: dict[str, str] = {
     "agent.asymmetric_observation": _TASK,
     "agent.actor_num_blocks": _ARCH,
     "agent.actor_hidden_dim": _ARCH,
+    "agent.actor_head": _ARCH,
     "agent.critic_num_blocks": _ARCH,
     "agent.critic_hidden_dim": _ARCH,
     "agent.critic_num_bins": _ARCH,
@@ -388,6 +393,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "agent.buffer_device_type": ("auto", "cpu", "cuda"),
     "agent.compile_mode": COMPILE_MODES,
     "agent.amp_dtype": ("auto", "bf16", "fp16"),
+    "agent.actor_head": ("paper", "upstream"),
     "agent.asymmetric_observation": (False,),
 }
 
@@ -950,6 +956,10 @@ def check_training_run(cfg: Config, framework: str | None = None) -> None:
     if missing:
         raise ConfigError(f"logger_type={cfg.logger_type} record_video={cfg.record_video} needs packages that are not "
                           f"installed: {', '.join(missing)}")
+    if cfg.env.env_type in VECTOR_ENV_TYPES and cfg.agent_init_path is not None:
+        raise ConfigError(f"agent_init_path={cfg.agent_init_path}: starting from weights is wired into the gymnasium "
+                          f"loop (env.env_type=mujoco or dmc), not into the vector loop (env.env_type="
+                          f"{cfg.env.env_type}) yet")
     if cfg.env.env_type in VECTOR_ENV_TYPES and framework not in MJX_TRAINING_FRAMEWORKS:
         raise ConfigError(
             f"env.env_type={cfg.env.env_type!r} is not wired into this agent yet: the gymnasium training loop steps "

@@ -69,6 +69,7 @@ __all__ = [
     "ADAM_HYPERPARAMETERS",
     "ConversionError",
     "HYPERPARAMETER_KEYS",
+    "agent_dir_of",
     "check_compatible",
     "convert_jax_checkpoint",
     "convert_torch_checkpoint",
@@ -85,7 +86,7 @@ NETWORKS = ("actor", "critic", "temperature")  # trained networks (each has its 
 ADAM_HYPERPARAMETERS = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0, "amsgrad": False, "maximize": False}
 """The Adam settings both agents use (``agent_torch.state.make_network``, ``agent_jax.state``)."""
 ARCHITECTURE_KEYS = ("actor_num_blocks", "actor_hidden_dim", "critic_num_blocks", "critic_hidden_dim",
-                     "critic_num_bins", "critic_min_v", "critic_max_v")
+                     "critic_num_bins", "critic_min_v", "critic_max_v", "actor_head")
 HYPERPARAMETER_KEYS = ("learning_rate_init", "learning_rate_peak", "learning_rate_end", "learning_rate_warmup_step",
                        "learning_rate_decay_step", "gamma", "n_step", "critic_target_update_tau",
                        "actor_update_period", "actor_bc_alpha", "temp_target_entropy", "temp_target_sigma",
@@ -574,7 +575,7 @@ def make_torch_agent_from_jax_init(cfg: Any, observation_space: Any, action_spac
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _agent_dir(path: str) -> str:
+def agent_dir_of(path: str) -> str:
     """The directory holding ``actor.pt`` / ``actor.pkl`` for an agent, training-checkpoint or run directory."""
     if not any(os.path.exists(os.path.join(path, f"actor.{ext}")) for ext in ("pt", "pkl")):
         if not os.path.isdir(os.path.join(path, CHECKPOINT_AGENT_DIR)):
@@ -587,7 +588,7 @@ def _agent_dir(path: str) -> str:
 
 def _checkpoint_dims(src: str, source: str) -> tuple[int, int]:
     """(observation width, action width) read from the source checkpoint's actor."""
-    agent_dir = _agent_dir(src)
+    agent_dir = agent_dir_of(src)
     if source == "torch":
         import torch
 
@@ -601,29 +602,59 @@ def _checkpoint_dims(src: str, source: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agent_interop.convert {torch-to-jax,jax-to-torch} SRC DST --overrides key=value ...``.
+    """``python -m agent_interop.convert DIRECTION SRC DST --overrides key=value ...``.
 
-    Builds both agents on the CPU from the training run's ``--overrides`` (the architecture and schedule keys must
+    Builds the agents on the CPU from the training run's ``--overrides`` (the architecture and schedule keys must
     match the checkpoint; the observation and action widths are read from it, actions are the [-1, 1] box of
-    RescaleAction), then converts. SRC may be an agent, training-checkpoint or run directory.
+    RescaleAction), then converts. SRC may be an agent, training-checkpoint or run directory. DIRECTION
+    ``torch-to-jax`` / ``jax-to-torch`` converts between the two agents; ``upstream-to-torch`` / ``upstream-to-jax``
+    imports an upstream FlashSAC checkpoint folder (a new run starts from DST with ``agent_init_path=DST``) and
+    ``torch-to-upstream`` / ``jax-to-upstream`` writes upstream's layout (``agent_interop.upstream``).
     """
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m agent_interop.convert", description=main.__doc__.split("\n\n")[0])
-    parser.add_argument("direction", choices=("torch-to-jax", "jax-to-torch"))
+    parser.add_argument("direction", choices=("torch-to-jax", "jax-to-torch", "upstream-to-torch", "upstream-to-jax",
+                                              "torch-to-upstream", "jax-to-upstream"))
     parser.add_argument("src")
     parser.add_argument("dst")
     parser.add_argument("--overrides", action="append", default=[], help="the training run's key=value overrides")
     parser.add_argument("--no-check-hyperparameters", action="store_true",
                         help="convert even if the update configuration (LR schedule, gamma, ...) differs")
+    parser.add_argument("--actor-head", choices=("paper", "upstream"), default=None,
+                        help="upstream directions: the checkpoint's actor head (default: detected from an upstream "
+                             "checkpoint's head weights, agent.actor_head / the imported folder's record on export)")
     args = parser.parse_args(argv)
+    if "upstream" in args.direction:
+        from agent_interop import upstream
+
+        try:
+            print(upstream.run(args.direction, args.src, args.dst, args.overrides, args.actor_head,
+                               not args.no_check_hyperparameters))
+        except ConversionError as exc:
+            print(f"error: {exc}", file=__import__("sys").stderr)
+            return 2
+        return 0
 
     from agent_common.config import load_config
     from agent_jax.agent import FlashSACAgent as JaxAgent
     from agent_torch.agent import FlashSACAgent as TorchAgent
 
     source = args.direction.split("-")[0]
-    observation_dim, action_dim = _checkpoint_dims(args.src, source)
+    from agent_common.upstream_layout import is_upstream_checkpoint, upstream_checkpoints_in
+
+    if is_upstream_checkpoint(args.src) or upstream_checkpoints_in(args.src):
+        src = args.src if is_upstream_checkpoint(args.src) else upstream_checkpoints_in(args.src)[0]
+        print(f"error: {args.src} holds upstream FlashSAC's checkpoint layout (another program's), not a {source} "
+              f"checkpoint of this project; convert it with: python -m agent_interop.convert upstream-to-"
+              f"{'jax' if source == 'torch' else 'torch'} {src} {args.dst} --overrides <the run's architecture and "
+              "schedule keys>", file=__import__("sys").stderr)
+        return 2
+    try:
+        observation_dim, action_dim = _checkpoint_dims(args.src, source)
+    except FileNotFoundError as exc:  # NoCheckpointError: names another program's layout with its command
+        print(f"error: {exc}", file=__import__("sys").stderr)
+        return 2
     spaces = make_spaces(observation_dim, action_dim)
     kept = [o for o in args.overrides if o.split("=", 1)[0].strip() not in
             ("agent.categorical_target_backend", "agent.device_type", "agent.categorical_target_strict")]

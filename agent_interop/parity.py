@@ -61,7 +61,7 @@ NETS = ("actor", "critic", "target_critic", "temperature")
 
 
 def make_agent_pair(overrides: Sequence[str], observation_dim: int, action_dim: int, torch_backend: str,
-                    jax_backend: str) -> tuple[Any, Any]:
+                    jax_backend: str, action_low: Any = None, action_high: Any = None) -> tuple[Any, Any]:
     """A torch agent (``torch_backend``, strict) and a JAX agent (``jax_backend``, strict) with identical state.
 
     The torch agent is built from its seed; the JAX agent then receives its full state (``torch_to_jax``).
@@ -72,6 +72,8 @@ def make_agent_pair(overrides: Sequence[str], observation_dim: int, action_dim: 
         action_dim: A.
         torch_backend: ``torch`` or ``triton``.
         jax_backend: ``jax`` or ``pallas``.
+        action_low: (A,) action bounds of both agents (None: [-1, 1]).
+        action_high: (A,).
 
     Returns:
         (torch agent, JAX agent).
@@ -80,7 +82,7 @@ def make_agent_pair(overrides: Sequence[str], observation_dim: int, action_dim: 
     from agent_jax.agent import FlashSACAgent as JaxAgent
     from agent_torch.agent import FlashSACAgent as TorchAgent
 
-    obs_space, act_space = make_spaces(observation_dim, action_dim)
+    obs_space, act_space = make_spaces(observation_dim, action_dim, action_low, action_high)
     common = [*overrides, "agent.categorical_target_strict=true"]
     t_cfg = load_config([*common, f"agent.categorical_target_backend={torch_backend}"], "torch")
     j_cfg = load_config([*common, f"agent.categorical_target_backend={jax_backend}"], "jax")

@@ -13,10 +13,13 @@ import numpy as np
 __all__ = ["make_batch", "make_spaces"]
 
 
-def make_spaces(observation_dim: int, action_dim: int) -> tuple[Any, Any]:
-    """Box observation / action spaces ([-1, 1] actions); a SimpleNamespace stand-in where gymnasium is missing."""
+def make_spaces(observation_dim: int, action_dim: int, action_low: Any = None,
+                action_high: Any = None) -> tuple[Any, Any]:
+    """Box observation / action spaces ([-1, 1] actions unless ``action_low`` / ``action_high`` (A,) are given); a
+    SimpleNamespace stand-in where gymnasium is missing."""
     low_o, high_o = np.full(observation_dim, -np.inf, np.float32), np.full(observation_dim, np.inf, np.float32)
-    low_a, high_a = -np.ones(action_dim, np.float32), np.ones(action_dim, np.float32)
+    low_a = -np.ones(action_dim, np.float32) if action_low is None else np.asarray(action_low, np.float32)
+    high_a = np.ones(action_dim, np.float32) if action_high is None else np.asarray(action_high, np.float32)
     try:
         import gymnasium as gym
 

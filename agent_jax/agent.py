@@ -13,6 +13,7 @@ import flax.serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from agent_common.buffer import RowStorage, flat_batch
 from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
@@ -125,9 +126,10 @@ class FlashSACAgent:
             max_v=float(a.critic_max_v),
             backend=backend,
         )
-        self._actor_def, _, _ = build_networks(a, observation_dim, action_dim)
+        bounds = (action_space.low, action_space.high)
+        self._actor_def, _, _ = build_networks(a, observation_dim, action_dim, *bounds)
         with jax.default_device(self.device):
-            state = create_agent_state(a, observation_dim, action_dim, seed=int(cfg.seed))
+            state = create_agent_state(a, observation_dim, action_dim, int(cfg.seed), *bounds)
         # Commit everything to the device: uncommitted and committed inputs are different jit cache entries, so an
         # uncommitted initial state would compile each update variant twice.
         self.mesh = parallel.make_mesh(int(cfg.num_devices), self.device)  # None: one device
@@ -512,6 +514,37 @@ class FlashSACAgent:
             r = self._storage.replay
             self._storage.replay = r.replace(key=jax.device_put(self._replay_key, self.device),
                                              metric_sum=self._zeros_metrics(), metric_count=self._zeros_metrics())
+
+
+    def start_from(self, directory: str, load_optimizer: bool = True) -> None:
+        """A new run from a saved agent (``agent_init_path``): its weights, BN statistics and log α, and with
+        ``load_optimizer`` its Adam moments and step counts; this run keeps its own PRNG keys, and its update counter
+        and LR schedules (optax ``ScaleByScheduleState``) start at 0.
+
+        Raises:
+            ValueError: as ``load``.
+        """
+        rng, replay_key = np.asarray(jax.device_get(self.state.rng)), self._replay_key
+        self.load(directory, load_optimizer=load_optimizer)
+
+        def fresh_schedule(node: Any) -> Any:
+            if isinstance(node, optax.ScaleByScheduleState):
+                return node._replace(count=jnp.zeros_like(node.count))
+            return node
+
+        def restart(state: Any) -> Any:
+            opt_state = jax.tree_util.tree_map(fresh_schedule, state.opt_state,
+                                               is_leaf=lambda n: isinstance(n, optax.ScaleByScheduleState))
+            return state.replace(opt_state=opt_state)
+
+        s = self.state
+        self.state = self._place(AgentState(actor=restart(s.actor), critic=restart(s.critic),
+                                            temperature=restart(s.temperature), rng=rng))
+        self._replay_key = replay_key
+        self.update_step = 0
+        self._pending = None
+        zeros = np.zeros(len(METRIC_NAMES), np.float32)
+        self._metric_carry = (zeros, zeros.copy())
 
 
 def _check_structure(template: Any, loaded: Any, path: str) -> None:

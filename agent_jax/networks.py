@@ -38,12 +38,14 @@ __all__ = [
     "FlashSACActor",
     "FlashSACDoubleCritic",
     "FlashSACTemperature",
+    "HeadLinear",
     "ResidualBlock",
     "UnitBatchNorm",
     "UnitLinear",
     "UnitRMSNorm",
     "normalize_parameters",
     "safe_tanh_log_det_jacobian",
+    "scale_action",
     "torch_state_dict",
 ]
 
@@ -52,6 +54,8 @@ BN_MOMENTUM = 0.01  # PyTorch convention: running <- (1 - momentum) * running + 
 BN_EPS = 1e-5
 RMS_EPS = 1e-6
 LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0  # paper-era log-std range
+ACTOR_HEADS: dict[str, tuple[float, float]] = {"paper": (-10.0, 2.0), "upstream": (-5.0, 0.0)}
+"""``agent.actor_head`` -> its (log σ min, log σ max) (docs/flashsac.md, "Actor head")."""
 WEIGHT_EPS = 1e-8  # F.normalize eps for the unit-row projection
 AFFINE_EPS = 1e-8  # inside rsqrt of the BN / RMSNorm sqrt(d) projection
 
@@ -198,33 +202,93 @@ class ResidualBlock(nn.Module):
             m.normalize_parameters()
 
 
-class FlashSACActor(nn.Module):
-    """Tanh-Gaussian actor with the paper-era normalised heads (docs/flashsac.md).
+class HeadLinear(nn.Module):
+    """Bias-free linear head that is never projected (upstream's current actor heads), weight (out, in).
 
-    obs (B, O) -> BN -> UnitLinear(O -> d) -> blocks -> RMSNorm(d) -> mean / log-std heads (UnitLinear + bias).
-    The action is tanh(u); the env is rescaled to [-1, 1], so there is no action bias / range term.
+    Attributes:
+        in_features: input width.
+        out_features: output width.
+        init_std: weight ~ N(0, init_std^2); 0 gives a zero weight.
+    """
+
+    in_features: int
+    out_features: int
+    init_std: float
+
+    def setup(self) -> None:
+        init = nn.initializers.normal(self.init_std) if self.init_std > 0 else nn.initializers.zeros_init()
+        self.weight = self.param("weight", init, (self.out_features, self.in_features))  # (out, in)
+
+    def __call__(self, x: Array) -> Array:
+        """(B, in) -> (B, out)."""
+        return x @ self.weight.T  # (B, out)
+
+
+def actor_bounds(actor_def: Any) -> tuple[Array, Array]:
+    """(bias, range) (A,) float32 of an actor's upstream head (0 and 1 when it has no bounds)."""
+    bias = jnp.asarray(actor_def.action_bias or (0.0,) * actor_def.action_dim, jnp.float32)  # (A,)
+    scale = jnp.asarray(actor_def.action_range or (1.0,) * actor_def.action_dim, jnp.float32)  # (A,)
+    return bias, scale
+
+
+def scale_action(actor_def: Any, squashed: Array) -> Array:
+    """tanh(u) (B, A) -> the env action: bias + range·tanh(u) with the upstream head, tanh(u) with the paper's.
+
+    Reads only the module's attributes, so it works on an unbound ``FlashSACActor`` (acting code)."""
+    if actor_def.head == "paper":
+        return squashed
+    bias, scale = actor_bounds(actor_def)
+    return bias + scale * squashed  # (B, A)
+
+
+class FlashSACActor(nn.Module):
+    """Tanh-Gaussian actor (docs/flashsac.md), with the paper-era or upstream's current head.
+
+    obs (B, O) -> BN -> UnitLinear(O -> d) -> blocks -> RMSNorm(d) -> mean / log-std heads + biases.
+    ``head="paper"``: ``UnitLinear`` heads (projected), log σ in [-10, 2], action tanh(u). ``head="upstream"``:
+    ``HeadLinear`` heads (mean weight ~ N(0, 1e-3²), log-std weight 0, never projected), log σ in [-5, 0], action
+    bias + range·tanh(u) with the env's bounds, log-prob minus Σ ln max(|range|, 1e-6). Same parameter names.
 
     Attributes:
         observation_dim: O.
         action_dim: A.
         num_blocks: residual blocks.
         hidden_dim: d.
+        head: "paper" or "upstream".
+        action_bias: (A,) (high + low) / 2 for the upstream head; empty: 0.
+        action_range: (A,) (high - low) / 2 for the upstream head; empty: 1.
     """
 
     observation_dim: int
     action_dim: int
     num_blocks: int
     hidden_dim: int
+    head: str = "paper"
+    action_bias: tuple[float, ...] = ()
+    action_range: tuple[float, ...] = ()
 
     def setup(self) -> None:
+        if self.head not in ACTOR_HEADS:
+            raise ValueError(f"actor head: expected one of {sorted(ACTOR_HEADS)}, got {self.head!r}")
         self.input_bn = UnitBatchNorm(self.observation_dim)
         self.embed = UnitLinear(self.observation_dim, self.hidden_dim)
         self.blocks = [ResidualBlock(self.hidden_dim) for _ in range(self.num_blocks)]
         self.final_norm = UnitRMSNorm(self.hidden_dim)
-        self.mean_head = UnitLinear(self.hidden_dim, self.action_dim)
+        if self.head == "paper":
+            self.mean_head: Any = UnitLinear(self.hidden_dim, self.action_dim)
+            self.log_std_head: Any = UnitLinear(self.hidden_dim, self.action_dim)
+        else:
+            self.mean_head = HeadLinear(self.hidden_dim, self.action_dim, 1e-3)
+            self.log_std_head = HeadLinear(self.hidden_dim, self.action_dim, 0.0)
         self.mean_bias = self.param("mean_bias", nn.initializers.zeros_init(), (self.action_dim,))  # (A,)
-        self.log_std_head = UnitLinear(self.hidden_dim, self.action_dim)
         self.log_std_bias = self.param("log_std_bias", nn.initializers.zeros_init(), (self.action_dim,))  # (A,)
+
+    def _bounds(self) -> tuple[Array, Array]:
+        return actor_bounds(self)
+
+    def scale_action(self, squashed: Array) -> Array:
+        """tanh(u) (B, A) -> the env action (``scale_action`` of this module's head)."""
+        return scale_action(self, squashed)
 
     def trunk(self, obs: Array, training: bool) -> Array:
         """(B, O) -> (B, d)."""
@@ -234,11 +298,12 @@ class FlashSACActor(nn.Module):
         return self.final_norm(x)  # (B, d)
 
     def get_mean_and_std(self, obs: Array, training: bool) -> tuple[Array, Array]:
-        """Pre-tanh Gaussian mean (B, A) and std (B, A), std = exp(log_std) with log_std in [-10, 2]."""
+        """Pre-tanh Gaussian mean (B, A) and std (B, A), std = exp(log_std) with log_std in the head's range."""
         h = self.trunk(obs, training)  # (B, d)
         mean = self.mean_head(h) + self.mean_bias  # (B, A)
         raw = self.log_std_head(h) + self.log_std_bias  # (B, A)
-        log_std = LOG_STD_MIN + (LOG_STD_MAX - LOG_STD_MIN) * 0.5 * (1.0 + jnp.tanh(raw))  # (B, A)
+        lo, hi = ACTOR_HEADS[self.head]
+        log_std = lo + (hi - lo) * 0.5 * (1.0 + jnp.tanh(raw))  # (B, A)
         return mean, jnp.exp(log_std)  # (B, A), (B, A)
 
     def __call__(self, obs: Array, training: bool, key: Array) -> tuple[Array, Array]:
@@ -250,18 +315,26 @@ class FlashSACActor(nn.Module):
             key: PRNG key for eps ~ N(0, I).
 
         Returns:
-            action (B, A) = tanh(u), u = mean + std * eps, and log_prob (B,) =
-            sum_i [log N(u_i; mean_i, std_i) - log(1 - tanh(u_i)^2)].
+            action (B, A) = tanh(u) (upstream head: bias + range·tanh(u)), u = mean + std * eps, and log_prob (B,) =
+            sum_i [log N(u_i; mean_i, std_i) - log(1 - tanh(u_i)^2)] (upstream head: minus sum_i ln range_i).
         """
         mean, std = self.get_mean_and_std(obs, training)  # (B, A), (B, A)
         eps = jax.random.normal(key, mean.shape, mean.dtype)  # (B, A)
+        return self.sample_with_noise(mean, std, eps)
+
+    def sample_with_noise(self, mean: Array, std: Array, eps: Array) -> tuple[Array, Array]:
+        """(action (B, A), log_prob (B,)) for u = mean + std * eps (``__call__`` with given noise)."""
         u = mean + std * eps  # (B, A)
         normal_log_prob = -0.5 * jnp.square(eps) - jnp.log(std) - 0.5 * math.log(2.0 * math.pi)  # (B, A)
         log_prob = jnp.sum(normal_log_prob - safe_tanh_log_det_jacobian(u), axis=-1)  # (B,)
-        return jnp.tanh(u), log_prob  # (B, A), (B,)
+        if self.head != "paper":
+            _, scale = self._bounds()
+            log_prob = log_prob - jnp.sum(jnp.log(jnp.maximum(jnp.abs(scale), 1e-6)))  # (B,)
+        return self.scale_action(jnp.tanh(u)), log_prob  # (B, A), (B,)
 
     def normalize_parameters(self) -> None:
-        for m in (self.input_bn, self.embed, *self.blocks, self.final_norm, self.mean_head, self.log_std_head):
+        heads = (self.mean_head, self.log_std_head) if self.head == "paper" else ()
+        for m in (self.input_bn, self.embed, *self.blocks, self.final_norm, *heads):
             m.normalize_parameters()
 
 

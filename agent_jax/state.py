@@ -8,6 +8,7 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
@@ -97,9 +98,11 @@ def _adam(init_value: float, peak_value: float, end_value: float, warmup_steps: 
 
 
 def build_networks(
-    agent_cfg: Any, observation_dim: int, action_dim: int
+    agent_cfg: Any, observation_dim: int, action_dim: int, action_low: Any = None, action_high: Any = None
 ) -> tuple[FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature]:
     """The three flax modules from the (resolved) ``agent`` config section, as agent_torch builds them.
+
+    ``action_low`` / ``action_high`` (A,) are the env's bounds, used by ``agent.actor_head=upstream`` (None: [-1, 1]).
 
     Cached by their hyper-parameters: a TrainState's ``apply_fn`` is the bound ``module.apply``, and bound methods
     compare equal only for the same module *object*, so sharing the objects lets agents with equal configs share
@@ -107,22 +110,49 @@ def build_networks(
     """
     support = CategoricalSupport(agent_cfg.critic_num_bins, float(agent_cfg.critic_min_v),
                                  float(agent_cfg.critic_max_v))
+    head = str(getattr(agent_cfg, "actor_head", "paper"))
+    bias: tuple[float, ...] = ()
+    scale: tuple[float, ...] = ()
+    if head == "upstream" and action_low is not None and action_high is not None:
+        b, r = action_bounds(int(action_dim), action_low, action_high)
+        bias, scale = tuple(float(v) for v in b), tuple(float(v) for v in r)
     return _modules(int(observation_dim), int(action_dim), int(agent_cfg.actor_num_blocks),
                     int(agent_cfg.actor_hidden_dim), int(agent_cfg.critic_num_blocks),
                     int(agent_cfg.critic_hidden_dim), tuple(support.atoms().tolist()),
-                    float(agent_cfg.temp_initial_value))
+                    float(agent_cfg.temp_initial_value), head, bias, scale)
+
+
+def action_bounds(action_dim: int, action_low: Any, action_high: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(bias, range) = ((high + low) / 2, (high - low) / 2) as (A,) float32, as upstream computes them.
+
+    Raises:
+        ValueError: bounds of another shape, not finite, or high < low.
+    """
+    low = np.asarray(action_low, dtype=np.float32).reshape(-1)
+    high = np.asarray(action_high, dtype=np.float32).reshape(-1)
+    if low.shape != (action_dim,) or high.shape != (action_dim,):
+        raise ValueError(f"action bounds: expected shape ({action_dim},), got low {low.shape}, high {high.shape}")
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise ValueError(f"action bounds must be finite for a tanh-squashed policy, got low {low.tolist()}, "
+                         f"high {high.tolist()}")
+    if (high < low).any():
+        raise ValueError(f"action bounds: high < low (low {low.tolist()}, high {high.tolist()})")
+    return np.float32(0.5) * (high + low), np.float32(0.5) * (high - low)
 
 
 @functools.lru_cache(maxsize=32)
 def _modules(observation_dim: int, action_dim: int, actor_num_blocks: int, actor_hidden_dim: int,
              critic_num_blocks: int, critic_hidden_dim: int, atoms: tuple[float, ...],
-             temp_initial_value: float) -> tuple[FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature]:
-    actor = FlashSACActor(observation_dim, action_dim, actor_num_blocks, actor_hidden_dim)
+             temp_initial_value: float, head: str = "paper", action_bias: tuple[float, ...] = (),
+             action_range: tuple[float, ...] = ()) -> tuple[FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature]:
+    actor = FlashSACActor(observation_dim, action_dim, actor_num_blocks, actor_hidden_dim, head, action_bias,
+                          action_range)
     critic = FlashSACDoubleCritic(observation_dim + action_dim, critic_num_blocks, critic_hidden_dim, atoms)
     return actor, critic, FlashSACTemperature(temp_initial_value)
 
 
-def create_agent_state(agent_cfg: Any, observation_dim: int, action_dim: int, seed: int) -> AgentState:
+def create_agent_state(agent_cfg: Any, observation_dim: int, action_dim: int, seed: int, action_low: Any = None,
+                       action_high: Any = None) -> AgentState:
     """Initialise all networks, project them once (docs/flashsac.md) and build their optimisers.
 
     Args:
@@ -130,11 +160,14 @@ def create_agent_state(agent_cfg: Any, observation_dim: int, action_dim: int, se
         observation_dim: O.
         action_dim: A.
         seed: the run seed; all randomness of the agent derives from ``jax.random.PRNGKey(seed)``.
+        action_low: (A,) env bounds for ``agent.actor_head=upstream`` (None: [-1, 1]).
+        action_high: (A,).
 
     Returns:
         AgentState with the target critic equal to the projected online critic.
     """
-    actor_def, critic_def, temperature_def = build_networks(agent_cfg, observation_dim, action_dim)
+    actor_def, critic_def, temperature_def = build_networks(agent_cfg, observation_dim, action_dim, action_low,
+                                                            action_high)
     return _init_state(actor_def, critic_def, temperature_def, make_optimizer(agent_cfg), int(observation_dim),
                        int(action_dim), jax.random.PRNGKey(seed))
 

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_common.buffer import ROW_KEYS
+from agent_jax.networks import scale_action
 from agent_jax.packing import PackedTree, pack_like, unpack
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks
 
@@ -72,13 +73,13 @@ def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: j
         deterministic: evaluation mode.
 
     Returns:
-        (E, A) actions in [-1, 1].
+        (E, A) actions in [-1, 1] (the env's bounds with the upstream head).
     """
     mean, std = actor_def.apply({"params": params, "batch_stats": batch_stats}, observation, False,
                                 method="get_mean_and_std")  # (E, A), (E, A)
     if deterministic:
-        return jnp.tanh(mean)  # (E, A)
-    return jnp.tanh(mean + std * noise)  # (E, A)
+        return scale_action(actor_def, jnp.tanh(mean))  # (E, A)
+    return scale_action(actor_def, jnp.tanh(mean + std * noise))  # (E, A)
 
 
 @functools.partial(jax.jit, static_argnames=("actor_def", "treedef", "deterministic"))

@@ -50,7 +50,7 @@ from agent_common.schema import Config, ConfigError
 from agent_common.seeding import BUFFER_STREAM
 from agent_common.vector_loop import interaction_steps_per_call
 from agent_jax.agent import FlashSACAgent, make_agent
-from agent_jax.state import AgentState, build_networks
+from agent_jax.state import AgentState
 from agent_jax.step import (
     METRIC_NAMES,
     DeviceReplay,
@@ -362,7 +362,7 @@ class JaxVectorTrainer:
             cfg, observation_space, action_space)  # type: ignore[assignment]
         self.device = self.agent.device
         self.spec = ScanSpec(
-            env=self.env, actor_def=build_networks(a, obs_dim, act_dim)[0], length=interaction_steps_per_call(cfg),
+            env=self.env, actor_def=self.agent._actor_def, length=interaction_steps_per_call(cfg),
             updates_per_step=int(cfg.updates_per_interaction_step), actor_update_period=int(a.actor_update_period),
             batch_size=int(a.sample_batch_size), min_rows=int(a.buffer_min_length), gamma=float(cfg.gamma),
             normalized_G_max=float(a.normalized_G_max), normalize_reward=bool(a.normalize_reward),

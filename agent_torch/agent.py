@@ -75,7 +75,8 @@ def _configure_torch(cfg: Config, device: torch.device) -> None:
 
 
 class FlashSACAgent:
-    """PyTorch FlashSAC (paper-era heads) implementing the loop's agent protocol (``agent_common.protocol``).
+    """PyTorch FlashSAC (actor head: ``agent.actor_head``) implementing the loop's agent protocol
+    (``agent_common.protocol``).
 
     Args:
         cfg: resolved config.
@@ -118,7 +119,8 @@ class FlashSACAgent:
         self.graphs = GraphCache(capture_error_mode=mode) if self.use_cuda_graph else None
         graph_safe = self.use_cuda_graph
         torch.manual_seed(cfg.seed)  # init order as upstream: actor, critic, target critic, temperature
-        actor = FlashSACActor(observation_dim, action_dim, a.actor_num_blocks, a.actor_hidden_dim)
+        actor = FlashSACActor(observation_dim, action_dim, a.actor_num_blocks, a.actor_hidden_dim, head=a.actor_head,
+                              action_low=action_space.low, action_high=action_space.high)
         critic = FlashSACDoubleCritic(
             observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim, support.atoms()
         )
@@ -207,9 +209,11 @@ class FlashSACAgent:
         return self._act(obs, eps)
 
     def _act(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
-        """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A)."""
-        mean, std = self.actor.module.get_mean_and_std(obs, training=False)  # (E, A), (E, A)
-        return torch.tanh(mean) if eps is None else torch.tanh(mean + std * eps)
+        """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A) (scaled to the env's bounds with
+        ``agent.actor_head=upstream``)."""
+        actor = self.actor.module
+        mean, std = actor.get_mean_and_std(obs, training=False)  # (E, A), (E, A)
+        return actor.scale_action(torch.tanh(mean) if eps is None else torch.tanh(mean + std * eps))
 
     # ------------------------------------------------------------------------------------------------ update
     def _flat_batch(self, batch: dict[str, np.ndarray]) -> torch.Tensor:
@@ -424,6 +428,29 @@ class FlashSACAgent:
         self._metric_counts.clear()
         for name, (total, count) in agent_state.get("step_metrics", {}).items():
             self._carry_metric(name, total, count)
+
+    def start_from(self, directory: str, load_optimizer: bool = True) -> None:
+        """A new run from a saved agent (``agent_init_path``): its weights, BN statistics and log α, and with
+        ``load_optimizer`` its Adam moments and step counts; this run keeps its own RNG state, and its update
+        counter and LR schedules start at 0.
+
+        Raises:
+            agent_common.checkpoint.CheckpointError / RuntimeError: as ``load``.
+        """
+        rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        self.load(directory, load_optimizer=load_optimizer)
+        torch.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        self.update_step = 0
+        for net in (self.actor, self.critic, self.temperature):
+            net.set_schedule_step(0)
+            net.ensure_lr_tensors()
+        self._storage_state = None
+        self._metric_sums.clear()
+        self._metric_counts.clear()
+        self.state_replaced()
 
     def _carry_metric(self, name: str, total: float, count: int) -> None:
         """Puts a metric sum back (saved by ``save``) so that ``take_metrics`` returns it."""

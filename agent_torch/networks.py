@@ -21,6 +21,8 @@ __all__ = [
     "UnitBatchNorm",
     "UnitLinear",
     "UnitRMSNorm",
+    "ACTOR_HEADS",
+    "HeadLinear",
     "normalize_parameters",
 ]
 
@@ -28,6 +30,8 @@ BN_MOMENTUM = 0.01  # running <- 0.99 running + 0.01 batch (flax decay 0.99)
 BN_EPS = 1e-5
 RMS_EPS = 1e-6
 LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0  # paper-era log-std range
+ACTOR_HEADS: dict[str, tuple[float, float]] = {"paper": (-10.0, 2.0), "upstream": (-5.0, 0.0)}
+"""``agent.actor_head`` -> its (log σ min, log σ max) (docs/flashsac.md, "Actor head")."""
 
 
 def _project_rows(weight: torch.Tensor) -> None:
@@ -231,28 +235,102 @@ def _safe_tanh_log_det(u: torch.Tensor) -> torch.Tensor:
     return 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))  # same shape as u
 
 
-class FlashSACActor(nn.Module):
-    """Tanh-Gaussian actor with the paper-era normalised heads (docs/flashsac.md).
+class HeadLinear(nn.Module):
+    """Bias-free linear head that is never projected (upstream's current actor heads).
 
-    obs (B, O) -> BN -> UnitLinear(O -> d) -> blocks -> RMSNorm(d) -> mean / log-std heads (UnitLinear + bias).
+    Args:
+        in_features: input width.
+        out_features: output width.
+        init_std: weight ~ N(0, init_std^2); 0 gives a zero weight.
+    """
+
+    def __init__(self, in_features: int, out_features: int, init_std: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(out_features, in_features))  # (out, in)
+        if init_std > 0:
+            nn.init.normal_(self.weight, mean=0.0, std=init_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)  # (B, out)
+
+
+def action_bounds(action_dim: int, action_low: np.ndarray | None,
+                  action_high: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bias, range) = ((high + low) / 2, (high - low) / 2) as (A,) float32, (0, 1) when no bounds are given.
+
+    Raises:
+        ValueError: bounds of another shape, not finite, or high < low.
+    """
+    if action_low is None or action_high is None:
+        return torch.zeros(action_dim), torch.ones(action_dim)
+    low = torch.as_tensor(np.asarray(action_low, dtype=np.float32)).reshape(-1)
+    high = torch.as_tensor(np.asarray(action_high, dtype=np.float32)).reshape(-1)
+    if low.shape != (action_dim,) or high.shape != (action_dim,):
+        raise ValueError(f"action bounds: expected shape ({action_dim},), got low {tuple(low.shape)}, "
+                         f"high {tuple(high.shape)}")
+    if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
+        raise ValueError(f"action bounds must be finite for a tanh-squashed policy, got low {low.tolist()}, "
+                         f"high {high.tolist()}")
+    if (high < low).any():
+        raise ValueError(f"action bounds: high < low (low {low.tolist()}, high {high.tolist()})")
+    return 0.5 * (high + low), 0.5 * (high - low)
+
+
+class FlashSACActor(nn.Module):
+    """Tanh-Gaussian actor (docs/flashsac.md), with the paper-era or upstream's current head.
+
+    obs (B, O) -> BN -> UnitLinear(O -> d) -> blocks -> RMSNorm(d) -> mean / log-std heads + biases.
+
+    ``head="paper"``: heads are ``UnitLinear`` (orthogonal, projected after every step), log σ in [-10, 2], the action
+    is tanh(u). ``head="upstream"``: heads are ``HeadLinear`` (mean weight ~ N(0, 1e-3²), log-std weight 0, never
+    projected), log σ in [-5, 0], the action is bias + range·tanh(u) with the env's bounds and the log-prob subtracts
+    Σ ln max(|range|, 1e-6). Parameter names are the same for both heads.
 
     Args:
         observation_dim: O.
         action_dim: A.
         num_blocks: residual blocks.
         hidden_dim: d.
+        head: "paper" or "upstream".
+        action_low: (A,) lower action bounds for the upstream head (None: [-1, 1]).
+        action_high: (A,) upper action bounds.
     """
 
-    def __init__(self, observation_dim: int, action_dim: int, num_blocks: int, hidden_dim: int) -> None:
+    def __init__(self, observation_dim: int, action_dim: int, num_blocks: int, hidden_dim: int, head: str = "paper",
+                 action_low: np.ndarray | None = None, action_high: np.ndarray | None = None) -> None:
         super().__init__()
+        if head not in ACTOR_HEADS:
+            raise ValueError(f"actor head: expected one of {sorted(ACTOR_HEADS)}, got {head!r}")
+        self.head = head
+        self.log_std_min, self.log_std_max = ACTOR_HEADS[head]
         self.input_bn = UnitBatchNorm(observation_dim)
         self.embed = UnitLinear(observation_dim, hidden_dim)
         self.blocks = nn.ModuleList([ResidualBlock(hidden_dim) for _ in range(num_blocks)])
         self.final_norm = UnitRMSNorm(hidden_dim)
-        self.mean_head = UnitLinear(hidden_dim, action_dim)
+        if head == "paper":
+            self.mean_head: nn.Module = UnitLinear(hidden_dim, action_dim)
+        else:
+            self.mean_head = HeadLinear(hidden_dim, action_dim, init_std=1e-3)
         self.mean_bias = nn.Parameter(torch.zeros(action_dim))  # (A,) not projected
-        self.log_std_head = UnitLinear(hidden_dim, action_dim)
+        if head == "paper":
+            self.log_std_head: nn.Module = UnitLinear(hidden_dim, action_dim)
+        else:
+            self.log_std_head = HeadLinear(hidden_dim, action_dim, init_std=0.0)
         self.log_std_bias = nn.Parameter(torch.zeros(action_dim))  # (A,) not projected
+        bias, scale = action_bounds(action_dim, action_low, action_high) if head == "upstream" else (None, None)
+        self.scaled = head == "upstream"
+        if self.scaled:
+            assert bias is not None and scale is not None
+            self.register_buffer("action_bias", bias, persistent=False)  # (A,)
+            self.register_buffer("action_range", scale, persistent=False)  # (A,)
+            self.register_buffer("log_action_range", torch.log(scale.abs().clamp_min(1e-6)).sum(),
+                                 persistent=False)  # ()
+
+    def scale_action(self, squashed: torch.Tensor) -> torch.Tensor:
+        """tanh(u) (B, A) -> the env action: bias + range·tanh(u) with the upstream head, tanh(u) with the paper's."""
+        if not self.scaled:
+            return squashed
+        return self.action_bias + self.action_range * squashed  # (B, A)
 
     def trunk(self, obs: torch.Tensor, training: bool) -> torch.Tensor:
         x = self.embed(self.input_bn(obs, training))  # (B, d)
@@ -268,12 +346,13 @@ class FlashSACActor(nn.Module):
             training: BN on batch statistics (True) or running statistics (False).
 
         Returns:
-            mean (B, A) and std (B, A), std = exp(log_std) in fp32 with log_std in [-10, 2].
+            mean (B, A) and std (B, A), std = exp(log_std) in fp32 with log_std in the head's range.
         """
         h = self.trunk(obs, training)  # (B, d)
         mean = F.linear(h, self.mean_head.weight, self.mean_bias)  # (B, A)
         raw = F.linear(h, self.log_std_head.weight, self.log_std_bias)  # (B, A)
-        log_std = LOG_STD_MIN + (LOG_STD_MAX - LOG_STD_MIN) * 0.5 * (1.0 + torch.tanh(raw.float()))  # (B, A)
+        lo, hi = self.log_std_min, self.log_std_max
+        log_std = lo + (hi - lo) * 0.5 * (1.0 + torch.tanh(raw.float()))  # (B, A)
         return mean, torch.exp(log_std)  # (B, A), (B, A)
 
     def forward(self, obs: torch.Tensor, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -284,7 +363,8 @@ class FlashSACActor(nn.Module):
             training: BN mode.
 
         Returns:
-            action (B, A) = tanh(u) and log_prob (B,) = sum_i [log N(u_i; mu_i, sigma_i) - log(1 - tanh(u_i)^2)].
+            action (B, A) = tanh(u) (upstream head: bias + range·tanh(u)) and log_prob (B,) =
+            sum_i [log N(u_i; mu_i, sigma_i) - log(1 - tanh(u_i)^2)] (upstream head: minus sum_i ln range_i).
         """
         mean, std = self.get_mean_and_std(obs, training)  # (B, A), (B, A)
         mean = mean.float()  # (B, A)
@@ -292,7 +372,9 @@ class FlashSACActor(nn.Module):
         u = mean + std * eps  # (B, A)
         normal_log_prob = -0.5 * eps.pow(2) - torch.log(std) - 0.5 * math.log(2.0 * math.pi)  # (B, A)
         log_prob = (normal_log_prob - _safe_tanh_log_det(u)).sum(dim=-1)  # (B,)
-        return torch.tanh(u), log_prob  # (B, A), (B,)
+        if self.scaled:
+            log_prob = log_prob - self.log_action_range  # (B,)
+        return self.scale_action(torch.tanh(u)), log_prob  # (B, A), (B,)
 
 
 class FlashSACDoubleCritic(nn.Module):

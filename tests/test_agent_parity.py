@@ -55,6 +55,10 @@ OBS_DIM, ACT_DIM, BATCH, NUM_UPDATES, SEED = 17, 6, 32, 10, 0
 SIZES = ["agent.actor_hidden_dim=32", "agent.critic_hidden_dim=64", f"agent.sample_batch_size={BATCH}",
          "num_env_steps=1000", "num_threads=1", "agent.device_type=cpu", f"seed={SEED}"]
 BACKENDS = [("torch", "jax"), ("triton", "pallas")]
+# (torch backend, JAX backend, actor head); the upstream head runs with asymmetric action bounds, so that its
+# action scaling and log-prob correction are exercised
+PAIRS = [(*BACKENDS[0], "paper"), (*BACKENDS[1], "paper"), (*BACKENDS[0], "upstream")]
+UPSTREAM_BOUNDS = (np.linspace(-2.0, -0.5, ACT_DIM, dtype=np.float32), np.linspace(0.5, 3.0, ACT_DIM, dtype=np.float32))
 
 # --- tolerances (absolute; measured max on this CPU in brackets) -------------------------------------------------
 # actions tanh(mean + std eps) in [-1, 1]: actor forward (BN on running stats, 2 blocks, RMSNorm) [1.3e-6]
@@ -92,11 +96,14 @@ MAX_FRACTION_OVER_1E6 = 1e-3
 TOL_TEMPERATURE = 1e-6
 
 
-@pytest.fixture(scope="module", params=BACKENDS, ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(scope="module", params=PAIRS, ids=lambda p: f"{p[0]}-{p[1]}-{p[2]}")
 def parity(request):
     """One paired run: diagnostics on the converted initial state, then NUM_UPDATES updates on shared batches."""
-    torch_backend, jax_backend = request.param
-    torch_agent, jax_agent = make_agent_pair(SIZES, OBS_DIM, ACT_DIM, torch_backend, jax_backend)
+    torch_backend, jax_backend, head = request.param
+    bounds = UPSTREAM_BOUNDS if head == "upstream" else (None, None)
+    torch_agent, jax_agent = make_agent_pair([*SIZES, f"agent.actor_head={head}"], OBS_DIM, ACT_DIM, torch_backend,
+                                             jax_backend, *bounds)
+    assert torch_agent.actor.module.head == head and jax_agent._actor_def.head == head
     assert torch_agent.backend_decision.backend == torch_backend  # strict: no silent fallback to the reference
     assert jax_agent.ctx.backend == jax_backend
     rng = np.random.default_rng(SEED)
@@ -201,7 +208,9 @@ def test_jax_trained_state_converts_to_torch_bitwise(parity):
     """The JAX agent after its own updates (donated buffers, gradient-recording optimizer slot) -> a fresh torch
     agent: parameters, running statistics, Adam moments and step counts, LR schedule position, update counter."""
     _, jax_agent = parity["agents"]
-    dest = _torch_agent(seed=7)
+    head = jax_agent._actor_def.head
+    dest = _torch_agent(f"agent.actor_head={head}", seed=7,
+                        bounds=UPSTREAM_BOUNDS if head == "upstream" else (None, None))
     jax_to_torch(jax_agent, dest)
     ts, js = torch_named_state(dest), jax_named_state(jax_agent)
     for net in ts:
@@ -226,12 +235,12 @@ def test_jax_trained_state_converts_to_torch_bitwise(parity):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _torch_agent(*overrides: str, observation_dim: int = OBS_DIM, seed: int = SEED):
+def _torch_agent(*overrides: str, observation_dim: int = OBS_DIM, seed: int = SEED, bounds=(None, None)):
     from agent_common.config import load_config
     from agent_torch.agent import FlashSACAgent
 
     cfg = load_config([*SIZES, f"seed={seed}", "agent.categorical_target_backend=torch", *overrides], "torch")
-    return FlashSACAgent(cfg, *make_spaces(observation_dim, ACT_DIM))
+    return FlashSACAgent(cfg, *make_spaces(observation_dim, ACT_DIM, *bounds))
 
 
 def _jax_agent(*overrides: str, seed: int = SEED):

@@ -146,6 +146,64 @@ def test_actor_log_prob_and_action_range():
     assert torch.all(action.abs() <= 1.0)
 
 
+def test_upstream_actor_head():
+    """agent.actor_head=upstream: log σ in [-5, 0], N(0, 1e-3²) / zero head init, heads never projected, actions
+    scaled to the bounds with the log-prob corrected by Σ ln range; the paper head keeps [-10, 2] and tanh(u)."""
+    low, high = np.array([-2, -1, 0, -3, -1, -0.5], np.float32), np.array([2, 1, 4, 1, 3, 0.5], np.float32)
+    torch.manual_seed(0)
+    actor = FlashSACActor(17, 6, 1, 16, head="upstream", action_low=low, action_high=high)
+    assert torch.count_nonzero(actor.log_std_head.weight) == 0
+    assert 5e-4 < float(actor.mean_head.weight.std()) < 2e-3
+    mean_w = actor.mean_head.weight.detach().clone()
+    actor.mean_head.weight.data.mul_(3.0)
+    from agent_torch.networks import normalize_parameters
+
+    normalize_parameters(actor)
+    torch.testing.assert_close(actor.mean_head.weight.detach(), 3.0 * mean_w, rtol=0, atol=0)  # not projected
+    assert not any(n.startswith(("mean_head", "log_std_head")) and "weight" not in n
+                   for n in actor.state_dict())  # same names as the paper head, bounds are not state
+    assert set(actor.state_dict()) == set(FlashSACActor(17, 6, 1, 16).state_dict())
+    obs = torch.randn(64, 17)
+    _, std = actor.get_mean_and_std(obs, training=False)
+    torch.testing.assert_close(std, torch.full_like(std, math.exp(-2.5)))  # zero log-std head: raw = 0
+    actor.log_std_bias.data.fill_(50.0)
+    assert torch.allclose(actor.get_mean_and_std(obs, False)[1], torch.ones(64, 6))  # log σ max 0
+    actor.log_std_bias.data.fill_(-50.0)
+    assert torch.allclose(actor.get_mean_and_std(obs, False)[1], torch.full((64, 6), math.exp(-5.0)))
+    actor.log_std_bias.data.fill_(0.3)
+    paper = FlashSACActor(17, 6, 1, 16)
+    paper.load_state_dict(actor.state_dict())
+    torch.manual_seed(1)
+    action, log_prob = actor(obs, training=False)
+    torch.manual_seed(1)
+    _, paper_log_prob = paper(obs, training=False)
+    torch.manual_seed(1)
+    mean, std = actor.get_mean_and_std(obs, False)
+    u = mean + std * torch.randn(64, 6)
+    bias, scale = torch.as_tensor((high + low) / 2), torch.as_tensor((high - low) / 2)
+    torch.testing.assert_close(action, bias + scale * torch.tanh(u))
+    assert torch.all(action >= torch.as_tensor(low)) and torch.all(action <= torch.as_tensor(high))
+    # the paper head on the same weights has another log σ range, so its log-prob differs beyond the range term
+    assert not torch.allclose(log_prob + float(np.log(scale).sum()), paper_log_prob, atol=1e-2)
+    expected = (torch.distributions.Normal(mean.double(), std.double()).log_prob(u.double())
+                + 2.0 * torch.log(torch.cosh(u.double()))).sum(-1) - float(np.log(scale.double()).sum())
+    torch.testing.assert_close(log_prob.double(), expected, atol=1e-3, rtol=1e-4)
+    with pytest.raises(ValueError, match="high < low"):
+        FlashSACActor(17, 6, 1, 16, head="upstream", action_low=high, action_high=low)
+    with pytest.raises(ValueError, match="expected one of"):
+        FlashSACActor(17, 6, 1, 16, head="paper-era")
+
+
+def test_upstream_head_agent_acts_within_the_env_bounds():
+    space = gym.spaces.Box(np.array([-2, 0, -1, -1, -1, -1], np.float32), np.array([0, 4, 1, 1, 1, 1], np.float32))
+    cfg = load_config([*SMALL, "agent.device_type=cpu", "agent.actor_head=upstream"], "torch")
+    agent = FlashSACAgent(cfg, OBS_SPACE, space)
+    actions = agent.act(np.random.default_rng(0).standard_normal((8, 17)).astype(np.float32), None)
+    np.testing.assert_allclose(actions[:, :2], [[-1.0, 2.0]] * 8, atol=0.1)  # mean ~ 0: the centre of the box
+    with pytest.raises(Exception, match="actor_head"):
+        load_config([*SMALL, "agent.actor_head=wide"], "torch")
+
+
 # ----------------------------------------------------------------------------------------------------- target
 def test_critic_target_matches_spec_reference_on_real_batch(monkeypatch):
     """The op's output inside a real update equals shared_spec's float64 reference on the same inputs."""
