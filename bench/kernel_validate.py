@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("no CUDA GPU here: run with --tiny on the CPU")
     os.makedirs(args.out, exist_ok=True)
     env = {"device": gpu or "cpu (interpreters)", "versions": _versions(), "argv": sys.argv,
-           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")}
+           "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")}
     res = run(backends, args.tiny, gpu is not None)
     res["env"] = env
     path = os.path.join(args.out, "results.json")
