@@ -1,6 +1,6 @@
 """Speed of every kernel backend against the jnp reference and against the memory floor.
 
-Each JAX backend (`jax` reference, `triton` via jax-triton, `pallas`, `mosaic`) runs inside one jitted program: a
+Each JAX backend (`jax` reference, `triton` via jax-triton, `pallas`) runs inside one jitted program: a
 `lax.scan` of K dependent calls (gamma_{i+1} = gamma_i + 1e-30 * sum(out_i), an fp32 no-op XLA cannot remove, so no
 call is hoisted or merged and every output is consumed), timed by wall clock around the whole program, minus the
 same scan without the op; per call = that difference / K (median of --reps runs). The torch Triton kernel is timed as
@@ -35,7 +35,7 @@ __all__ = ["JAX_BACKENDS", "floor_bytes", "main", "run"]
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX initialises: torch shares the GPU
 
-JAX_BACKENDS = ("jax", "triton", "pallas", "mosaic")
+JAX_BACKENDS = ("jax", "triton", "pallas")
 SIZES = (512, 2048, 65536, 262_144, 1_048_576)
 GAMMA = 0.99
 GRAPH_CALLS = 20

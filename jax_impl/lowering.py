@@ -30,5 +30,5 @@ def pallas_triton_missing() -> str | None:
     except ImportError as exc:
         why = " ".join(str(exc).split())[:200]
         return (f"jax {jax.__version__} has no Pallas-Triton lowering ({PALLAS_TRITON_MODULE}: {why}); use "
-                f"backend='triton' (jax-triton) or 'mosaic'")
+                f"backend='triton' (jax-triton)")
     return None

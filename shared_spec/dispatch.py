@@ -106,7 +106,7 @@ class Dispatcher:
     Args:
         framework: "torch" or "jax" (the key prefix in the validation file).
         reference: the reference backend's name ("torch", "jax"); always available.
-        kernels: the kernel backends' names ("triton"; "triton", "pallas", "mosaic").
+        kernels: the kernel backends' names ("triton"; "triton", "pallas").
         auto_order: the kernels `auto` tries, first preferred (a subset of `kernels`).
         reference_impl: the reference implementation.
         logger: the logger that reports fallbacks ("flashsac.torch_impl", "flashsac.jax_impl").

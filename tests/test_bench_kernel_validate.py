@@ -13,7 +13,7 @@ ONE_CASE = [dict(B=6, N=11, E=3, kind="nonfinite")]
 
 
 def test_tiny_run_validates_the_interpreted_kernels_bitwise(tmp_path, capsys):
-    rc = kv.main(["--tiny", "--out", str(tmp_path), "--backends", "torch/triton,jax/triton,jax/pallas,jax/mosaic",
+    rc = kv.main(["--tiny", "--out", str(tmp_path), "--backends", "torch/triton,jax/triton,jax/pallas",
                   "--require", "torch/triton,jax/triton,jax/pallas"])
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -21,8 +21,7 @@ def test_tiny_run_validates_the_interpreted_kernels_bitwise(tmp_path, capsys):
     assert res["mismatches"] == 0 and res["configurations"] == len(kv.cases(True))
     for b in ("torch/triton", "jax/triton", "jax/pallas"):
         assert res["backends"][b]["validated"], res["backends"][b]
-    assert all(r["bitwise"] == {"jax/triton": True, "jax/pallas": True} | (
-        {"jax/mosaic": True} if "jax/mosaic" in r["bitwise"] else {}) for r in res["rows"])
+    assert all(r["bitwise"] == {"jax/triton": True, "jax/pallas": True} for r in res["rows"])
     assert "| jax/triton | True |" in (tmp_path / "results.md").read_text()
 
 
@@ -63,7 +62,7 @@ def test_record_writes_entries_auto_reads_and_needs_a_gpu(tmp_path):
     from shared_spec.dispatch import load_validation
 
     res = {"backends": {"jax/triton": {"validated": True, "result": "88/88 bitwise"},
-                        "jax/mosaic": {"validated": False, "result": "80/88 bitwise"},
+                        "torch/triton": {"validated": False, "result": "80/88 bitwise"},
                         "jax/pallas": {"validated": False, "reason": "cannot run here"}}}
     path = tmp_path / "validated.json"
     path.write_text(json.dumps({"format": 1, "backends": {"jax/pallas": {
@@ -72,7 +71,7 @@ def test_record_writes_entries_auto_reads_and_needs_a_gpu(tmp_path):
                          "2026-12-05")
     entries = load_validation(path)
     assert entries["jax/triton"]["passed"] is True and entries["jax/triton"]["gpu"] == "NVIDIA H200"
-    assert entries["jax/mosaic"]["passed"] is False
+    assert entries["torch/triton"]["passed"] is False
     assert entries["jax/pallas"]["result"] == "r", "a backend that could not run keeps its entry"
     with pytest.raises(SystemExit):
         kv.main(["--tiny", "--record", "--out", str(tmp_path)])

@@ -91,7 +91,7 @@ class TestJaxDispatch:
         dispatch.reset_dispatch()
 
     def test_unknown_backend(self):
-        with pytest.raises(ValueError, match=r"\('auto', 'jax', 'triton', 'pallas', 'mosaic'\)"):
+        with pytest.raises(ValueError, match=r"\('auto', 'jax', 'triton', 'pallas'\)"):
             jax_impl.resolve_backend("cuda")
 
     def test_fallback_logged_once_strict_raises(self, monkeypatch, caplog):
@@ -109,7 +109,7 @@ class TestJaxDispatch:
         monkeypatch.setitem(dispatch.GATES, "pallas", lambda key: f"simulated: no GPU for {key}")
         info = jax_impl.backend_info()
         assert info["device"] == "cpu" and info["probe"] == "platform=cpu, dtype=float32, E=2, N=101"
-        assert list(info["backends"]) == ["jax", "triton", "pallas", "mosaic"]
+        assert list(info["backends"]) == ["jax", "triton", "pallas"]
         assert info["backends"]["jax"] == "available"
         assert info["backends"]["pallas"] == "simulated: no GPU for ('cpu', 'float32', 2, 101)"
         assert info["auto_order"] == list(dispatch.AUTO_ORDER)
@@ -186,13 +186,11 @@ class TestJaxKernelFailures:
 
     def test_auto_never_chooses_an_unvalidated_kernel(self, monkeypatch, caplog):
         monkeypatch.setitem(dispatch.GATES, "pallas", lambda key: "simulated: pallas cannot run")
-        for name in ("triton", "mosaic"):  # both could run, but have no committed GPU validation result
-            monkeypatch.setitem(dispatch.GATES, name, lambda key: None)
+        monkeypatch.setitem(dispatch.GATES, "triton", lambda key: None)  # it could run, but is not validated
         with caplog.at_level(logging.INFO, logger="flashsac.jax_impl"):
             decision = jax_impl.resolve_backend("auto")
         assert decision.backend == "jax"
         assert "pallas: simulated: pallas cannot run" in decision.reason
         assert "triton: no GPU validation result for jax/triton" in decision.reason
-        assert "mosaic: no GPU validation result for jax/mosaic" in decision.reason
         assert [r.levelno for r in caplog.records] == [logging.INFO]
         assert jax_impl.resolve_backend("triton").backend == "triton", "by name it runs"

@@ -273,7 +273,7 @@ class TestDispatch:
         t, j = torch_impl.backend_info(), jax_impl.backend_info()
         assert t.keys() == j.keys() and t["decision"] is None and j["decision"] is None
         assert list(t["backends"]) == ["torch", "triton"]
-        assert list(j["backends"]) == ["jax", "triton", "pallas", "mosaic"]
+        assert list(j["backends"]) == ["jax", "triton", "pallas"]
         assert t["validated"]["triton"]["gpu"] == "NVIDIA H200" and t["auto_order"] == ["triton"]
         assert isinstance(t["fallback_count"], int) and isinstance(j["fallback_count"], int)
         assert type(torch_impl.resolve_backend("torch")) is type(jax_impl.resolve_backend("jax"))
