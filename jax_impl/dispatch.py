@@ -236,7 +236,7 @@ def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alph
     traced = isinstance(gamma, _Tracer) or any(isinstance(x, _Tracer) for x in args)
 
     def reference() -> jax.Array:
-        if traced:
+        if isinstance(gamma, _Tracer):
             return IMPLEMENTATIONS["jax"](*args, gamma, lo, hi, **rows)
         return _jitted_reference(*args, jnp.float32(gamma), lo, hi, **rows)
 
