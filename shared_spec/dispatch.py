@@ -97,8 +97,9 @@ class Dispatcher:
 
     A configuration is a hashable tuple built by the framework package (device, log-prob dtype, E, N, ...); each
     kernel's gate receives it and returns None if the kernel can run it, else a one-line reason. Decisions are cached
-    per (requested backend, configuration). The first fallback for a configuration is logged (a warning when a
-    kernel was requested by name, info for "auto") and counted; a strict request raises BackendUnavailable instead.
+    per (requested backend, configuration) and logged once: a fallback as a warning when a kernel was requested by
+    name, as info for "auto", and counted; any other decision at debug level. A strict request that would fall back
+    raises BackendUnavailable instead.
 
     The registries are plain dicts, public so that tests and the benchmark harness can wrap or replace an entry:
     `implementations` (name -> callable), `gates` (name -> gate), `import_errors` (name -> why it failed to import).
@@ -236,6 +237,9 @@ class Dispatcher:
                 (self.log.info if backend == "auto" else self.log.warning)(
                     "categorical_td_target: %s (%s); using the %s reference", decision.reason,
                     self._describe(config), self.reference)
+            else:  # every other decision is logged once too, at debug level
+                self.log.debug("categorical_td_target: backend=%r runs %s: %s (%s)", backend, decision.backend,
+                               decision.reason, self._describe(config))
             self._decisions[(backend, config)] = decision
         elif strict and decision.backend == self.reference and backend != self.reference:
             raise self._unavailable_error(decision)

@@ -226,7 +226,13 @@ def test_dispatcher_decides_once_logs_by_request_and_counts(caplog, tmp_path, mo
     with pytest.raises(BackendUnavailable, match="no kernel backend can run: kern: no device"):  # cached: still raises
         d.decide("auto", True, ("cpu",))
     want = Decision("auto", "kern", "auto: kern validated on NVIDIA H200, available")
-    assert d.decide("auto", True, ("gpu",)) == want
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="flashsac.test_dispatch"):
+        for _ in range(2):
+            assert d.decide("auto", True, ("gpu",)) == want
+    assert [r.getMessage() for r in caplog.records] == [
+        "categorical_td_target: backend='auto' runs kern: auto: kern validated on NVIDIA H200, available "
+        "(cfg=('gpu',))"], "a decision that is no fallback is logged once, at debug level"
     assert d.decide("ref", True, ("cpu",)) == Decision("ref", "ref", "requested")
     n = len(gate_calls)
     d.decide("auto", True, ("gpu",))
