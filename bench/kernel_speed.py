@@ -253,9 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         sizes, N, reps = (8,), 11, 1
     else:
         N, reps = args.N, args.reps
-    from bench.kernel_validate import _gpu_name, _versions
+    from bench.kernel_validate import gpu_name, versions
 
-    gpu = _gpu_name()
+    gpu = gpu_name()
     if not args.tiny and gpu is None:
         p.error("no CUDA GPU here: run with --tiny on the CPU")
     os.makedirs(args.out, exist_ok=True)
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if args.tiny else (1000 if B <= 8192 else 200 if B <= 65536 else 20)
 
     res = run(sizes, N, args.E, args.dtype, backends, K_for, reps, gpu is not None)
-    env = {"device": gpu or "cpu (interpreters)", "versions": _versions(), "argv": sys.argv, "N": N, "E": args.E,
+    env = {"device": gpu or "cpu (interpreters)", "versions": versions(), "argv": sys.argv, "N": N, "E": args.E,
            "dtype": args.dtype, "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")}
     res["env"] = env
     with open(os.path.join(args.out, "results.json"), "w") as f:

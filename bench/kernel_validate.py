@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BACKENDS", "cases", "main", "record_validation", "run"]
+__all__ = ["BACKENDS", "cases", "gpu_name", "main", "record_validation", "run", "versions"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANCHOR = "torch/triton"
@@ -212,7 +212,7 @@ def run(backends: tuple[str, ...], tiny: bool, gpu: bool, log=print) -> dict[str
             "configurations": len(rows)}
 
 
-def _versions() -> dict[str, str]:
+def versions() -> dict[str, str]:
     from importlib import metadata
 
     out = {"python": platform.python_version()}
@@ -224,7 +224,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _gpu_name() -> str | None:
+def gpu_name() -> str | None:
     try:
         import torch
 
@@ -287,14 +287,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiny:  # before the kernels' modules are imported: the interpreters read these at import
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("FLASHSAC_PALLAS_INTERPRET", "1")
-    gpu = _gpu_name()
+    gpu = gpu_name()
     if args.record and (args.tiny or gpu is None):
         p.error("--record writes GPU validation results: it needs a CUDA GPU and no --tiny (an interpreted run "
                 "validates nothing on a GPU)")
     if not args.tiny and gpu is None:
         p.error("no CUDA GPU here: run with --tiny on the CPU")
     os.makedirs(args.out, exist_ok=True)
-    env = {"device": gpu or "cpu (interpreters)", "versions": _versions(), "argv": sys.argv,
+    env = {"device": gpu or "cpu (interpreters)", "versions": versions(), "argv": sys.argv,
            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")}
     res = run(backends, args.tiny, gpu is not None)
     res["env"] = env
