@@ -17,6 +17,8 @@ JOBS = {
     "learning": "bench.learning",
     "harness": "bench.harness",
     "report": "bench.report",
+    "kernel-validate": "bench.kernel_validate",
+    "kernel-speed": "bench.kernel_speed",
     "gpu-recipe": "bench.gpu_recipe",
     "rliable-report": "bench.rliable_report",
 }

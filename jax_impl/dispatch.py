@@ -1,11 +1,25 @@
 """Backend dispatch for the JAX categorical TD target: JAX validation on top of the shared dispatcher.
 
+Backends: "jax" (the jnp reference, always available) and two kernel backends, which `auto` tries in AUTO_ORDER
+(only those with a passing GPU validation result, `shared_spec.dispatch.VALIDATION_FILE`):
+- "pallas": the Pallas kernel lowered through Pallas's Triton backend (jax_impl/pallas_kernel.py), while JAX ships
+  that lowering (jax_impl/ops.py gates it on the jax version and on the lowering's presence);
+- "triton": the Triton kernel of triton_kernels/ (the source the torch backend launches) through jax-triton's XLA
+  custom call (jax_impl/triton_backend.py).
+
+AUTO_ORDER puts "pallas" first: it is the kernel measured inside jitted programs on the H200 (its kernel time is
+within 0.87x-1.04x of the Triton kernel's from B = 512 to 1M); "triton" runs that Triton kernel's own binary, and
+`python -m bench kernel-speed` on a GPU measures both in a `lax.scan` of dependent calls to revise the order.
+
 The backend is decided in Python (outside jit, or at trace time), once per configuration, and a fallback is logged
-once; pass the result of `resolve_backend` into jitted code to decide it once, up front.
+once; pass the result of `resolve_backend` into jitted code to decide it once, up front. Each kernel's gate runs it
+once eagerly on a small input per configuration (a compile or launch failure there is a fallback with the exception
+as its reason); an eager call's first launch per input signature is also checked (`Dispatcher.call`).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -32,9 +46,13 @@ def _describe(config: tuple) -> str:
     return f"platform={platform}, dtype={dtype_name}, E={E}, N={N}"
 
 
-# A configuration is (platform, log-prob dtype name, E, N): what the Pallas gate decides on.
-DISPATCHER = Dispatcher(reference="jax", kernel="pallas", reference_impl=categorical_td_target_reference,
-                        logger="flashsac.jax_impl", describe=_describe)
+KERNELS = ("triton", "pallas")
+AUTO_ORDER = ("pallas", "triton")  # auto's preference among validated kernels that can run (see above)
+
+# A configuration is (platform, log-prob dtype name, E, N): what the kernels' gates decide on.
+DISPATCHER = Dispatcher(framework="jax", reference="jax", kernels=KERNELS, auto_order=AUTO_ORDER,
+                        reference_impl=categorical_td_target_reference, logger="flashsac.jax_impl",
+                        describe=_describe)
 BACKENDS = DISPATCHER.backends
 # The registries (plain dicts; tests and the benchmark harness wrap or replace entries).
 IMPLEMENTATIONS: dict[str, Callable[..., jax.Array]] = DISPATCHER.implementations
@@ -43,7 +61,13 @@ IMPORT_ERRORS = DISPATCHER.import_errors
 
 
 def _register_pallas() -> None:
-    """Register the fused Pallas kernel; an import failure becomes the fallback reason (IMPORT_ERRORS)."""
+    """Register the fused Pallas kernel; its lowering's absence or an import failure becomes the fallback reason."""
+    from jax_impl.lowering import pallas_triton_missing
+
+    missing = pallas_triton_missing()
+    if missing is not None:
+        DISPATCHER.register_import_error("pallas", missing)
+        return
     try:
         from jax_impl.ops import categorical_td_target_pallas, pallas_gate
     except Exception as exc:  # ImportError, or a Pallas/Triton module that fails to initialise
@@ -52,15 +76,45 @@ def _register_pallas() -> None:
     DISPATCHER.register("pallas", categorical_td_target_pallas, pallas_gate)
 
 
+def _register_lazy(name: str, module: str, impl: str, gate: str) -> None:
+    """Register kernel backend `name` whose module is imported at its first gate or call (the triton backend imports
+    triton and, interpreted, torch): an import failure then becomes that gate's reason."""
+    state: dict[str, Any] = {}
+
+    def load() -> Any:
+        if "module" not in state:
+            try:
+                state["module"] = importlib.import_module(module)
+            except Exception as exc:  # ImportError, or a module that fails to initialise
+                state["module"] = None
+                why = " ".join(str(exc).split())[:300]
+                state["error"] = f"the {name} backend failed to import ({type(exc).__name__}: {why})"
+        return state["module"]
+
+    def lazy_gate(config: tuple) -> str | None:
+        mod = load()
+        return state["error"] if mod is None else getattr(mod, gate)(config)
+
+    def lazy_impl(*args, **kwargs) -> jax.Array:
+        mod = load()
+        if mod is None:
+            raise RuntimeError(state["error"])
+        return getattr(mod, impl)(*args, **kwargs)
+
+    DISPATCHER.register(name, lazy_impl, lazy_gate)
+
+
 _register_pallas()
+_register_lazy("triton", "jax_impl.triton_backend", "categorical_td_target_triton", "triton_gate")
 
 
 def resolve_backend(backend: str = "auto", strict: bool = False, *, num_bins: int = 101, num_critics: int = 2,
                     dtype: Any = jnp.float32, platform: str | None = None) -> Decision:
-    """Decide (once per configuration, in Python, outside jit) which backend runs: "jax" or "pallas".
+    """Decide (once per configuration, in Python, outside jit) which backend runs: "jax" or a kernel.
 
     Args:
-        backend: "auto" (the Pallas kernel where it can run, else jax), "jax" or "pallas".
+        backend: "auto" (the first validated kernel of AUTO_ORDER that can run, else jax), "jax", "triton" or
+            "pallas".
         strict: raise BackendUnavailable instead of falling back.
         num_bins, num_critics, dtype: N, E and the log-prob dtype.
         platform: the JAX platform that will run the op ("cpu", "gpu", ...); default jax.default_backend().
@@ -158,8 +212,9 @@ def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alph
         reward, terminated, next_alpha_log_pi: (B,) or (B, 1).
         gamma: gamma ** n_step (Python float or traced scalar; changing it never recompiles the kernel).
         min_v, max_v: static support bounds.
-        backend: "auto", "jax" or "pallas".
-        strict: raise BackendUnavailable instead of falling back to the jax reference.
+        backend: "auto", "jax", "triton" or "pallas" (jax_impl/dispatch.py's module docstring).
+        strict: raise BackendUnavailable instead of falling back to the jax reference (and re-raise a kernel's
+            failure at its first launch).
         row_offset: None, or the row-offset form (SPEC.md section 1): a static int >= 0; next_qs (E, R) and
             next_log_probs (E, R, N) hold R >= row_offset + B rows (B = the rows of reward) and the target reads
             rows [row_offset, row_offset + B). The Pallas kernel reads them in place (no slice, hence no copy,
@@ -173,13 +228,25 @@ def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alph
     # The metadata checks are cached per input signature; gamma is checked on every call (it is cheap).
     platform, dtype_name, E, N = _checked_config(args, min_v, max_v, row_offset)
     _check_gamma(gamma)
-    name = resolve_backend(backend, strict, num_bins=N, num_critics=E, dtype=dtype_name, platform=platform).backend
+    decision = resolve_backend(backend, strict, num_bins=N, num_critics=E, dtype=dtype_name, platform=platform)
     # The row offset is passed on only when given, so an implementation registered with the five-array signature
     # (a test's or the harness's wrapper) still serves the plain form.
     rows = {} if row_offset is None else {"row_offset": int(row_offset)}
-    if isinstance(gamma, _Tracer) or name != "jax":
-        return IMPLEMENTATIONS[name](*args, gamma, float(min_v), float(max_v), **rows)
-    return _jitted_reference(*args, jnp.float32(gamma), float(min_v), float(max_v), **rows)
+    lo, hi = float(min_v), float(max_v)
+    traced = isinstance(gamma, _Tracer) or any(isinstance(x, _Tracer) for x in args)
+
+    def reference() -> jax.Array:
+        if isinstance(gamma, _Tracer):
+            return IMPLEMENTATIONS["jax"](*args, gamma, lo, hi, **rows)
+        return _jitted_reference(*args, jnp.float32(gamma), lo, hi, **rows)
+
+    def kernel() -> jax.Array:
+        return IMPLEMENTATIONS[decision.backend](*args, gamma, lo, hi, **rows)
+
+    # An eager call's first launch per input signature is checked (a traced call was probed by the kernel's gate).
+    variant = (tuple(args[1].shape), tuple(args[0].shape), tuple(args[2].shape), row_offset)
+    return DISPATCHER.call(decision, (platform, dtype_name, E, N), strict, kernel, reference, eager=not traced,
+                           variant=variant, sync=jax.block_until_ready)
 
 
 _jitted_reference = jax.jit(categorical_td_target_reference, static_argnums=(6, 7), static_argnames=("row_offset",))
@@ -197,10 +264,12 @@ def backend_info(next_log_probs: Any = None, backend: str = "auto") -> dict[str,
 
     Returns:
         {"device": the default platform ("gpu" or "cpu"), "probe": the configuration "backends" was checked for
-         (float32 log-probs, E = 2, N = 101 on that platform), "backends": {"jax", "pallas"}: "available" or the
-         reason it cannot run, "decision": None without inputs, else {"requested", "backend", "reason", "config"},
-         "decisions": every cached decision, "fallback_count": real fallbacks so far, "interpret": whether the
-         Pallas kernel runs in interpret mode (FLASHSAC_PALLAS_INTERPRET=1)}.
+         (float32 log-probs, E = 2, N = 101 on that platform), "backends": {"jax", "triton", "pallas"}:
+         "available" or the reason it cannot run, "auto_order", "validated": {kernel: its GPU validation entry or
+         why auto may not choose it}, "decision": None without inputs, else {"requested", "backend", "reason",
+         "config"}, "decisions": every cached decision, "fallback_count": real fallbacks so far,
+         "runtime_failures", "interpret": whether the Pallas kernels run in interpret mode
+         (FLASHSAC_PALLAS_INTERPRET=1)}.
     """
     default = jax.default_backend()
     config = None
@@ -214,12 +283,10 @@ def backend_info(next_log_probs: Any = None, backend: str = "auto") -> dict[str,
 
 
 def _interpreted() -> bool:
-    """Whether the Pallas kernel runs in interpret mode (False if it failed to import)."""
-    if "pallas" not in IMPLEMENTATIONS:
-        return False
-    from jax_impl import ops
+    """Whether the Pallas kernels run in interpret mode (FLASHSAC_PALLAS_INTERPRET=1)."""
+    from jax_impl.lowering import interpret_mode
 
-    return ops.interpret_mode()
+    return interpret_mode()
 
 
 def dispatch_stats() -> dict[str, int]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import os
 import traceback
 import warnings
 
@@ -27,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl import pallas_kernel
+from jax_impl.lowering import INTERPRET_ENV, interpret_mode
 from jax_impl.pallas_kernel import DEFAULT_EXP_MODE, EXP_MODES
 from shared_spec.launch_config import MAX_E, MAX_N, kernel_config
 from shared_spec.tolerances import atol_vs_float64
@@ -47,16 +47,10 @@ filter_pallas_triton_deprecation()  # at import: the warning fires when the *enc
 
 log = logging.getLogger("flashsac.jax_impl")
 
-INTERPRET_ENV = "FLASHSAC_PALLAS_INTERPRET"
 # JAX versions this kernel was validated with (CPU interpret + CUDA cross-lowering: 0.10.2; H200: 0.11.2).
 TESTED_JAX = ("0.10.", "0.11.")
 JAX_VERSION = jax.__version__  # a module attribute so tests can simulate another version
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
-
-
-def interpret_mode() -> bool:
-    """True iff FLASHSAC_PALLAS_INTERPRET=1: run the kernel in Pallas interpret mode (any platform, slow)."""
-    return os.environ.get(INTERPRET_ENV, "0") == "1"
 
 
 _self_tests: dict[tuple, str | None] = {}

@@ -91,8 +91,8 @@ class TestJaxDispatch:
         dispatch.reset_dispatch()
 
     def test_unknown_backend(self):
-        with pytest.raises(ValueError, match=r"\('auto', 'jax', 'pallas'\)"):
-            jax_impl.resolve_backend("triton")
+        with pytest.raises(ValueError, match=r"\('auto', 'jax', 'triton', 'pallas'\)"):
+            jax_impl.resolve_backend("cuda")
 
     def test_fallback_logged_once_strict_raises(self, monkeypatch, caplog):
         monkeypatch.setitem(dispatch.GATES, "pallas", lambda key: "simulated: no GPU")
@@ -109,7 +109,12 @@ class TestJaxDispatch:
         monkeypatch.setitem(dispatch.GATES, "pallas", lambda key: f"simulated: no GPU for {key}")
         info = jax_impl.backend_info()
         assert info["device"] == "cpu" and info["probe"] == "platform=cpu, dtype=float32, E=2, N=101"
-        assert info["backends"] == {"jax": "available", "pallas": "simulated: no GPU for ('cpu', 'float32', 2, 101)"}
+        assert list(info["backends"]) == ["jax", "triton", "pallas"]
+        assert info["backends"]["jax"] == "available"
+        assert info["backends"]["pallas"] == "simulated: no GPU for ('cpu', 'float32', 2, 101)"
+        assert info["auto_order"] == list(dispatch.AUTO_ORDER)
+        assert info["validated"]["pallas"]["gpu"] == "NVIDIA H200", "the committed H200 validation"
+        assert "no GPU validation result for jax/triton" in info["validated"]["triton"]
         assert info["decision"] is None and info["decisions"] == [] and info["fallback_count"] == 0
         assert jax_impl.dispatch_stats()["fallback_count"] == 0
 
@@ -142,3 +147,50 @@ class TestJaxDispatch:
         with pytest.raises(ValueError, match="gamma"):  # gamma is checked on every call
             jax_impl.categorical_td_target(**x, gamma=1.5, backend="jax")
         assert len(calls) == 2
+
+
+class TestJaxKernelFailures:
+    """A kernel backend that raises at its first launch falls back (every JAX kernel backend)."""
+
+    def setup_method(self):
+        dispatch.reset_dispatch()
+
+    def teardown_method(self):
+        dispatch.reset_dispatch()
+
+    @pytest.mark.parametrize("name", dispatch.KERNELS)
+    def test_first_launch_failure_falls_back_once_logged_counted_strict_raises(self, name, monkeypatch, caplog):
+        launches = []
+
+        def broken(*args, **kwargs):
+            launches.append(1)
+            raise RuntimeError(f"simulated {name} compile failure")
+
+        monkeypatch.setitem(dispatch.GATES, name, lambda key: None)
+        monkeypatch.setitem(dispatch.IMPLEMENTATIONS, name, broken)
+        x = make_inputs(6, 11)
+        want = R.categorical_td_target(**x, gamma=0.9)
+        with pytest.raises(RuntimeError, match=f"simulated {name}"):
+            jax_impl.categorical_td_target(**to_jax(x), gamma=0.9, backend=name, strict=True)
+        with caplog.at_level(logging.INFO, logger="flashsac.jax_impl"):
+            for _ in range(3):
+                out = jax_impl.categorical_td_target(**to_jax(x), gamma=0.9, backend=name)
+                assert max_abs_error(np.asarray(out), want) <= atol_vs_float64(11)
+        hits = [r for r in caplog.records if f"simulated {name} compile failure" in r.getMessage()]
+        assert len(hits) == 1 and hits[0].levelno == logging.WARNING and launches == [1, 1]
+        assert jax_impl.dispatch_stats() == {"fallback_count": 1, "runtime_failures": 1}
+        decision = jax_impl.resolve_backend(name, num_bins=11)
+        assert decision.backend == "jax" and "runtime failure at its first launch" in decision.reason
+        with pytest.raises(jax_impl.BackendUnavailable, match=f"simulated {name}"):
+            jax_impl.categorical_td_target(**to_jax(x), gamma=0.9, backend=name, strict=True)
+
+    def test_auto_never_chooses_an_unvalidated_kernel(self, monkeypatch, caplog):
+        monkeypatch.setitem(dispatch.GATES, "pallas", lambda key: "simulated: pallas cannot run")
+        monkeypatch.setitem(dispatch.GATES, "triton", lambda key: None)  # it could run, but is not validated
+        with caplog.at_level(logging.INFO, logger="flashsac.jax_impl"):
+            decision = jax_impl.resolve_backend("auto")
+        assert decision.backend == "jax"
+        assert "pallas: simulated: pallas cannot run" in decision.reason
+        assert "triton: no GPU validation result for jax/triton" in decision.reason
+        assert [r.levelno for r in caplog.records] == [logging.INFO]
+        assert jax_impl.resolve_backend("triton").backend == "triton", "by name it runs"

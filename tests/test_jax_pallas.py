@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
+import subprocess
+import sys
+import textwrap
 import warnings
 from types import SimpleNamespace
 
@@ -26,6 +30,8 @@ from shared_spec import reference as R
 from shared_spec.launch_config import kernel_config
 from shared_spec.tolerances import ATOL_BETWEEN, atol_vs_float64, max_abs_error
 from tests.op_test_base import OpTests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
@@ -344,7 +350,8 @@ class TestPallasDispatch:
         info = jax_impl.backend_info()
         assert info["backends"]["pallas"] == "available" and info["interpret"] is True
         assert info["decision"] is None and info["fallback_count"] == 0
-        assert info["decisions"] == [{"requested": "auto", "backend": "pallas", "reason": "auto: kernel available",
+        assert info["decisions"] == [{"requested": "auto", "backend": "pallas",
+                                      "reason": "auto: pallas validated on NVIDIA H200, available",
                                       "config": "platform=cpu, dtype=float32, E=2, N=101"}]
 
     def _expect_fallback(self, caplog, reason: str, **config):
@@ -428,6 +435,43 @@ class TestPallasDispatch:
         out = jax_impl.categorical_td_target(**to_jax(x), gamma=0.9, backend="auto")
         assert calls == [1]
         assert max_abs_error(np.asarray(out), R.categorical_td_target(**x, gamma=0.9)) <= atol_vs_float64(6)
+
+    def test_a_jax_without_the_pallas_triton_lowering(self):
+        """The lowering's absence (simulated: its module cannot be imported) is the pallas backend's one-line reason;
+        auto still runs and the other backends are untouched."""
+        code = textwrap.dedent("""
+            import sys, importlib.abc
+            class Gone(importlib.abc.MetaPathFinder):
+                def find_spec(self, name, path=None, target=None):
+                    if name == "jax.experimental.pallas.triton":
+                        raise ModuleNotFoundError("No module named 'jax.experimental.pallas.triton'")
+            sys.meta_path.insert(0, Gone())
+            import numpy as np
+            import jax_impl
+            from shared_spec import make_inputs
+            from shared_spec import reference as R
+            x = make_inputs(5, 11)
+            out = jax_impl.categorical_td_target(**x, gamma=0.9, backend="auto")
+            assert np.abs(np.asarray(out) - R.categorical_td_target(**x, gamma=0.9)).max() < 1e-5
+            print("AUTO", jax_impl.resolve_backend("auto", num_bins=11).backend)
+            print("INFO", jax_impl.backend_info()["backends"]["pallas"])
+            try:
+                jax_impl.categorical_td_target(**x, gamma=0.9, backend="pallas", strict=True)
+            except jax_impl.BackendUnavailable as exc:
+                print("STRICT", exc)
+        """)
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+        assert lines["AUTO"] == "jax"
+        info = lines["INFO"]
+        assert info.startswith("the pallas backend failed to import (jax ") and "no Pallas-Triton lowering" in info
+        assert info.endswith("use backend='triton' (jax-triton))")
+        assert lines["STRICT"].startswith("backend='pallas' with strict=True: the pallas kernel cannot run: the pallas "
+                                          "backend failed to import (jax ")
+        assert "\n" not in lines["STRICT"]
 
     def test_only_the_pallas_triton_deprecation_is_filtered(self):
         with warnings.catch_warnings(record=True) as seen:

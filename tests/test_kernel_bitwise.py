@@ -1,4 +1,5 @@
-"""The two interpreted kernels (Triton interpreter, Pallas interpret mode) compute the same bits on CPU.
+"""The two interpreted kernels (Triton interpreter, Pallas interpret mode) compute the same bits on CPU; the JAX
+"triton" backend (the Triton kernel's JAX entry point, interpreted) gives the torch Triton kernel's bits exactly.
 
 Both kernels perform the same fp32 operations in the same order (SPEC.md section 8: exact integer edge sums,
 ascending window scan) and, in interpret mode, take exp and the fixed-point split from the same functions (numpy;
@@ -19,6 +20,8 @@ import torch
 import jax_impl
 import torch_impl
 from shared_spec import make_inputs
+from shared_spec import reference as R
+from shared_spec.tolerances import atol_vs_float64, max_abs_error
 
 SUBNORMAL_SCALE = 2.0**-125
 
@@ -37,11 +40,15 @@ def _inputs(B, N, E, kind, seed, strided):
     return t_args, j_args, rows
 
 
-def _both(B, N, E, kind, gamma, seed=0, strided=False):
-    """Both kernels on the same inputs (strided: see `_inputs`)."""
+def _both(B, N, E, kind, gamma, seed=0, strided=False, jax_triton=False):
+    """Both kernels on the same inputs (strided: see `_inputs`); jax_triton: also the JAX "triton" backend's output
+    (the same interpreted Triton kernel through its JAX entry point), as a third value."""
     t_args, j_args, rows = _inputs(B, N, E, kind, seed, strided)
     t = torch_impl.categorical_td_target(**t_args, gamma=gamma, backend="triton", strict=True).numpy()
     p = np.asarray(jax_impl.categorical_td_target(**j_args, gamma=gamma, backend="pallas", strict=True, **rows))
+    if jax_triton:
+        return t, p, np.asarray(jax_impl.categorical_td_target(**j_args, gamma=gamma, backend="triton", strict=True,
+                                                               **rows))
     return t, p
 
 
@@ -54,7 +61,13 @@ def _both(B, N, E, kind, gamma, seed=0, strided=False):
     (21, 51, 2, "nonfinite", 0.99, True),  # the agents' layout: torch views, JAX row_offset
 ])
 def test_interpreted_kernels_agree_bitwise(B, N, E, kind, gamma, strided):
-    t, p = _both(B, N, E, kind, gamma, strided=strided)
+    t, p, jt = _both(B, N, E, kind, gamma, strided=strided, jax_triton=True)
+    # The JAX "triton" backend runs the torch kernel's body: every bit equal, subnormals included, and the float64
+    # spec's bound (SPEC.md section 7).
+    assert np.array_equal(np.where(np.isnan(t), -1, t.view(np.int32)), np.where(np.isnan(jt), -1, jt.view(np.int32)))
+    x = make_inputs(B, N, E, seed=0, kind=kind)
+    want = R.categorical_td_target(**x, gamma=gamma)
+    assert np.array_equal(np.isnan(want), np.isnan(jt)) and max_abs_error(jt, want) <= atol_vs_float64(N)
     assert np.array_equal(np.isnan(t), np.isnan(p)), "NaN rows differ"
     ok = ~np.isnan(t)
     same_bits = t.view(np.int32) == p.view(np.int32)

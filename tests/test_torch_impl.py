@@ -204,6 +204,31 @@ class TestDispatch:
         with torch.no_grad():
             torch_impl.categorical_td_target(**x, gamma=0.99, backend="triton", strict=True)  # fine without grad
 
+    def test_first_launch_failure_falls_back_once_logged_counted_strict_raises(self, monkeypatch, caplog):
+        launches = []
+
+        def broken(*args):
+            launches.append(1)
+            raise RuntimeError("simulated triton launch failure: CUDA_ERROR_NO_BINARY_FOR_GPU")
+
+        monkeypatch.setitem(dispatch.IMPLEMENTATIONS, "triton", broken)
+        x = make_inputs(6)
+        want = R.categorical_td_target(**x, gamma=0.99)
+        with pytest.raises(RuntimeError, match="NO_BINARY_FOR_GPU"):
+            torch_impl.categorical_td_target(**to_torch(x), gamma=0.99, backend="auto", strict=True)
+        with caplog.at_level(logging.INFO, logger="flashsac.torch_impl"):
+            for _ in range(3):
+                out = torch_impl.categorical_td_target(**to_torch(x), gamma=0.99, backend="auto")
+                assert max_abs_error(out.numpy(), want) <= atol_vs_float64(101)
+        hits = [r for r in caplog.records if "NO_BINARY_FOR_GPU" in r.getMessage()]
+        assert len(hits) == 1 and hits[0].levelno == logging.WARNING and launches == [1, 1]
+        assert torch_impl.dispatch_stats() == {"fallback_count": 1, "runtime_failures": 1}
+        info = torch_impl.backend_info(to_torch(x)["next_log_probs"], "triton")
+        assert info["decision"]["backend"] == "torch" and "runtime failure at its first launch" in (
+            info["decision"]["reason"])
+        with pytest.raises(torch_impl.BackendUnavailable, match="NO_BINARY_FOR_GPU"):
+            torch_impl.categorical_td_target(**to_torch(x), gamma=0.99, backend="triton", strict=True)
+
     def test_missing_triton_import(self, monkeypatch):
         monkeypatch.delitem(dispatch.IMPLEMENTATIONS, "triton")
         monkeypatch.setitem(dispatch.IMPORT_ERRORS, "triton", "ModuleNotFoundError: No module named 'triton'")
@@ -247,7 +272,9 @@ class TestDispatch:
 
         t, j = torch_impl.backend_info(), jax_impl.backend_info()
         assert t.keys() == j.keys() and t["decision"] is None and j["decision"] is None
-        assert list(t["backends"]) == ["torch", "triton"] and list(j["backends"]) == ["jax", "pallas"]
+        assert list(t["backends"]) == ["torch", "triton"]
+        assert list(j["backends"]) == ["jax", "triton", "pallas"]
+        assert t["validated"]["triton"]["gpu"] == "NVIDIA H200" and t["auto_order"] == ["triton"]
         assert isinstance(t["fallback_count"], int) and isinstance(j["fallback_count"], int)
         assert type(torch_impl.resolve_backend("torch")) is type(jax_impl.resolve_backend("jax"))
 

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from shared_spec.dispatch import BackendUnavailable, Decision, Dispatcher
+from shared_spec.launch_config import kernel_config
 from shared_spec.reference import check_gamma, check_shapes
 from shared_spec.support import validate_support
 from torch_impl.reference import categorical_td_target_reference, support_constants
@@ -27,8 +28,9 @@ def _describe(config: tuple) -> str:
 
 
 # A configuration is (device type, device index, log-prob dtype, E, N, needs_grad): what the Triton gate decides on.
-DISPATCHER = Dispatcher(reference="torch", kernel="triton", reference_impl=categorical_td_target_reference,
-                        logger="flashsac.torch_impl", describe=_describe)
+DISPATCHER = Dispatcher(framework="torch", reference="torch", kernels=("triton",), auto_order=("triton",),
+                        reference_impl=categorical_td_target_reference, logger="flashsac.torch_impl",
+                        describe=_describe)
 BACKENDS = DISPATCHER.backends
 # The registries (plain dicts; tests and the benchmark harness wrap or replace entries).
 IMPLEMENTATIONS: dict[str, Callable[..., torch.Tensor]] = DISPATCHER.implementations
@@ -226,7 +228,8 @@ def categorical_td_target(
         gamma: gamma ** n_step, a Python float in [0, 1].
         min_v, max_v: support bounds.
         backend: "auto", "torch" or "triton".
-        strict: raise BackendUnavailable instead of falling back to the torch reference.
+        strict: raise BackendUnavailable instead of falling back to the torch reference (and re-raise the kernel's
+            failure at its first launch).
 
     Returns:
         (B, N) float32 target probabilities (no gradient).
@@ -278,7 +281,15 @@ def _call(q, lp, r, d, s, gamma, min_v, max_v, backend, strict, key: tuple | Non
         # so it gets the values materialised. Such calls get no plan (rare; every call of them comes here).
         args, key = tuple(x.resolve_neg() for x in args), None
     check = _tensor_check(args) if key is not None else None  # the tensors as this call found them
-    out = impl(*args, float(gamma), lo, hi)
+    config = _config(device, dtype, E, N, needs_grad)
+    eager = not traced and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    # The first eager launch per launch configuration (B picks the tiles) is checked: a compile or launch failure
+    # falls back to the reference for this configuration (logged, counted; strict re-raises it).
+    out = DISPATCHER.call(decision, config, strict, lambda: impl(*args, float(gamma), lo, hi),
+                          lambda: IMPLEMENTATIONS["torch"](*args, float(gamma), lo, hi), eager=eager,
+                          variant=_launch_variant(args[1]) if eager else (), sync=_sync)
+    if DISPATCHER.decide(backend, False, config).backend != name:  # the kernel failed at its first launch
+        return out
     if check is not None:
         fast = _EAGER_LAUNCHER(*args) if impl is _TRITON_IMPL and _EAGER_LAUNCHER is not None else None
         if fast is not None:  # the kernel ran through its fast path's first launch: later calls call it directly
@@ -288,6 +299,19 @@ def _call(q, lp, r, d, s, gamma, min_v, max_v, backend, strict, key: tuple | Non
             _PLANS.clear()
         _PLANS[key] = (entry, *_PLANS.get(key, ())[:_MAX_BUCKET - 1])
     return out
+
+
+def _launch_variant(lp: torch.Tensor) -> tuple:
+    """What picks a separately compiled kernel for these log-probs besides the configuration: the launch
+    configuration for their B rows, and their strides."""
+    E, B, N = lp.shape
+    return (tuple(sorted(kernel_config(B, N, False).items())), lp.stride())
+
+
+def _sync(out: torch.Tensor) -> None:
+    """Wait for a first launch on a CUDA device, so that an asynchronous launch error is raised here."""
+    if out.is_cuda:
+        torch.cuda.synchronize(out.device)
 
 
 def backend_info(next_log_probs: torch.Tensor | None = None, backend: str = "auto", *,

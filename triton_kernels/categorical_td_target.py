@@ -13,7 +13,7 @@ import triton.language as tl
 
 from shared_spec.support import BAND_MIN_DISCOUNT
 
-__all__ = ["G_BAND_MIN", "categorical_td_target_kernel"]
+__all__ = ["G_BAND_MIN", "categorical_td_target_kernel", "categorical_td_target_kernel_jax"]
 
 # Rows with 0 < g < G_BAND_MIN scan the whole row instead of the estimated window (SPEC.md 8).
 G_BAND_MIN = tl.constexpr(BAND_MIN_DISCOUNT)
@@ -467,28 +467,12 @@ def _step(i_t, t0, n_tiles, qs_next, lps, bad, r, d, s, ar, q_ptr, q_stride_e, q
     return qs_next, lps1, bad1, r1, d1, s1
 
 
-# Row strides are not specialised on the value 1: a provably contiguous (BR, 1) load would make Triton's coalescing
-# pass pick a column-major layout for the row scalars, and every mix with the row-major (BR, Q) tiles would then be a
-# layout conversion through shared memory.
-@triton.jit(do_not_specialize=["q_stride_b", "r_stride", "d_stride", "s_stride", "out_stride_b", "lp_stride_b"])
-def categorical_td_target_kernel(
-    q_ptr, q_stride_e, q_stride_b,  # next_qs (E, B): critic means
-    lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n,  # next_log_probs (E, B, N): any float dtype, any strides
-    r_ptr, r_stride,  # reward (B,)
-    d_ptr, d_stride,  # terminated (B,)
-    s_ptr, s_stride,  # next_alpha_log_pi (B,)
-    out_ptr, out_stride_b,  # output (B, N) fp32, unit stride along N
-    B,  # number of rows
-    gamma,  # fp32 gamma ** n_step (a runtime value: changing it never recompiles)
-    min_v,  # fp32 min_v
-    inv_delta,  # fp32 (N - 1) / (max_v - min_v)
-    E: tl.constexpr,  # number of critics
-    N: tl.constexpr,  # number of atoms
-    BLOCK_N: tl.constexpr,  # next power of 2 >= N (lanes)
-    BR: tl.constexpr,  # rows per tile (power of 2)
-    RPP: tl.constexpr,  # tiles per program (the grid is ceil(B / (BR * RPP)))
-    Q: tl.constexpr,  # lanes per slot tile (shared_spec.launch_config.slot_lanes)
-):
+@triton.jit
+def _kernel_body(q_ptr, q_stride_e, q_stride_b, lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n, r_ptr, r_stride, d_ptr,
+                 d_stride, s_ptr, s_stride, out_ptr, out_stride_b, B, gamma, min_v, inv_delta, E: tl.constexpr,
+                 N: tl.constexpr, BLOCK_N: tl.constexpr, BR: tl.constexpr, RPP: tl.constexpr, Q: tl.constexpr):
+    # The whole kernel, shared by its two entry points (inlined into each): `categorical_td_target_kernel` (torch)
+    # and `categorical_td_target_kernel_jax` (jax-triton).
     gamma = tl.cast(gamma, tl.float32)  # scalars arrive as fp32 from eager launches, fp64 from Inductor
     min_v = tl.cast(min_v, tl.float32)
     inv_delta = tl.cast(inv_delta, tl.float32)
@@ -533,3 +517,59 @@ def categorical_td_target_kernel(
                 lp_stride_b, lp_stride_n, r_ptr, r_stride, d_ptr, d_stride, s_ptr, s_stride, out_ptr, out_stride_b,
                 B, gamma, min_v, inv_delta, i, E, N, BLOCK_N, BR, SLOTS, Q)
             i_t += 1
+
+
+# Row strides are not specialised on the value 1: a provably contiguous (BR, 1) load would make Triton's coalescing
+# pass pick a column-major layout for the row scalars, and every mix with the row-major (BR, Q) tiles would then be a
+# layout conversion through shared memory.
+@triton.jit(do_not_specialize=["q_stride_b", "r_stride", "d_stride", "s_stride", "out_stride_b", "lp_stride_b"])
+def categorical_td_target_kernel(
+    q_ptr, q_stride_e, q_stride_b,  # next_qs (E, B): critic means
+    lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n,  # next_log_probs (E, B, N): any float dtype, any strides
+    r_ptr, r_stride,  # reward (B,)
+    d_ptr, d_stride,  # terminated (B,)
+    s_ptr, s_stride,  # next_alpha_log_pi (B,)
+    out_ptr, out_stride_b,  # output (B, N) fp32, unit stride along N
+    B,  # number of rows
+    gamma,  # fp32 gamma ** n_step (a runtime value: changing it never recompiles)
+    min_v,  # fp32 min_v
+    inv_delta,  # fp32 (N - 1) / (max_v - min_v)
+    E: tl.constexpr,  # number of critics
+    N: tl.constexpr,  # number of atoms
+    BLOCK_N: tl.constexpr,  # next power of 2 >= N (lanes)
+    BR: tl.constexpr,  # rows per tile (power of 2)
+    RPP: tl.constexpr,  # tiles per program (the grid is ceil(B / (BR * RPP)))
+    Q: tl.constexpr,  # lanes per slot tile (shared_spec.launch_config.slot_lanes)
+):
+    _kernel_body(q_ptr, q_stride_e, q_stride_b, lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n, r_ptr, r_stride, d_ptr,
+                 d_stride, s_ptr, s_stride, out_ptr, out_stride_b, B, gamma, min_v, inv_delta, E, N, BLOCK_N, BR, RPP,
+                 Q)
+
+
+@triton.jit
+def categorical_td_target_kernel_jax(
+    q_ptr, q_stride_e, q_stride_b_p1,  # next_qs (E, R): critic means; its row stride plus one
+    lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n,  # next_log_probs (E, R, N)
+    r_ptr, r_stride_p1,  # reward (B,); its stride plus one
+    d_ptr, d_stride_p1,  # terminated (B,)
+    s_ptr, s_stride_p1,  # next_alpha_log_pi (B,)
+    gamma_ptr,  # (1,) fp32 gamma ** n_step (an operand: a traced gamma never recompiles)
+    B,  # number of rows
+    min_v,  # fp32 min_v
+    inv_delta,  # fp32 (N - 1) / (max_v - min_v)
+    out_stride_b,  # N
+    out_ptr,  # output (B, N) fp32 (jax-triton passes the outputs after the inputs)
+    ROW_OFFSET: tl.constexpr,  # the target reads rows [ROW_OFFSET, ROW_OFFSET + B) of next_qs and next_log_probs
+    E: tl.constexpr, N: tl.constexpr, BLOCK_N: tl.constexpr, BR: tl.constexpr, RPP: tl.constexpr, Q: tl.constexpr,
+):
+    # The entry point for jax-triton: the same kernel body as `categorical_td_target_kernel`, with gamma read from a
+    # device scalar and the row offset applied to the base pointers. jax-triton turns every integer argument equal to
+    # 1 into a constant; the row strides arrive plus one, so that they stay runtime values, as
+    # `categorical_td_target_kernel` keeps them (its do_not_specialize list).
+    gamma = tl.load(gamma_ptr)
+    q_stride_b = q_stride_b_p1 - 1
+    q_base = q_ptr + _off(tl.full([], ROW_OFFSET, tl.int32), q_stride_b)
+    lp_base = lp_ptr + _off(tl.full([], ROW_OFFSET, tl.int32), lp_stride_b)
+    _kernel_body(q_base, q_stride_e, q_stride_b, lp_base, lp_stride_e, lp_stride_b, lp_stride_n, r_ptr,
+                 r_stride_p1 - 1, d_ptr, d_stride_p1 - 1, s_ptr, s_stride_p1 - 1, out_ptr, out_stride_b, B, gamma,
+                 min_v, inv_delta, E, N, BLOCK_N, BR, RPP, Q)

@@ -1,0 +1,264 @@
+"""The "triton" backend: the project's Triton kernel (triton_kernels/, the source the torch backend launches) called
+from JAX through jax-triton's XLA custom call.
+
+One kernel source for both frameworks: `triton_kernels.categorical_td_target_kernel_jax` inlines the same kernel body
+as the torch entry point `categorical_td_target_kernel` (gamma read from a device scalar, the row offset applied to
+the base pointers), under the same pinned launch configuration (`shared_spec.launch_config.kernel_config`), so the
+two frameworks' targets are the same fp32 operations in the same order by construction. The custom call works under
+`jax.jit` and `lax.scan` (it is a primitive XLA compiles into the program); jax-triton has no batching rule (vmap
+raises NotImplementedError) and no derivative rule: the target is under stop_gradient, as for the other backends.
+
+Two execution paths:
+- GPU: `jax_triton.triton_call` (jax-triton 0.3.x, the `jax-triton` extra; it imports only where jaxlib has the CUDA
+  plugin's Triton support). jax-triton compiles the kernel to PTX with pip Triton at lowering time.
+- TRITON_INTERPRET=1 (CPU tests): the same JAX entry point launched by Triton's interpreter on host copies of the
+  arrays, from a `jax.pure_callback` (also under jit and scan); jax-triton is not needed.
+
+The gate runs the kernel once per configuration eagerly on a small input (masked tail, NaN rows) and compares it with
+the jnp reference: a compile or launch failure there is the fallback reason.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+import traceback
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import triton
+
+from shared_spec.launch_config import MAX_E, MAX_N, kernel_config
+from shared_spec.support import CategoricalSupport
+from shared_spec.tolerances import atol_vs_float64
+
+__all__ = ["INTERPRET", "TESTED_JAX_TRITON", "TESTED_TRITON", "categorical_td_target_triton", "launch_params",
+           "reset_self_tests", "self_test_errors", "triton_gate"]
+
+# Triton reads the same variable when it decorates the kernel (triton_kernels is imported below, after this).
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+TESTED_TRITON = ("3.6",)  # as torch_impl.ops
+TESTED_JAX_TRITON = ("0.3.",)  # jax-triton 0.3.1 (0.4 wants triton >= 3.7 and Python >= 3.12)
+SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
+
+from triton_kernels.categorical_td_target import categorical_td_target_kernel_jax  # noqa: E402
+
+_self_tests: dict[tuple, str | None] = {}
+_self_test_errors: dict[tuple, str] = {}
+
+
+def jax_triton_module():
+    """The jax_triton module (ImportError where it is not installed or jaxlib has no GPU Triton support).
+
+    jax-triton 0.3.1 sets TRITON_CACHE_DIR="" when imported (it compiles without Triton's cache), which makes every
+    later `triton.compile` in the process fail ("Could not create or locate cache dir"), the torch backend's kernel
+    included; the variable is restored right after the import."""
+    before = os.environ.get("TRITON_CACHE_DIR")
+    try:
+        import jax_triton
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = before
+    return jax_triton
+
+
+def launch_params(E: int, B: int, N: int, row_offset: int, lp_dtype: str, interpret: bool = False) -> dict:
+    """The kernel's launch for (E, B, N) rows of contiguous inputs: {"grid", "num_warps", "scalars" (the
+    non-pointer arguments between the pointers, by name), "constexprs"}: what `triton_call` passes (tests check the
+    custom call against it)."""
+    cfg = kernel_config(B, N, interpret)
+    R = B + row_offset
+    constexprs = {"ROW_OFFSET": int(row_offset), "E": E, "N": N, "BLOCK_N": cfg["BLOCK_N"], "BR": cfg["BR"],
+                  "RPP": cfg["RPP"], "Q": cfg["Q"]}
+    scalars = {"q_stride_e": R, "q_stride_b_p1": 2, "lp_stride_e": R * N, "lp_stride_b": N, "lp_stride_n": 1,
+               "r_stride_p1": 2, "d_stride_p1": 2, "s_stride_p1": 2, "B": B, "out_stride_b": N}
+    rows = cfg["BR"] * cfg["RPP"]
+    return {"grid": ((B + rows - 1) // rows,), "num_warps": cfg["num_warps"], "scalars": scalars,
+            "constexprs": constexprs, "lp_dtype": lp_dtype}
+
+
+def _support(N: int, min_v: float, max_v: float) -> tuple[np.float32, np.float32]:
+    sup = CategoricalSupport(N, float(min_v), float(max_v))
+    return np.float32(sup.min_v), np.float32(sup.inv_bin_width)
+
+
+def _rows(x: jax.Array) -> jax.Array:
+    return x.reshape(-1)  # (B,) or (B, 1) -> (B,): a contiguous row vector (stride 1)
+
+
+def _gpu_call(q, lp, r, d, s, gamma, mv, inv_delta, p: dict) -> jax.Array:
+    jt = jax_triton_module()
+    sc = p["scalars"]
+    E, R = q.shape
+    N = lp.shape[2]
+    B = sc["B"]
+    return jt.triton_call(
+        q, sc["q_stride_e"], sc["q_stride_b_p1"], lp, sc["lp_stride_e"], sc["lp_stride_b"], sc["lp_stride_n"],
+        r, sc["r_stride_p1"], d, sc["d_stride_p1"], s, sc["s_stride_p1"], gamma, B, mv, inv_delta, sc["out_stride_b"],
+        kernel=categorical_td_target_kernel_jax, out_shape=jax.ShapeDtypeStruct((B, N), jnp.float32),
+        grid=p["grid"], num_warps=p["num_warps"], name="categorical_td_target_triton", **p["constexprs"])
+
+
+# The interpreter's thread, started from the importing thread: XLA's CPU threads, which run host callbacks, flush
+# subnormals (FTZ/DAZ), and a thread inherits its creator's floating-point environment; the torch backend's
+# interpreted kernel runs with the default environment, so this one does too (the same bits, subnormals included).
+_HOST_THREAD: concurrent.futures.ThreadPoolExecutor | None = None
+if INTERPRET:
+    _HOST_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="triton-interpret")
+    _HOST_THREAD.submit(lambda: None).result()  # the thread starts now, in the importing thread's environment
+
+
+def _host_launch(p: dict, mv: np.float32, inv_delta: np.float32, *arrays) -> np.ndarray:
+    """`_interpret` in the interpreter's thread (a host callback's entry)."""
+    return _HOST_THREAD.submit(_interpret, p, mv, inv_delta, *arrays).result()
+
+
+def _interpret(p: dict, mv: np.float32, inv_delta: np.float32, *arrays) -> np.ndarray:
+    from triton_kernels.jax_entry import interpret
+
+    return interpret(p["grid"], p["num_warps"], p["scalars"], p["constexprs"], float(mv), float(inv_delta), *arrays)
+
+
+@functools.partial(jax.jit, static_argnames=("min_v", "max_v", "row_offset", "interpret"))
+def _jitted(q, lp, r, d, s, gamma, *, min_v: float, max_v: float, row_offset: int, interpret: bool) -> jax.Array:
+    E, R, N = lp.shape
+    B = r.shape[0]
+    p = launch_params(E, B, N, row_offset, jnp.dtype(lp.dtype).name, interpret)
+    mv, inv_delta = _support(N, min_v, max_v)
+    f32 = jnp.float32
+    q, r, d, s = q.astype(f32), _rows(r).astype(f32), _rows(d).astype(f32), _rows(s).astype(f32)
+    gamma = jnp.reshape(gamma.astype(f32), (1,))
+    # The target is a stop-gradient quantity: no tangent reaches the call (neither jax-triton's primitive nor a host
+    # callback has a derivative rule), and every gradient through it is zero.
+    q, lp, r, d, s, gamma = jax.lax.stop_gradient((q, lp, r, d, s, gamma))
+    if interpret:
+        out = jax.pure_callback(functools.partial(_host_launch, p, mv, inv_delta),
+                                jax.ShapeDtypeStruct((B, N), f32), q, lp, r, d, s, gamma)
+    else:
+        out = _gpu_call(q, lp, r, d, s, gamma, mv, inv_delta, p)
+    return out
+
+
+def categorical_td_target_triton(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma,
+                                 min_v: float = -5.0, max_v: float = 5.0, *, row_offset: int | None = None,
+                                 interpret: bool | None = None) -> jax.Array:
+    """The registered "triton" implementation (inputs validated by jax_impl/dispatch.py).
+
+    Args:
+        next_qs (E, R), next_log_probs (E, R, N) float32/bfloat16/float16, reward / terminated / next_alpha_log_pi
+            (B,) or (B, 1); R = B without a row offset, else R >= row_offset + B.
+        gamma: Python float or (traced) scalar: a device operand of the kernel (changing it never recompiles).
+        min_v, max_v: static support bounds.
+        row_offset: None, or the static first row the target reads of next_qs and next_log_probs (in place).
+        interpret: None -> TRITON_INTERPRET=1 (Triton's interpreter through a host callback).
+
+    Returns:
+        (B, N) float32 under stop_gradient; invalid rows are NaN.
+    """
+    gamma = jnp.asarray(gamma, jnp.float32)
+    return _jitted(next_qs, next_log_probs, reward, terminated, next_alpha_log_pi, gamma, min_v=float(min_v),
+                   max_v=float(max_v), row_offset=0 if row_offset is None else int(row_offset),
+                   interpret=INTERPRET if interpret is None else bool(interpret))
+
+
+def self_test_errors() -> dict[tuple, str]:
+    """Configuration -> the traceback of a self-test that raised (the GPU jobs report them)."""
+    return dict(_self_test_errors)
+
+
+def reset_self_tests() -> None:
+    """Forget cached self-test results (tests)."""
+    _self_tests.clear()
+    _self_test_errors.clear()
+
+
+def _self_test_once(platform: str, dtype_name: str, E: int, N: int) -> str | None:
+    from jax_impl.reference import categorical_td_target_reference
+    from shared_spec.cases import make_inputs
+
+    B = 19  # not a multiple of the rows per program: exercises the masked tail rows
+    x = make_inputs(B, N, E, seed=1234, kind="nonfinite")
+    device = jax.devices(platform)[0]
+    args = [jax.device_put(np.asarray(x[k]), device) for k in
+            ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
+    args[1] = args[1].astype(jnp.dtype(dtype_name))
+    with jax.default_device(device):
+        got = np.asarray(categorical_td_target_triton(*args, 0.99))
+        want = np.asarray(jax.jit(categorical_td_target_reference, static_argnums=(6, 7))(
+            *args, jnp.float32(0.99), -5.0, 5.0))
+    if got.shape != want.shape or got.dtype != np.float32:
+        return f"self-test: output {got.dtype}{got.shape}, expected float32{want.shape}"
+    if not np.array_equal(np.isnan(got), np.isnan(want)):
+        return "self-test: NaN rows differ from the jnp reference"
+    ok = ~np.isnan(want)
+    err = float(np.abs(got[ok] - want[ok]).max()) if ok.any() else 0.0
+    tol = 2 * atol_vs_float64(N)
+    return None if err <= tol else f"self-test: max abs error {err:.3g} vs the jnp reference exceeds {tol:.3g}"
+
+
+def self_test(platform: str, dtype_name: str, E: int, N: int) -> str | None:
+    """Compile and run the kernel once per configuration on a tiny input and compare it with the jnp reference, in
+    a worker thread (its own empty trace context: the gate may be reached while a jitted function is traced).
+    Cached; an exception (compile or launch failure) or a mismatch becomes the returned reason."""
+    key = (platform, dtype_name, int(E), int(N), INTERPRET)
+    if key not in _self_tests:
+        try:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                reason = pool.submit(_self_test_once, platform, dtype_name, int(E), int(N)).result()
+        except Exception as exc:
+            reason = f"self-test: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
+            _self_test_errors[key] = traceback.format_exc()[-6000:]
+        _self_tests[key] = reason
+    return _self_tests[key]
+
+
+def _gpu_reason(platform: str) -> str | None:
+    try:
+        dev = jax.devices(platform)[0]
+    except RuntimeError as exc:
+        return f"no {platform} device: {exc}"
+    version = str(getattr(dev.client, "platform_version", "")).lower()
+    if "rocm" in version or "hip" in version:
+        return f"ROCm GPU ({dev.device_kind}): the kernel is validated on NVIDIA GPUs only"
+    cc = getattr(dev, "compute_capability", None)
+    if cc is None:
+        return f"cannot read the compute capability of {dev.device_kind}"
+    major, minor = (int(v) for v in str(cc).split(".")[:2])
+    return f"compute capability {major}.{minor} < 8.0 ({dev.device_kind})" if major < 8 else None
+
+
+def triton_gate(key: tuple) -> str | None:
+    """Why the jax-triton kernel cannot run a configuration (platform, dtype name, E, N), or None (self-test passed).
+    Called once per configuration, outside jit."""
+    platform, dtype_name, E, N = key
+    if not triton.__version__.startswith(TESTED_TRITON):
+        return f"triton {triton.__version__} is outside the tested range {TESTED_TRITON}"
+    if dtype_name not in SUPPORTED_DTYPES:
+        return f"log-prob dtype {dtype_name} is not supported {SUPPORTED_DTYPES}"
+    if not 2 <= N <= MAX_N:
+        return f"N = {N} atoms is outside the supported range [2, {MAX_N}]"
+    if not 1 <= E <= MAX_E:
+        return f"E = {E} critics is outside the supported range [1, {MAX_E}]"
+    if INTERPRET:
+        if platform != "cpu":
+            return f"TRITON_INTERPRET=1 runs the kernel on CPU arrays only, got platform {platform}"
+    else:
+        if platform == "cpu":
+            return "platform cpu: the Triton kernel needs an NVIDIA GPU (TRITON_INTERPRET=1 interprets it on CPU)"
+        if platform not in ("gpu", "cuda"):
+            return f"platform {platform} is not supported (NVIDIA GPU, or TRITON_INTERPRET=1 on CPU)"
+        try:
+            jt = jax_triton_module()
+        except ImportError as exc:
+            return (f"jax-triton cannot be imported ({' '.join(str(exc).split())[:200]}); pip install "
+                    f"'jax-triton==0.3.1'")
+        if not str(getattr(jt, "__version__", "")).startswith(TESTED_JAX_TRITON):
+            return f"jax-triton {getattr(jt, '__version__', '?')} is outside the tested range {TESTED_JAX_TRITON}"
+        reason = _gpu_reason(platform)
+        if reason is not None:
+            return reason
+    return self_test(platform, dtype_name, E, N)
