@@ -9,7 +9,6 @@ Modules
     envs        ``make_env``, ``make_vec_env`` (SameStep autoreset; gymnasium MuJoCo or DMC through shimmy),
                 ``step_env`` -> ``StepResult`` (true final obs for finished episodes), ``evaluate(act, envs,
                 num_episodes)``, ``get_env_states``/``set_env_states``.
-    env_recipes ``RECIPES``, ``recipe(name, task, framework)``: upstream's DMC and MuJoCo Playground recipes.
     noise       ``ZetaNoise`` (truncated-zeta noise repetition; ``sample() -> (E, A)``; state_dict/load_state_dict).
     normalizer  ``RewardNormalizer`` (``update(r, term, trunc)``, ``normalize(r)``, ``scale()``, state_dict).
     buffer      ``ReplayBuffer`` (n-step, numpy, seeded uniform sampling; ``add``, ``sample(B)``, state_dict; the rows
@@ -19,7 +18,7 @@ Modules
                 ``config.yaml``), ``AverageMeter``, ``read_eval_csv``.
     checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``,
                 checkpoint discovery by scanning, crash recovery, pruning, ``CheckpointError``, ``DiskFullError``.
-    recipes     standard library only: the named recipes (``--recipe smoke | gym | mjx``) as ``--overrides``.
+    recipes     standard library only: the named recipes (``--recipe smoke | gym | mjx | dmc | playground``).
     run         what both drivers share: ``TrainResult``, ``StopFlag``, ``prepare_run_dir``, ``kept_on_resume``.
     protocol    ``Agent`` (what the loop calls), ``Capabilities`` (its optional parts), ``check_agent``.
     loop        ``train(cfg, make_agent) -> TrainResult`` and ``run_cli(argv, framework, factory_loader)``.

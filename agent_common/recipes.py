@@ -75,8 +75,26 @@ RECIPES: dict[str, Recipe] = {
         (GPU_RECIPE[0], "env.env_name=halfcheetah", *GPU_RECIPE[1:]),
         {"torch": (TORCH_AMP,)},
     ),
+    "dmc": Recipe(
+        "upstream's DeepMind Control recipe (scripts/run_dmc.sh; humanoid-walk): 1 env, batch 512, 1M env steps",
+        ("env.env_type=dmc", "env.env_name=humanoid-walk", "num_env_steps=1_000_000", "num_train_envs=1",
+         "num_eval_envs=1", "num_eval_episodes=50", "agent.buffer_max_length=1_000_000",
+         "agent.buffer_min_length=10_000", "agent.buffer_device_type=cpu", "agent.sample_batch_size=512",
+         "updates_per_interaction_step=1", "gamma=0.99", "n_step=1"),
+    ),
+    "playground": Recipe(
+        "upstream's MuJoCo Playground recipe (scripts/run_mujoco_playground.sh; CheetahRun): 1024 envs, batch 2048, "
+        "UTD 2, gamma 0.97, AMP (torch)",
+        ("env.env_type=mujoco_playground", "env.env_name=CheetahRun", "env.rescale_action=false",
+         "num_train_envs=1024", "num_eval_envs=50", "num_eval_episodes=50", "num_env_steps=50_000_896",
+         "updates_per_interaction_step=2", "agent.sample_batch_size=2048", "agent.buffer_max_length=10_000_000",
+         "agent.buffer_min_length=100_000", "agent.buffer_device_type=cuda", "gamma=0.97", "n_step=1"),
+        {"torch": (TORCH_AMP,)},
+    ),
 }
-"""Recipe name -> recipe. The ``--help`` of both training CLIs lists them."""
+"""Recipe name -> recipe. The ``--help`` of both training CLIs lists them. ``dmc`` and ``playground`` take another
+task with ``--overrides env.env_name=<task>``; upstream's Playground recipe also feeds the critic Playground's
+``privileged_state`` (``agent.asymmetric_observation``), which these agents do not have: both train on ``state``."""
 
 
 def unknown_recipe(name: object) -> str:

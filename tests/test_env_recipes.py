@@ -1,4 +1,4 @@
-"""The DMC and MuJoCo Playground recipes (``agent_common.env_recipes``) are valid configs with upstream's values."""
+"""The DMC and MuJoCo Playground recipes (``agent_common.recipes``) are valid configs with upstream's values."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from agent_common import schema
 from agent_common.config import parse_overrides
-from agent_common.env_recipes import RECIPES, recipe
+from agent_common.recipes import recipe_overrides
 from agent_common.schema import build_config
 
 
@@ -16,9 +16,13 @@ def extras(monkeypatch):
     monkeypatch.setattr(schema, "playground_missing", lambda: [])
 
 
+def _with_task(name: str, task: str, framework: str) -> list[str]:
+    return [*recipe_overrides(name, framework), f"env.env_name={task}"]
+
+
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_dmc_recipe(framework, extras):
-    cfg = build_config(parse_overrides(recipe("dmc", "dog-run", framework)), framework)
+    cfg = build_config(parse_overrides(_with_task("dmc", "dog-run", framework)), framework)
     assert (cfg.env.env_type, cfg.env.env_name, cfg.num_train_envs, cfg.num_env_steps) == ("dmc", "dog-run", 1,
                                                                                            1_000_000)
     assert (cfg.agent.sample_batch_size, cfg.agent.buffer_min_length, cfg.gamma, cfg.n_step) == (512, 10_000, 0.99, 1)
@@ -27,16 +31,14 @@ def test_dmc_recipe(framework, extras):
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_playground_recipe(framework, extras):
-    cfg = build_config(parse_overrides(recipe("mujoco_playground", "CheetahRun", framework)), framework)
+    cfg = build_config(parse_overrides(_with_task("playground", "CheetahRun", framework)), framework)
     assert (cfg.env.env_type, cfg.env.env_name, cfg.env.rescale_action) == ("mujoco_playground", "CheetahRun", False)
     assert (cfg.num_train_envs, cfg.agent.sample_batch_size, cfg.updates_per_interaction_step) == (1024, 2048, 2)
     assert (cfg.gamma, cfg.agent.buffer_device_type) == (0.97, "cuda")
     assert cfg.agent.use_amp is (framework == "torch")
 
 
-def test_recipe_names_and_errors():
-    assert set(RECIPES) <= set(schema.ENV_TYPES)
-    with pytest.raises(ValueError, match="recipe: expected one of dmc, mujoco_playground, got 'mjlab'"):
-        recipe("mjlab")
-    with pytest.raises(ValueError, match="framework"):
-        recipe("dmc", framework="tf")
+def test_default_tasks_are_valid(extras):
+    for name, task in (("dmc", "humanoid-walk"), ("playground", "CheetahRun")):
+        cfg = build_config(parse_overrides(recipe_overrides(name, "jax")), "jax")
+        assert cfg.env.env_name == task and task in schema.ENV_TYPES[cfg.env.env_type]
