@@ -26,11 +26,10 @@ import re
 import shutil
 import sys
 import tempfile
-import zipfile
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from agent_common.upstream_layout import describe_foreign_checkpoint
+from agent_common.upstream_layout import describe_foreign_checkpoint, is_upstream_checkpoint
 
 __all__ = [
     "AGENT_DIR",
@@ -95,7 +94,6 @@ _STEP_DIR = re.compile(r"^step(\d+)(\.tmp|\.old)?$")
 _AGENT_MARKERS = {"torch": "actor.pt", "jax": "actor.pkl"}
 _STALE_TMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # what _atomic_file's mkstemp names look like
 _MANIFEST_LINE = re.compile(r"^([0-9a-f]{64})  (\S.*)$")
-_UPSTREAM_FILES = ("actor.pt", "critic.pt", "target_critic.pt", "temperature.pt")  # upstream FlashSAC's save()
 
 
 class CheckpointError(Exception):
@@ -610,26 +608,12 @@ def verify_checkpoint(ckpt: str) -> bool:
     return True
 
 
-def _zip_pickle_mentions(path: str, needle: bytes) -> bool:
-    """Whether the pickle inside a ``torch.save`` zip file contains ``needle`` (read without torch)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for name in archive.namelist():
-                if name.endswith("/data.pkl"):
-                    return needle in archive.read(name)
-    except (OSError, zipfile.BadZipFile, KeyError):
-        return False
-    return False
-
-
 def _upstream_step(path: str) -> bool:
-    """A folder as upstream FlashSAC's ``agent.save`` writes it: its per-network ``.pt`` files at the top, none of
-    this project's checkpoint files, and an actor whose parameter names are upstream's (``embedder.``)."""
-    if not all(os.path.isfile(os.path.join(path, name)) for name in _UPSTREAM_FILES):
-        return False
+    """An upstream FlashSAC checkpoint folder (``agent_common.upstream_layout``) holding none of this project's
+    checkpoint files."""
     if any(os.path.exists(os.path.join(path, name)) for name in (COMPLETE_FILE, LOOP_STATE_FILE, AGENT_DIR)):
         return False
-    return _zip_pickle_mentions(os.path.join(path, "actor.pt"), b"embedder.")
+    return is_upstream_checkpoint(path)
 
 
 def detect_foreign_layout(path: str) -> str | None:

@@ -221,7 +221,7 @@ def test_an_upstream_checkpoint_is_named_with_the_conversion_command_and_never_m
         with pytest.raises(ConfigError) as info:
             load_config([f"agent_load_path={path}"], "torch")
         message = str(info.value)
-        assert "upstream FlashSAC" in message and "interrupted, and" in message
+        assert "upstream FlashSAC" in message and "not a checkpoint of this project" in message
         assert f"python -m agent_interop.convert upstream-to-torch {step}" in message
     # inside a run's checkpoints/ folder it is still never moved aside
     inside = tmp_path / "run" / "checkpoints" / "step100"
