@@ -126,10 +126,17 @@ def _methods(protocol: type, own_only: bool) -> dict[str, inspect.Signature]:
             if not name.startswith("_") and inspect.isfunction(getattr(protocol, name))}
 
 
+def _shape(params: list[inspect.Parameter]) -> list[tuple[str | None, bool]]:
+    """What the loop relies on of a method's parameters: their order, which are required, and the names of the
+    optional ones (passed by keyword); required ones are passed by position, so a wrapper may name them freely."""
+    return [(None if p.default is inspect.Parameter.empty else p.name, p.default is inspect.Parameter.empty)
+            for p in params]
+
+
 def conformance_problems(agent: Any) -> list[str]:
     """What ``agent`` (an agent or its class) lacks of ``Agent`` and of the protocol of each capability it declares:
-    a missing ``capabilities``, a missing method, or a method whose parameters are not the protocol's (names,
-    order, and which have defaults). Empty when it conforms."""
+    a missing ``capabilities``, a missing method, or a method whose parameters are not the protocol's (order, which
+    have defaults, and the optional ones' names). Empty when it conforms."""
     name = agent.__name__ if isinstance(agent, type) else type(agent).__name__
     capabilities = getattr(agent, "capabilities", None)
     if not isinstance(capabilities, Capabilities):
@@ -148,8 +155,7 @@ def conformance_problems(agent: Any) -> list[str]:
         if isinstance(agent, type) and params and params[0].name == "self":
             params = params[1:]
         want = [p for p in expected.parameters.values() if p.name != "self"]
-        shape = [(p.name, p.default is inspect.Parameter.empty) for p in params]
-        if shape != [(p.name, p.default is inspect.Parameter.empty) for p in want]:
+        if _shape(params) != _shape(want):
             problems.append(f"{name}.{method}: expected parameters {method}{expected}, got {method}"
                             f"{inspect.signature(got)}")
     return problems

@@ -2,8 +2,11 @@
 
 The only package that imports both agents; the agents never import each other. Modules:
 
-* ``agent_interop.convert``: the state converter (``torch_to_jax``, ``jax_to_torch``, checkpoint conversion, the
-  ``python -m agent_interop.convert`` command) and ``make_agent_from_torch_init``;
+* ``agent_interop.convert``: the ``python -m agent_interop.convert`` command (every direction), re-exporting
+  ``agent_interop.torch_jax``;
+* ``agent_interop.torch_jax``: the state converter (``torch_to_jax``, ``jax_to_torch``, checkpoint conversion) and
+  ``make_agent_from_torch_init``;
+* ``agent_interop.upstream``: upstream FlashSAC's checkpoint layout in and out;
 * ``agent_interop.trees``: torch state-dict names <-> flax variable paths, nested-tree flattening;
 * ``agent_interop.synthetic``: Box spaces and replay batches for agents built without an environment (numpy only);
 * ``agent_interop.parity``: the parity harness (shared batches and policy noise, gradients, state comparisons);

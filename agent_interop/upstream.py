@@ -46,7 +46,7 @@ from agent_common.upstream_layout import (
     is_upstream_checkpoint,
     upstream_checkpoints_in,
 )
-from agent_interop.convert import ConversionError
+from agent_interop.torch_jax import ConversionError
 
 __all__ = [
     "detect_actor_head",
@@ -456,7 +456,7 @@ def run(direction: str, src: str, dst: str, overrides: list[str], actor_head: st
         ConversionError: the source is not what the direction reads, or does not fit the config.
     """
     from agent_common.normalizer import RewardNormalizer
-    from agent_interop.convert import agent_dir_of, jax_to_torch, torch_to_jax
+    from agent_interop.torch_jax import agent_dir_of, jax_to_torch, torch_to_jax
 
     if direction.startswith("upstream-to-"):
         target = direction.split("-")[-1]

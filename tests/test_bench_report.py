@@ -13,7 +13,7 @@ def test_tiny_run(tmp_path):
     assert main(["report", "--tiny", "--out", str(out)]) == 0
     readme, index = (out / "README.md").read_text(), (out / "results.md").read_text()
     for title in ("Kernel against upstream's functions", "Agents", "Learning against published returns",
-                  "Agents on MJX", "Kernel harness"):
+                  "Agents on MJX"):
         assert f"### {title}\n" in readme
     assert "| 1,048,576 |" in readme and "| torch | HalfCheetah-v4 | 5 |" in readme
     for job in ("kernel", "agents", "vs-upstream", "mjx", "learning", "harness"):
