@@ -47,7 +47,7 @@ for step in tqdm.tqdm(range(1, n + 1), smoothing=0.1, mininterval=0.05):
         update._compute_categorical_td_target(target_log_probs=log_probs, reward=reward, done=torch.zeros_like(reward),
                                               actor_entropy=torch.zeros(4), gamma=0.99, num_bins=11, min_v=-5.0,
                                               max_v=5.0)
-        time.sleep(0.004)  # an update
+        time.sleep(0.02)  # an update (long enough for several bar refreshes after the first update)
 time.sleep(0.2)  # the final evaluation
 writer.add_scalar("avg_return", 123.5, global_step=n)
 writer.close()
@@ -137,7 +137,7 @@ def test_tiny_run_against_a_fake_upstream(fake_upstream, tmp_path, capsys):
     assert res["complete"] and res["config"]["upstream_dtype_fix"] and res["config"]["device"] == "cpu"
     up = rows["upstream:eager"]
     assert up["dtype_fix"] and up["final_eval_return"] == 123.5 and 0 < up["time_to_first_update_s"] < up["wall_s"]
-    assert 10 < up["steady_updates_per_second"] < 260  # 4 ms of sleep per update
+    assert 10 < up["steady_updates_per_second"] < 55  # 20 ms of sleep per update
     assert "upstream_launch: --upstream-dtype-fix applied" in (out / up["log"]).read_text()
     r = rows["torch"]
     assert 0 < r["first_update_s"] < r["time_to_first_update_s"] < r["wall_s"], r
