@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import math
 import os
@@ -388,9 +389,9 @@ def curves_plot(folders: Sequence[str], path: str, published_path: str = PUBLISH
     plt.close(fig)
 
 
-def report(folders: Sequence[str], out: str | None = None) -> str:
-    """Writes ``results.json``, ``results.md`` (the tables) and ``learning_curves.png`` into ``out`` (default: the
-    first folder)."""
+def report(folders: Sequence[str], out: str | None = None, reps: int = 50_000) -> str:
+    """Writes ``results.json``, ``results.md`` (the tables), ``learning_curves.png`` and, with the ``rliable`` extra,
+    ``bench.rliable_report``'s aggregates (``reps`` bootstrap samples) into ``out`` (default: the first folder)."""
     out = out or folders[0]
     res = analyse(folders)
     text = markdown(res)
@@ -400,7 +401,16 @@ def report(folders: Sequence[str], out: str | None = None) -> str:
     head = (f"# Learning against FlashSAC's published returns\n\n`{cmd}` "
             f"(reported {res['environment']['date_utc'][:10]}); the runs' machines, versions and commands are in "
             "each folder's README.md.\n\n")
-    write_results(out, res, head + text + "\n![learning curves](learning_curves.png)\n")
+    tail = "\n![learning curves](learning_curves.png)\n"
+    if importlib.util.find_spec("rliable") is None:
+        tail += "\nrliable aggregates: not written (the `rliable` extra is not installed).\n"
+    else:  # IQM / median / mean with stratified-bootstrap intervals and performance profiles (bench.rliable_report)
+        from bench.rliable_report import write_report
+
+        write_report(folders, out, reps=reps)
+        tail += ("\nRobust aggregates (IQM, median, mean, 95 % stratified-bootstrap intervals): "
+                 "[rliable.md](rliable.md).\n")
+    write_results(out, res, head + text + tail)
     curves_plot(folders, os.path.join(out, "learning_curves.png"))
     return text
 
@@ -424,7 +434,7 @@ in ``out``)."""
         return 1
     collected = os.path.join(out, "collected")
     collect_run(spec.agent, spec.run_dir(os.path.join(out, "runs")), collected)
-    print(report([collected], out))
+    print(report([collected], out, reps=200))
     return 0
 
 

@@ -24,3 +24,9 @@ def test_tiny_run(tmp_path):
     assert row["published"]["mean"] != 0 and not row["published_protocol"]
     assert (out / "learning_curves.png").stat().st_size > 1000
     assert "python -m bench learning report" in (out / "results.md").read_text()
+    rliable = json.loads((out / "rliable.json").read_text())  # the robust aggregates beside the per-seed table
+    suite = rliable["suites"]["gym-mujoco"]
+    assert set(suite["aggregates"]["torch"]) == {"IQM", "median", "mean"}  # each a (point, low, high) triple
+    assert all(len(v) == 3 for v in suite["aggregates"]["torch"].values())
+    assert (out / suite["profile"]).stat().st_size > 1000
+    assert "rliable.md" in (out / "results.md").read_text() and (out / "rliable.md").is_file()
