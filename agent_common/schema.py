@@ -797,19 +797,24 @@ def _validate_derived(cfg: Config) -> None:
                      f"more than this machine's {memory / 2**30:.3g} GiB")
 
 
-def mjx_missing() -> list[str]:
-    """The modules of ``MJX_EXTRA_MODULES`` that are not installed, found without importing any of them
+def _missing_modules(modules: tuple[str, ...]) -> list[str]:
+    """The distributions of ``modules`` that are not installed, found without importing any of them
     (``importlib.util.find_spec``; mujoco-mjx by its distribution record, since its module lives inside mujoco)."""
     missing = []
-    for name in MJX_EXTRA_MODULES:
+    for name in modules:
         if name == "mujoco_mjx":
             try:
                 importlib.metadata.version("mujoco-mjx")
             except importlib.metadata.PackageNotFoundError:
                 missing.append("mujoco-mjx")
         elif importlib.util.find_spec(name) is None:
-            missing.append(name)
+            missing.append("playground" if name == "mujoco_playground" else name)
     return missing
+
+
+def mjx_missing() -> list[str]:
+    """The modules of ``MJX_EXTRA_MODULES`` that are not installed."""
+    return _missing_modules(MJX_EXTRA_MODULES)
 
 
 LOGGER_TYPES: tuple[str, ...] = ("tensorboard", "wandb", "none")
@@ -834,16 +839,7 @@ def _validate_loggers(value: str) -> None:
 
 def playground_missing() -> list[str]:
     """The modules of ``PLAYGROUND_EXTRA_MODULES`` that are not installed (found without importing them)."""
-    missing = []
-    for name in PLAYGROUND_EXTRA_MODULES:
-        if name == "mujoco_mjx":
-            try:
-                importlib.metadata.version("mujoco-mjx")
-            except importlib.metadata.PackageNotFoundError:
-                missing.append("mujoco-mjx")
-        elif importlib.util.find_spec(name) is None:
-            missing.append("playground" if name == "mujoco_playground" else name)
-    return missing
+    return _missing_modules(PLAYGROUND_EXTRA_MODULES)
 
 
 def menagerie_problem(task: str, path: str | None) -> str | None:
