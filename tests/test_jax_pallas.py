@@ -481,17 +481,3 @@ class TestPallasDispatch:
                           stacklevel=1)
             warnings.warn("some other deprecation", DeprecationWarning, stacklevel=1)
         assert [str(w.message) for w in seen] == ["some other deprecation"]
-
-
-def test_bench_script_cpu_parts(tmp_path):
-    """bench/gpu_pallas.py's sections on tiny CPU inputs (both kernels interpreted): the H200 run must not be the
-    first time its code runs."""
-    gp = pytest.importorskip("bench.gpu_pallas")
-    res = {"correctness": gp.correctness((3,)), "determinism": gp.determinism(((8, "nonfinite"),), 3),
-           "parity": gp.parity([(8, "mixed", "float32")])}
-    assert all(r.get("ok") for r in res["correctness"]), res["correctness"]
-    assert res["determinism"]["nonfinite_B8"]["bitwise_identical_repeats"] == 3
-    row = res["parity"][0]
-    assert row["inputs_zero_copy"] and row["meets_bar_1e-6"] and row["nan_placement_equal_ex2"], row
-    text = gp.write_report(str(tmp_path), res)
-    assert "| True |" in text and (tmp_path / "results.json").exists()

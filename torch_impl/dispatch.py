@@ -32,6 +32,9 @@ DISPATCHER = Dispatcher(framework="torch", reference="torch", kernels=("triton",
                         reference_impl=categorical_td_target_reference, logger="flashsac.torch_impl",
                         describe=_describe)
 BACKENDS = DISPATCHER.backends
+# A decision first made while torch.compile traces a call logs nothing there (Dynamo cannot trace a Logger call; the
+# decision is cached and counted as usual), instead of breaking the graph.
+torch._dynamo.config.ignore_logging_functions |= {DISPATCHER.log.debug, DISPATCHER.log.info, DISPATCHER.log.warning}
 # The registries (plain dicts; tests and the benchmark harness wrap or replace entries).
 IMPLEMENTATIONS: dict[str, Callable[..., torch.Tensor]] = DISPATCHER.implementations
 GATES = DISPATCHER.gates
