@@ -103,6 +103,13 @@ def _time_blocks(call: Any, sync: Any, warmup: int, repeats: int, iters: int) ->
     return {"seconds_per_call": statistics.median(times), "all_seconds_per_call": times}
 
 
+def capture_overrides(amp: str, num_envs: int, warmup_steps: int = 4) -> list[str]:
+    """The capture phase's overrides on the recipe: ``num_envs`` training and evaluation envs (one compiled env
+    shape), as many evaluation episodes (a multiple of the evaluation envs), a warm-up of ``warmup_steps`` steps."""
+    return [*TORCH_AMP[amp], f"num_train_envs={num_envs}", f"num_eval_envs={num_envs}",
+            f"num_eval_episodes={num_envs}", f"agent.buffer_min_length={max(num_envs * warmup_steps, 2048)}"]
+
+
 def child_update(framework: str, amp: str, extra: list[str], warmup: int, repeats: int, iters: int) -> dict:
     """The update alone on device-sampled batches of random rows (see the module doc)."""
     from agent_interop.synthetic import make_spaces
@@ -175,9 +182,7 @@ def child_capture(amp: str, num_envs: int, steps: int, extra: list[str]) -> dict
 
     from agent_torch.vector import make_vector_trainer
 
-    warmup_steps = 4
-    cfg = _recipe_cfg("torch", [*TORCH_AMP[amp], f"num_train_envs={num_envs}", f"num_eval_envs={num_envs}",
-                                f"agent.buffer_min_length={max(num_envs * warmup_steps, 2048)}", *extra])
+    cfg = _recipe_cfg("torch", [*capture_overrides(amp, num_envs), *extra])
     trainer = make_vector_trainer(cfg)
     agent = trainer.agent
     fill = -(-int(cfg.agent.buffer_min_length) // num_envs)  # steps until the replay can sample

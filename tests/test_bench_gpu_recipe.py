@@ -61,3 +61,15 @@ def test_report_puts_the_loop_against_its_parts(tmp_path):
     # loop: 1024 / 102400 = 10 ms; env step alone 0.5 s / 100 = 5 ms; 2 updates 5 ms; parts 10 ms; ratio 1
     assert "| torch:bf16 | 1024 | 10.00 | 5.00 | 5.00 | 10.00 | 1.00 |" in text
     assert "Skipped: no --upstream checkout given" in text and "No GPU" not in text
+
+
+@pytest.mark.parametrize("num_envs", [256, 1024, 4096])
+def test_capture_phase_configs_are_valid_at_the_recipe_env_counts(num_envs):
+    """The capture phase's config on the recipe validates at every env count the H200 run uses (its evaluation
+    episodes were once the recipe's 50, not a multiple of 1024 evaluation envs)."""
+    from agent_common.config import load_config
+    from agent_common.recipes import gpu_recipe as recipe
+
+    for amp in ("off", "bf16", "fp16"):
+        cfg = load_config([*recipe("halfcheetah", "torch"), *gpu_recipe.capture_overrides(amp, num_envs)], "torch")
+        assert cfg.num_eval_envs == num_envs and cfg.num_eval_episodes % cfg.num_eval_envs == 0
