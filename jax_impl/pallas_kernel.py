@@ -10,8 +10,8 @@ configuration (`shared_spec.launch_config.kernel_config`); its strides are const
 are integer sums (exact in any order), products are never left to a compiler's contraction (R, `mul.rn.f32` and
 `fma.rn.f32`), and exp is the same inline PTX in both kernels: `exp_mode="ex2"` (default) emits
 `ex2.approx.ftz.f32(x * fp32(log2 e))`; `exp_mode="libdevice"` uses `jnp.exp` (not bitwise with the Triton kernel).
-So the two kernels agree bit for bit on the same GPU (`bench/gpu_bitwise.py`), and no result depends on the tile
-shape or on how a compiler lays tensors out in registers.
+So the two kernels agree bit for bit on the same GPU (`python -m bench kernel-validate`), and no result depends
+on the tile shape or on how a compiler lays tensors out in registers.
 
 Everything Pallas-Triton specific lives behind `_pallas_forward` (one function), so another lowering (Mosaic GPU,
 jax-triton) can be added later without touching callers.
@@ -73,7 +73,7 @@ DEFAULT_EXP_MODE = "ex2"
 OFF_MASK = 2**30 - 1
 MAX_FLAT = OFF_MASK
 _LOG2E = 1.4426950408889634  # Triton's constant, rounded to fp32 exactly as Triton does
-# The pallas_call's name: the kernel's name on the device (profiles and CUPTI records, bench/gpu_bitwise.py).
+# The pallas_call's name: the kernel's name on the device (profiles and CUPTI records).
 KERNEL_NAME = "categorical_td_target"
 _trace_count = [0]
 
@@ -486,7 +486,7 @@ def _td_kernel(gamma_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, *, B: int
 
     # A while loop (scf.while on the GPU), as in the Triton kernel. With fori_loop (scf.for) Triton's layout pass
     # carried six of the values in a second layout as well (13 carried instead of 7) and repeated part of the body
-    # (the critic scan) for it: about 30 more instructions a row at RPP 16 (bench.sass_count). Same arithmetic.
+    # (the critic scan) for it: about 30 more instructions a row at RPP 16. Same arithmetic.
     jax.lax.while_loop(lambda c: c[0] < n_tiles, step, (jnp.int32(0), qs_next, lps, bad, r, d, s))
 
 

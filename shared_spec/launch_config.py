@@ -13,7 +13,7 @@ MAX_N, MAX_E = 4096, 16
 # inputs while it computes the current one. RPP grows with B so that the grid keeps at least GPU_MIN_PROGRAMS
 # programs (small B keeps one tile per program: it needs every program it can get), up to GPU_MAX_RPP, for rows of at
 # most GPU_RPP_MAX_BLOCK_N lanes (one warp; wider rows use many more registers with RPP > 1 and keep one tile per
-# program). These are the knobs set from the timings of `bench/gpu_bitwise.py --sweep BR:warps:RPP` (GPU_MAX_RPP = 1
+# program). These are the knobs set from H200 timings of the launch configurations (GPU_MAX_RPP = 1
 # gives the one-tile kernel everywhere). On the H200 (bench/results/h200-2026-12-01-kernel-rpp), Triton, median of 5
 # rounds: B = 512 RPP 1/2/4: 2.3/2.6/3.4 us (more tiles per program starve small grids, hence GPU_MIN_PROGRAMS);
 # B = 65,536 RPP 1/2/4/8: 42.4/38.6/37.5/38.0 us (this rule picks 4); B = 1,048,576 RPP 1/2/4/8/16:

@@ -1,8 +1,8 @@
 """agent_torch.graphs.GraphCache's bookkeeping on CPU, with torch.cuda's graph API replaced by an emulation.
 
 The emulated graph records the captured call and replays it by calling it again on the static inputs, which is what
-a CUDA graph does to the captured kernels. What CUDA does is tested on the H200 (bench/gpu_agent_torch.py
---graph-check and tests/test_agent_torch.py::test_cuda_graph_agent_matches_eager_agent); here: warm-up counts, one
+a CUDA graph does to the captured kernels. What CUDA does is tested on a GPU
+(tests/test_agent_torch.py::test_cuda_graph_agent_matches_eager_agent); here: warm-up counts, one
 capture per key, new inputs copied into the static ones, static outputs returned, clear().
 """
 

@@ -296,7 +296,8 @@ class TestPallasJit:
 
 class TestLowering:
     """Cross-lower the kernel for CUDA on this CPU machine: Pallas-Triton's rules (power-of-2 shapes, no in-register
-    gather, ...) are enforced and the Triton IR is embedded; XLA's TTIR -> PTX step needs a GPU (bench/gpu_pallas.py).
+    gather, ...) are enforced and the Triton IR is embedded; XLA's TTIR -> PTX step needs a GPU
+    (`python -m bench kernel-validate`).
     """
 
     @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -7,7 +7,7 @@ the Pallas kernel calls them through host callbacks). One difference is left, an
 tolerance here: XLA on CPU flushes subnormal numbers to zero in its arithmetic and numpy does not, so an output whose
 value sits at the subnormal scale (a sum holding a product below 2**-126) can differ, by less than 2**-125 in
 absolute value. Every other element must be bitwise identical. On the GPU both kernels flush alike (ex2.approx.ftz)
-and are compared bit for bit by bench/gpu_bitwise.py.
+and are compared bit for bit on the GPU by `python -m bench kernel-validate`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A stand-in JIT function, compiled kernel and driver record what would be launched (as tests/test_triton_launch.py);
 the gate lets CPU tensors through to the kernel (TRITON_INTERPRET=1). On the GPU the op's plans are checked bitwise
-against JITFunction.run by bench/gpu_checks.py (fast_launch)."""
+against JITFunction.run on a GPU."""
 
 import functools
 import importlib

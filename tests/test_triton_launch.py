@@ -1,6 +1,6 @@
 """triton_kernels.launch's eager fast path, on CPU: a stand-in JIT function and driver record what would be launched.
 
-On the GPU the fast path is checked bitwise against JITFunction.run by bench/gpu_checks.py (fast_launch)."""
+On the GPU the fast path is checked bitwise against JITFunction.run on a GPU."""
 
 import importlib
 import inspect
