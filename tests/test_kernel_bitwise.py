@@ -140,7 +140,7 @@ def test_tiles_per_program_do_not_change_the_bits(B, kind, gamma, strided, confi
 
 
 def test_the_baseline_kernel_file_computes_the_same_bits():
-    """bench/baselines/categorical_td_target_v2.py (the one-tile kernel, no RPP parameter) runs through
+    """tests/kernel_baselines/categorical_td_target_v2.py (the one-tile kernel, no RPP parameter) runs through
     triton_kernels.launch with one tile per program and gives the package kernel's bits (RPP 1 and 3)."""
     import importlib.util
     import os
@@ -148,7 +148,7 @@ def test_the_baseline_kernel_file_computes_the_same_bits():
     from torch_impl.reference import support_constants
     from triton_kernels import categorical_td_target_kernel, launch
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "baselines",
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "kernel_baselines",
                         "categorical_td_target_v2.py")
     spec = importlib.util.spec_from_file_location("baseline_v2_under_test", path)
     mod = importlib.util.module_from_spec(spec)
@@ -165,11 +165,11 @@ def test_the_baseline_kernel_file_computes_the_same_bits():
 
 
 def _baseline_kernel(name):
-    """The kernel of bench/baselines/categorical_td_target_<name>.py."""
+    """The kernel of tests/kernel_baselines/categorical_td_target_<name>.py."""
     import importlib.util
     import os
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "baselines",
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "kernel_baselines",
                         f"categorical_td_target_{name}.py")
     spec = importlib.util.spec_from_file_location(f"baseline_{name}_under_test", path)
     mod = importlib.util.module_from_spec(spec)
@@ -191,9 +191,9 @@ def _baseline_kernel(name):
 ])
 def test_the_kernel_computes_the_bits_of_the_kernel_before_the_row_pairs(N, kind, gamma, support):
     """The kernel (rows sharing a warp with slot tiles of 32 / BR lanes, SPEC.md 8) gives, bit for bit, the output of
-    main's kernel before them (bench/baselines/categorical_td_target_cut2.py: one row a warp, four slot tiles, the
-    kernel the GPU timings compare it with): the slot tiles change no weight of SPEC.md section 3, atom 1's included,
-    and no sum (Triton interpreter, one row a tile with RPP 1 and 3 and rows in pairs with 16-lane slot tiles,
+    main's kernel before them (tests/kernel_baselines/categorical_td_target_cut2.py: one row a warp, four slot tiles,
+    the kernel the GPU timings compare it with): the slot tiles change no weight of SPEC.md section 3, atom 1's
+    included, and no sum (Triton interpreter, one row a tile with RPP 1 and 3 and rows in pairs with 16-lane slot tiles,
     against the baseline's 4 rows a tile; the Pallas kernel in interpret mode too, in pairs, up to XLA:CPU's flush of
     subnormal values, see the module docstring)."""
     from jax_impl import ops as pallas_ops

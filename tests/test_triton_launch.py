@@ -168,7 +168,7 @@ def test_a_kernel_without_rpp_gets_one_tile_per_program(gpu_like):
 
 
 def test_a_kernel_without_q_runs_its_own_slot_tiles(gpu_like):
-    class CutJit(_Jit):  # bench/baselines/categorical_td_target_cut2.py: RPP, no Q
+    class CutJit(_Jit):  # tests/kernel_baselines/categorical_td_target_cut2.py: RPP, no Q
         arg_names = [n for n in categorical_td_target_kernel.arg_names if n != "Q"]
 
     jit, args = CutJit(), _inputs(8)
@@ -218,7 +218,8 @@ def test_takes_reads_a_real_jit_functions_parameters():
     """A real JITFunction (not the stand-in) of the baseline kernel files has no RPP (v2) or no Q (cut2) parameter;
     Triton 3.6's JITFunction carries a `kernel` attribute of its own (None), which must not be taken for
     wrap_triton's."""
-    spec = importlib.util.spec_from_file_location("baseline_v2_for_test", "bench/baselines/categorical_td_target_v2.py")
+    spec = importlib.util.spec_from_file_location("baseline_v2_for_test",
+                                                  "tests/kernel_baselines/categorical_td_target_v2.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     baseline = JITFunction(mod.categorical_td_target_kernel.fn)  # also under TRITON_INTERPRET=1
@@ -227,7 +228,7 @@ def test_takes_reads_a_real_jit_functions_parameters():
     assert L._takes(ours, "RPP") and L._takes(SimpleNamespace(kernel=ours), "RPP")
     assert not L._takes(SimpleNamespace(kernel=baseline), "RPP")  # wrap_triton's wrapper of the baseline
     spec = importlib.util.spec_from_file_location("baseline_cut2_for_test",
-                                                  "bench/baselines/categorical_td_target_cut2.py")
+                                                  "tests/kernel_baselines/categorical_td_target_cut2.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     cut2 = JITFunction(mod.categorical_td_target_kernel.fn)
