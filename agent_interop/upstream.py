@@ -53,35 +53,35 @@ __all__ = [
     "export_upstream",
     "import_upstream",
     "read_upstream",
-    "torch_to_upstream_name",
+    "torch_name_to_upstream",
     "upstream_to_torch_name",
 ]
 
 NETS = ("actor", "critic", "target_critic", "temperature")
 _BUFFERS = ("running_mean", "running_var", "bin_values")
 
-# (upstream regex, this project's template) per network kind; applied in order, the first match wins
-_ACTOR_RULES = [
-    (r"embedder\.norm\.(\w+)", r"input_bn.\1"),
-    (r"embedder\.w\.w\.weight", "embed.weight"),
-    (r"encoder\.(\d+)\.w1\.w\.weight", r"blocks.\1.fc1.weight"),
-    (r"encoder\.(\d+)\.w2\.w\.weight", r"blocks.\1.fc2.weight"),
-    (r"encoder\.(\d+)\.norm1\.(\w+)", r"blocks.\1.bn1.\2"),
-    (r"encoder\.(\d+)\.norm2\.(\w+)", r"blocks.\1.bn2.\2"),
-    (r"post_norm\.weight", "final_norm.weight"),
+# (upstream regex, this project's template) per network kind; applied in order, the first match wins.
+# The actor and the critic share the encoder's names; upstream wraps each of the actor's linear layers once more
+# (``embedder.w.w.weight`` where the critic has ``embedder.w.weight``): ``wrap`` is that extra ``.w``.
+def _encoder_rules(wrap: str) -> list[tuple[str, str]]:
+    return [
+        (r"embedder\.norm\.(\w+)", r"input_bn.\1"),
+        (rf"embedder\.w{wrap}\.weight", "embed.weight"),
+        (rf"encoder\.(\d+)\.w1{wrap}\.weight", r"blocks.\1.fc1.weight"),
+        (rf"encoder\.(\d+)\.w2{wrap}\.weight", r"blocks.\1.fc2.weight"),
+        (r"encoder\.(\d+)\.norm1\.(\w+)", r"blocks.\1.bn1.\2"),
+        (r"encoder\.(\d+)\.norm2\.(\w+)", r"blocks.\1.bn2.\2"),
+        (r"post_norm\.weight", "final_norm.weight"),
+    ]
+
+
+_ACTOR_RULES = _encoder_rules(r"\.w") + [
     (r"predictor\.mean_w\.w\.weight", "mean_head.weight"),
     (r"predictor\.mean_bias", "mean_bias"),
     (r"predictor\.std_w\.w\.weight", "log_std_head.weight"),
     (r"predictor\.std_bias", "log_std_bias"),
 ]
-_CRITIC_RULES = [
-    (r"embedder\.norm\.(\w+)", r"input_bn.\1"),
-    (r"embedder\.w\.weight", "embed.weight"),
-    (r"encoder\.(\d+)\.w1\.weight", r"blocks.\1.fc1.weight"),
-    (r"encoder\.(\d+)\.w2\.weight", r"blocks.\1.fc2.weight"),
-    (r"encoder\.(\d+)\.norm1\.(\w+)", r"blocks.\1.bn1.\2"),
-    (r"encoder\.(\d+)\.norm2\.(\w+)", r"blocks.\1.bn2.\2"),
-    (r"post_norm\.weight", "final_norm.weight"),
+_CRITIC_RULES = _encoder_rules("") + [
     (r"predictor\.w\.weight", "head.weight"),
     (r"predictor\.bias", "head_bias"),
 ]
@@ -124,9 +124,6 @@ def torch_name_to_upstream(net: str, name: str) -> str:
             if upstream_to_torch_name(net, out) == name:
                 return out
     raise ConversionError(f"{net} entry '{name}' has no counterpart in upstream's {net}")
-
-
-torch_to_upstream_name = torch_name_to_upstream
 
 
 def read_upstream(path: str) -> dict[str, Any]:
