@@ -343,19 +343,27 @@ def torch_to_jax(torch_agent: Any, jax_agent: Any, check_hyperparameters: bool =
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _checked_flat(net: str, kind: str, targets: dict[str, Any], tree: Any) -> dict[tuple[str, ...], Any]:
+    """A flax collection flattened to {path: leaf}, after checking that its names and shapes are ``targets``'s
+    (torch tensors by state-dict name)."""
+    flat = flatten_tree(flax.serialization.to_state_dict(tree))
+    _check_keys(net, kind, set(targets), set(flat))
+    for path, leaf in flat.items():
+        name = jax_path_to_torch_name(path)
+        _check_shape(net, name, tuple(targets[name].shape), np.shape(leaf))
+    return flat
+
+
 def _copy_into_torch(net: str, kind: str, targets: dict[str, Any], tree: Any) -> None:
     """Copies a flax collection into torch tensors in place (the Parameter objects, and so the optimizer's
     references, are kept)."""
     import torch
 
-    flat = flatten_tree(flax.serialization.to_state_dict(jax.device_get(tree)))
-    _check_keys(net, kind, set(targets), set(flat))
+    flat = _checked_flat(net, kind, targets, jax.device_get(tree))
     with torch.no_grad():
         for path, leaf in flat.items():
-            name = jax_path_to_torch_name(path)
-            value = np.asarray(leaf)
-            _check_shape(net, name, tuple(targets[name].shape), value.shape)
-            targets[name].copy_(torch.from_numpy(np.array(value, copy=True)).to(targets[name].dtype))
+            target = targets[jax_path_to_torch_name(path)]
+            target.copy_(torch.from_numpy(np.array(leaf, copy=True)).to(target.dtype))
 
 
 def _set_torch_adam(net: str, bundle: Any, t_params: dict[str, Any], count: int, mu: Any, nu: Any) -> None:
@@ -407,13 +415,8 @@ def jax_to_torch(jax_agent: Any, torch_agent: Any, check_hyperparameters: bool =
             raise ConversionError(f"{net} JAX TrainState.step {int(js.step)} differs from its Adam count "
                                   f"{counts[net]}")
         t_params, t_stats = _torch_named(modules[net])
-        for kind, targets, tree in (("parameters", t_params, js.params), ("running statistics", t_stats,
-                                                                           js.batch_stats)):
-            flat = flatten_tree(flax.serialization.to_state_dict(tree))
-            _check_keys(net, kind, set(targets), set(flat))
-            for path, leaf in flat.items():
-                name = jax_path_to_torch_name(path)
-                _check_shape(net, name, tuple(targets[name].shape), np.shape(leaf))
+        _checked_flat(net, "parameters", t_params, js.params)
+        _checked_flat(net, "running statistics", t_stats, js.batch_stats)
     for net in NETWORKS:
         js = getattr(state, net)
         t_params, t_stats = _torch_named(modules[net])
