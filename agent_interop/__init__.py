@@ -2,8 +2,7 @@
 
 The only package that imports both agents; the agents never import each other. Modules:
 
-* ``agent_interop.convert``: the ``python -m agent_interop.convert`` command (every direction), re-exporting
-  ``agent_interop.torch_jax``;
+* ``agent_interop.convert``: the ``python -m agent_interop.convert`` command (every direction);
 * ``agent_interop.torch_jax``: the state converter (``torch_to_jax``, ``jax_to_torch``, checkpoint conversion) and
   ``make_agent_from_torch_init``;
 * ``agent_interop.upstream``: upstream FlashSAC's checkpoint layout in and out;
@@ -14,6 +13,6 @@ The only package that imports both agents; the agents never import each other. M
 * ``agent_interop.train``: ``python -m agent_interop.train --agent A --init-from B``, agent A's CLI with agent B's
   initial state for the same seed.
 
-Submodules are imported explicitly (``from agent_interop.convert import torch_to_jax``), so importing one side's
+Submodules are imported explicitly (``from agent_interop.torch_jax import torch_to_jax``), so importing one side's
 helpers does not import the other framework.
 """

@@ -1,7 +1,7 @@
 """``python -m agent_interop.convert DIRECTION SRC DST``: the project's one converter command.
 
-Between the two agents (``torch-to-jax`` / ``jax-to-torch``: ``agent_interop.torch_jax``, whose functions this module
-re-exports) and from / to upstream FlashSAC's checkpoint layout (``upstream-to-torch`` / ``upstream-to-jax`` /
+Between the two agents (``torch-to-jax`` / ``jax-to-torch``: ``agent_interop.torch_jax``, where the conversion
+functions live) and from / to upstream FlashSAC's checkpoint layout (``upstream-to-torch`` / ``upstream-to-jax`` /
 ``torch-to-upstream`` / ``jax-to-upstream``: ``agent_interop.upstream``).
 """
 
@@ -13,37 +13,13 @@ import numpy as np
 
 from agent_interop.synthetic import make_spaces
 from agent_interop.torch_jax import (
-    ADAM_HYPERPARAMETERS,
-    HYPERPARAMETER_KEYS,
     ConversionError,
     agent_dir_of,
-    check_compatible,
     convert_jax_checkpoint,
     convert_torch_checkpoint,
-    jax_path_to_torch_name,
-    jax_to_torch,
-    make_agent_from_torch_init,
-    make_torch_agent_from_jax_init,
-    torch_name_to_jax_path,
-    torch_to_jax,
 )
 
-__all__ = [
-    "ADAM_HYPERPARAMETERS",
-    "ConversionError",
-    "HYPERPARAMETER_KEYS",
-    "agent_dir_of",
-    "check_compatible",
-    "convert_jax_checkpoint",
-    "convert_torch_checkpoint",
-    "jax_path_to_torch_name",
-    "jax_to_torch",
-    "main",
-    "make_agent_from_torch_init",
-    "make_torch_agent_from_jax_init",
-    "torch_name_to_jax_path",
-    "torch_to_jax",
-]
+__all__ = ["main"]
 
 
 def _checkpoint_dims(src: str, source: str) -> tuple[int, int]:

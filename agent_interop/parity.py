@@ -5,7 +5,7 @@ GPU comparison script (real kernels). Both agents run their own, unmodified upda
 their inputs identical:
 
 * **weights and optimizer state**: the JAX agent gets the torch agent's full state through
-  ``agent_interop.convert.torch_to_jax`` (bitwise);
+  ``agent_interop.torch_jax.torch_to_jax`` (bitwise);
 * **batches**: the same numpy batch goes to both ``update`` methods;
 * **policy noise**: the JAX agent draws eps ~ N(0, I) from its PRNG key inside its jitted update; the harness
   draws the same eps outside (``jax_update_noise``: the agent's key split, then ``jax.random.normal``) and hands
@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from agent_interop.convert import torch_to_jax
 from agent_interop.synthetic import make_spaces
+from agent_interop.torch_jax import torch_to_jax
 from agent_interop.trees import named_arrays
 
 __all__ = [
@@ -184,7 +184,7 @@ def record_jax_gradients(jax_agent: Any) -> None:
     """Makes every trained JAX network keep its last gradient: ``tx`` becomes chain(record, tx).
 
     The recording transformation passes the gradient through unchanged, so the update is the agent's own; the
-    Adam and schedule states keep their values (nested one level deeper, where ``agent_interop.convert`` finds
+    Adam and schedule states keep their values (nested one level deeper, where ``agent_interop.torch_jax`` finds
     them).
     """
     s = jax_agent.state

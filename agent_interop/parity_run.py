@@ -173,7 +173,7 @@ def render_markdown(record: dict[str, Any]) -> str:
         f"jax precision {env['jax_default_matmul_precision']}). Command: `{record['command']}`.",
         "",
         "HalfCheetah-shaped agents (O = 17, A = 6) with the CPU-sim recipe's networks (actor 2x128, critic 2x256, "
-        "101 atoms), identical weights and optimizer state (agent_interop.convert), identical batches, shared "
+        "101 atoms), identical weights and optimizer state (agent_interop.torch_jax), identical batches, shared "
         f"policy noise. Bar for the op on identical inputs: max |diff| <= {OP_BAR:g}.",
         "",
     ]

@@ -29,7 +29,7 @@ same training under the same schedule.
 
 Typical use::
 
-    from agent_interop.convert import torch_to_jax, jax_to_torch
+    from agent_interop.torch_jax import torch_to_jax, jax_to_torch
     torch_to_jax(torch_agent, jax_agent)        # jax_agent now holds torch_agent's full state
     jax_to_torch(jax_agent, torch_agent)        # and back (bitwise round trip)
     convert_torch_checkpoint(src_dir, dst_dir, torch_agent, jax_agent)   # a saved torch checkpoint -> JAX one
@@ -72,11 +72,9 @@ __all__ = [
     "check_compatible",
     "convert_jax_checkpoint",
     "convert_torch_checkpoint",
-    "jax_path_to_torch_name",
     "jax_to_torch",
     "make_agent_from_torch_init",
     "make_torch_agent_from_jax_init",
-    "torch_name_to_jax_path",
     "torch_to_jax",
 ]
 

@@ -28,7 +28,7 @@ def _factory(agent: str):
 
     def make() -> AgentFactory:
         from agent_common.loop import strict_backend_as_config_error
-        from agent_interop.convert import make_agent_from_torch_init, make_torch_agent_from_jax_init
+        from agent_interop.torch_jax import make_agent_from_torch_init, make_torch_agent_from_jax_init
 
         if agent == "jax":
             from jax_impl import BackendUnavailable

@@ -261,7 +261,7 @@ class FlashSACAgent:
         return self._metrics(pending, self.update_step)
 
     def state_replaced(self) -> None:
-        """Call after something outside the agent replaced ``state`` (``agent_interop.convert``): the pending
+        """Call after something outside the agent replaced ``state`` (``agent_interop.torch_jax``): the pending
         metrics belong to the replaced state and are dropped, so the next ``update`` returns {}."""
         self._pending = None
 

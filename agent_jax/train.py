@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | No
     """Parses ``--overrides``, trains (or resumes with ``agent_load_path``) and returns the exit code.
 
     ``factory`` (lazily returns the agent factory) replaces the agent's own ``make_agent``, e.g. with
-    ``agent_interop.convert.make_agent_from_torch_init`` (``python -m agent_interop.train``)."""
+    ``agent_interop.torch_jax.make_agent_from_torch_init`` (``python -m agent_interop.train``)."""
     argv = sys.argv[1:] if argv is None else argv
     # Validate first (exit 2 naming the key, before any JAX work), then set XLA flags, then run the shared CLI.
     cfg = parse_args(argv, framework="jax", prog="python -m agent_jax.train")

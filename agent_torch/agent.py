@@ -357,7 +357,7 @@ class FlashSACAgent:
         return metrics
 
     def state_replaced(self) -> None:
-        """Call after anything replaced optimizer state or learning rates (``load``, ``agent_interop.convert``): the
+        """Call after anything replaced optimizer state or learning rates (``load``, ``agent_interop.torch_jax``): the
         learning rates go back into device tensors and the CUDA graphs are captured again from the new state."""
         for net in (self.actor, self.critic, self.temperature):
             net.ensure_lr_tensors()

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | No
     """Parses ``--overrides``, trains (or resumes with ``agent_load_path``) and returns the exit code.
 
     ``factory`` (lazily returns the agent factory) replaces the agent's own ``make_agent``, e.g. with
-    ``agent_interop.convert.make_torch_agent_from_jax_init`` (``python -m agent_interop.train``)."""
+    ``agent_interop.torch_jax.make_torch_agent_from_jax_init`` (``python -m agent_interop.train``)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     from agent_torch.distributed import launch_from_env
 

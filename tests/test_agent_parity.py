@@ -25,17 +25,6 @@ import optax
 import pytest
 import torch
 
-from agent_interop.convert import (
-    ConversionError,
-    convert_jax_checkpoint,
-    convert_torch_checkpoint,
-    jax_path_to_torch_name,
-    jax_to_torch,
-    make_agent_from_torch_init,
-    make_torch_agent_from_jax_init,
-    torch_name_to_jax_path,
-    torch_to_jax,
-)
 from agent_interop.parity import (
     jax_named_state,
     make_agent_pair,
@@ -47,7 +36,16 @@ from agent_interop.parity import (
     torch_named_state,
 )
 from agent_interop.synthetic import make_batch, make_spaces
-from agent_interop.trees import named_arrays
+from agent_interop.torch_jax import (
+    ConversionError,
+    convert_jax_checkpoint,
+    convert_torch_checkpoint,
+    jax_to_torch,
+    make_agent_from_torch_init,
+    make_torch_agent_from_jax_init,
+    torch_to_jax,
+)
+from agent_interop.trees import jax_path_to_torch_name, named_arrays, torch_name_to_jax_path
 
 torch.set_num_threads(1)
 

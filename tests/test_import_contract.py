@@ -236,7 +236,7 @@ BROKEN = [
     ("tests/test_report.py", "from bench.report import main\n", "bench-in-tests"),
     ("tests/test_agents_bench.py", "from bench import agents\n", "bench-in-tests"),
     ("tests/test_agent_parity.py", "def f():\n    import bench\n", "bench-in-tests"),
-    ("agent_interop/parity.py", "from agent_interop.convert import _flatten\n", "private-name"),
+    ("agent_interop/parity.py", "from agent_interop.torch_jax import _as_numpy\n", "private-name"),
     ("tests/test_agent_torch.py", "from agent_torch.state import _lr_tensors, Network\n", "private-name"),
     ("bench/report.py", "from bench.harness import _fast_p_table\n", "private-name"),
     ("tests/test_x.py", "from agent_test_utils import _helper\n", "private-name"),
@@ -276,7 +276,7 @@ def test_walker_accepts_the_allowed_imports(tmp_path):
         "tests/test_bench_harness.py": "from bench import harness\n",
         "tests/test_bench_agents.py": "import bench.agents\n",
         "tests/test_bench_kernel.py": "from bench.__main__ import main\n",
-        "tests/test_agent_parity.py": "from agent_interop.convert import torch_to_jax\nfrom tests.agent_test_utils "
+        "tests/test_agent_parity.py": "from agent_interop.torch_jax import torch_to_jax\nfrom tests.agent_test_utils "
                                       "import run_module\nfrom agent_test_utils import REPO\n",
         "tests/agent_test_utils.py": "REPO = '.'\ndef run_module(): pass\n",
     })

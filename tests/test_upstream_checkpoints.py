@@ -20,9 +20,9 @@ import torch
 from agent_common.config import ConfigError, load_config
 from agent_common.normalizer import RewardNormalizer
 from agent_interop import convert
-from agent_interop.convert import ConversionError, jax_to_torch, torch_to_jax
 from agent_interop.parity import torch_noise
 from agent_interop.synthetic import make_spaces
+from agent_interop.torch_jax import ConversionError, jax_to_torch, torch_to_jax
 from agent_interop.upstream import (
     detect_actor_head,
     export_upstream,
