@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 
@@ -37,25 +36,23 @@ from agent_jax.compilation_cache import jax_cache_env
 from bench.common import (
     TORCH_RECIPE_EXTRA,
     UPSTREAM_RECIPE,
+    cli_run_rates,
     environment,
     fmt,
     merge_overrides,
-    steady_rates,
     timed_run,
     tiny_defaults,
     train_command,
     write_results,
 )
 
-__all__ = ["FRAMEWORKS", "TINY", "main", "parse_result_line", "recipe", "summarize"]
+__all__ = ["FRAMEWORKS", "TINY", "main", "recipe", "summarize"]
 
 FRAMEWORKS = ("torch", "jax")
 # --tiny: tiny networks on the CPU.
 TINY = ["agent.actor_hidden_dim=8", "agent.critic_hidden_dim=8", "agent.actor_num_blocks=1",
         "agent.critic_num_blocks=1", "agent.sample_batch_size=8", "env.max_episode_steps=30", "num_threads=1",
         "agent.buffer_max_length=1000", "agent.device_type=cpu"]
-RESULT_RATES = {"env_steps_per_second": re.compile(r"\benv_steps/s=([0-9.]+)"),
-                "updates_per_second": re.compile(r"(?<![_a-z])updates/s=([0-9.]+)")}
 
 
 def recipe(framework: str, num_env_steps: int, buffer_min_length: int, log_every: int, tiny: bool,
@@ -69,19 +66,6 @@ def recipe(framework: str, num_env_steps: int, buffer_min_length: int, log_every
         ours.append("agent.buffer_device_type=auto")
     base = merge_overrides(base, ours + (TINY if tiny else []))
     return merge_overrides(base, extra)
-
-
-def parse_result_line(text: str) -> dict[str, float]:
-    """``env_steps_per_second`` and ``updates_per_second`` from the CLI's last result line ({} if absent)."""
-    lines = [line for line in text.splitlines() if line.startswith("[completed]")]
-    if not lines:
-        return {}
-    out = {}
-    for key, pattern in RESULT_RATES.items():
-        found = pattern.search(lines[-1])
-        if found:
-            out[key] = float(found.group(1))
-    return out
 
 
 def summarize(values: list[float]) -> dict[str, float | int]:
@@ -172,9 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         rec = timed_run(cmd, os.path.join(out, "logs", tag + ".log"), a.timeout_s, side_env[side])
         rec.update(framework=side, tag=tag, run_dir=run_dir)
         if rec["returncode"] == 0:
-            with open(rec["log"]) as f:
-                rec.update(parse_result_line(f.read()))
-            rec.update(steady_rates(run_dir))
+            rec.update(cli_run_rates(rec["log"], run_dir))
         print(f"  {tag}: rc={rec['returncode']} {rec['wall_s']:.1f} s "
               f"updates/s={rec.get('updates_per_second')} steady={rec.get('steady_updates_per_second')}", flush=True)
         return rec

@@ -8,7 +8,8 @@ Sections
                 (every variant's blocks in turn, so all variants see the same machine state), ``jit_loop`` (a
                 jitted loop of dependent calls: device time per call in JAX), ``capture_cuda_graph``.
     statistics  ``bootstrap_ci`` (percentile bootstrap, stratified over groups such as tasks).
-    runs        ``tensorboard_events`` / ``tensorboard_scalars``, ``steady_rates`` (a training run's steady rates).
+    runs        ``tensorboard_events`` / ``tensorboard_scalars``, ``steady_rates`` (a training run's steady rates),
+                ``parse_result_line`` (the rates of the CLI's closing line), ``cli_run_rates`` (both, for one run).
     reports     ``write_results`` (results.json + results.md), ``fmt``, ``speedup_plot``, ``section_markers``,
                 ``replace_readme_section`` (the generated sections of README.md).
     recipe      upstream's CPU-sim HalfCheetah recipe (``UPSTREAM_RECIPE``, ``TORCH_RECIPE_EXTRA``).
@@ -243,6 +244,37 @@ def steady_rates(run_dir: str) -> dict[str, float | int]:
         values = [v for s, v in series.get(tag, []) if s in steps]
         if values:
             out[key] = float(np.median(values))
+    return out
+
+
+# fields of the training CLI's closing line (agent_common.loop): "[completed] env_step=... env_steps/s=...
+# updates/s=... ... time_to_first_update=...s steady_updates/s=..."
+RESULT_LINE_FIELDS = {"env_steps_per_second": re.compile(r"\benv_steps/s=([0-9.]+)"),
+                      "updates_per_second": re.compile(r"(?<![_a-z])updates/s=([0-9.]+)"),
+                      "time_to_first_update_s": re.compile(r"\btime_to_first_update=([0-9.]+)s")}
+
+
+def parse_result_line(text: str) -> dict[str, float]:
+    """``env_steps_per_second``, ``updates_per_second`` (whole loop) and ``time_to_first_update_s`` from the last
+    ``[completed]`` line of a training CLI's output ``text`` (a field that is absent or not a number is left out;
+    no such line: {})."""
+    lines = [line for line in text.splitlines() if line.startswith("[completed]")]
+    if not lines:
+        return {}
+    out = {}
+    for key, pattern in RESULT_LINE_FIELDS.items():
+        found = pattern.search(lines[-1])
+        if found:
+            out[key] = float(found.group(1))
+    return out
+
+
+def cli_run_rates(log_path: str, run_dir: str) -> dict[str, float | int]:
+    """What a completed training CLI run measured: its closing line's numbers (``parse_result_line`` of the log at
+    ``log_path``) and its steady rates (``steady_rates`` of ``run_dir``)."""
+    with open(log_path) as f:
+        out: dict[str, float | int] = dict(parse_result_line(f.read()))
+    out.update(steady_rates(run_dir))
     return out
 
 

@@ -26,18 +26,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 import time
 
 from agent_jax.compilation_cache import jax_cache_env
-from bench.agents import parse_result_line
 from bench.common import (
     PAIRS,
+    cli_run_rates,
     environment,
     fmt,
     merge_overrides,
-    steady_rates,
     timed_run,
     tiny_defaults,
     train_command,
@@ -46,7 +44,6 @@ from bench.common import (
 
 __all__ = ["main", "overrides"]
 
-FIRST_UPDATE = re.compile(r"\btime_to_first_update=([0-9.]+)s")
 METRICS = ("steady_env_steps_per_second", "steady_updates_per_second", "env_steps_per_second", "updates_per_second",
            "time_to_first_update_s")
 # --tiny: what a CPU runs in seconds (short episodes, tiny networks, a small batch)
@@ -144,13 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         rec = timed_run(cmd, os.path.join(out, "logs", tag + ".log"), min(a.timeout_s, left), cache_env)
         rec.update(num_envs=num_envs, run_dir=run_dir)
         if rec["returncode"] == 0:
-            with open(rec["log"]) as f:
-                text = f.read()
-            rec.update(parse_result_line(text))
-            found = FIRST_UPDATE.findall(text)
-            if found:
-                rec["time_to_first_update_s"] = float(found[-1])
-            rec.update(steady_rates(run_dir))
+            rec.update(cli_run_rates(rec["log"], run_dir))
         print(f"  {tag}: rc={rec['returncode']} {rec['wall_s']:.1f} s steady env steps/s="
               f"{rec.get('steady_env_steps_per_second')} steady updates/s={rec.get('steady_updates_per_second')}",
               flush=True)

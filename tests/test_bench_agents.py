@@ -18,3 +18,15 @@ def test_tiny_run(tmp_path):
         assert "agent.categorical_target_backend=" + {"torch": "torch", "jax": "jax"}[r["framework"]] in r["cmd"]
     assert res["jax_over_torch_steady_updates"]["n"] == 1
     assert "JAX / torch steady updates/s" in (out / "results.md").read_text()
+
+
+def test_result_line_parsing():
+    from bench.common import parse_result_line
+
+    line = ("[completed] env_step=60 wall=3.0s env_steps/s=20.5 updates/s=10.0 update_ms=1.00 last_eval_return=1.0 "
+            "time_to_first_update={}s steady_updates/s=12.5")
+    text = "\n".join(["[completed] env_step=30 env_steps/s=1.0 updates/s=1.0", line.format("2.5"), "  run dir: x"])
+    assert parse_result_line(text) == {"env_steps_per_second": 20.5, "updates_per_second": 10.0,
+                                       "time_to_first_update_s": 2.5}
+    assert parse_result_line(line.format("nan")) == {"env_steps_per_second": 20.5, "updates_per_second": 10.0}
+    assert parse_result_line("[interrupted] env_step=30 env_steps/s=1.0 updates/s=1.0") == {}
