@@ -1,5 +1,6 @@
 """docs/flashsac.md's config-key table lists exactly the keys of the config schema, with their defaults; README.md's
-commands name modules, benchmark jobs and config keys that exist, its test command is CI's, its links resolve."""
+commands name modules, benchmark jobs and config keys that exist, its test command is CI's, its links resolve; every
+docs/*.md names only modules and benchmark jobs that exist, and its links resolve."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def test_table_check_catches_a_drift():
 # ------------------------------------------------------------------------------------------------------- README
 
 README = REPO / "README.md"
-MODULE = re.compile(r"python -m ([A-Za-z_][\w.]*)((?: [\w-]+)?)")
+MODULE = re.compile(r"python3? -m ([A-Za-z_][\w.]*)(?![\w.<])((?: [\w-]+)?)")  # not a pattern: agent_<framework>
 OVERRIDE = re.compile(r"--overrides ([\w.]+)=(?!value\b)")  # "key=value" is the syntax, not a key
 LINK = re.compile(r"\]\(([^)#:]+)\)")
 
@@ -123,19 +124,27 @@ def bench_jobs() -> set[str]:
     raise AssertionError("bench/__main__.py defines no JOBS")
 
 
-def readme_problems(text: str) -> list[str]:
-    """Commands naming a module that does not exist, a benchmark job that is not in JOBS or a config key that is not in
-    the schema; links to files that do not exist; a test command other than CI's; more than 200 lines."""
+def command_problems(text: str, base: Path = REPO) -> list[str]:
+    """``python -m`` commands naming a module that does not exist or a benchmark job that is not in JOBS; links
+    (relative to ``base``) to files that do not exist."""
     problems = []
-    jobs, keys = bench_jobs(), set(schema_defaults())
+    jobs = bench_jobs()
     for module, arg in MODULE.findall(text):
         if importlib.util.find_spec(module.split(".")[0]) is None or (
                 "." in module and not (REPO / (module.replace(".", "/") + ".py")).is_file()):
             problems.append(f"no module {module}")
         elif module == "bench" and arg.strip() and not arg.strip().startswith("-") and arg.strip() not in jobs:
             problems.append(f"no benchmark job {arg.strip()!r}")
+    problems += [f"link to a missing file {p}" for p in LINK.findall(text) if not (base / p).exists()]
+    return problems
+
+
+def readme_problems(text: str) -> list[str]:
+    """``command_problems``; config keys that are not in the schema; a test command other than CI's; more than 200
+    lines."""
+    problems = command_problems(text)
+    keys = set(schema_defaults())
     problems += [f"no config key {k}" for k in OVERRIDE.findall(text) if k not in keys]
-    problems += [f"link to a missing file {p}" for p in LINK.findall(text) if not (REPO / p).exists()]
     ci = re.search(r"python3? -m pytest[^\n]*", (REPO / ".ci" / "run").read_text())
     if ci is None or ci.group(0).replace("python3 ", "python ") not in text:
         problems.append(f"the test command is not CI's ({ci.group(0) if ci else 'none in .ci/run'})")
@@ -157,7 +166,29 @@ def test_readme_check_catches_a_broken_command():
               .replace("(docs/agents.md)", "(docs/agent.md)", 1)
               .replace("-n 2 --dist loadfile", "-n 4", 1))
     assert readme_problems(broken) == [
-        "no module agent_torch.trian", "no benchmark job 'kernels'", "no config key sed",
-        "link to a missing file docs/agent.md", "the test command is not CI's (python3 -m pytest -q -n 2 --dist "
+        "no module agent_torch.trian", "no benchmark job 'kernels'", "link to a missing file docs/agent.md",
+        "no config key sed", "the test command is not CI's (python3 -m pytest -q -n 2 --dist "
         "loadfile)"]
     assert readme_problems(text + "\n" * 200)[-1].endswith("lines (at most 200)")
+
+
+# --------------------------------------------------------------------------------------------------------- docs/
+
+DOCS = sorted((REPO / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
+def test_docs_commands_and_links_exist(doc):
+    problems = command_problems(doc.read_text(), doc.parent)
+    assert not problems, f"docs/{doc.name}:\n" + "\n".join(problems)
+
+
+def test_docs_check_catches_a_removed_module_and_a_broken_link():
+    text = (REPO / "docs" / "kernel_notes.md").read_text()
+    assert "python -m bench kernel-validate" in text and "(../shared_spec/SPEC.md)" in text
+    broken = (text.replace("python -m bench kernel-validate", "python3 -m bench.gpu_bitwise", 1)
+              .replace("python -m bench kernel-speed", "python -m bench kernel-sped", 1)
+              .replace("(../shared_spec/SPEC.md)", "(shared_spec/SPEC.md)", 1))
+    assert command_problems(broken, REPO / "docs") == [
+        "no module bench.gpu_bitwise", "no benchmark job 'kernel-sped'", "link to a missing file shared_spec/SPEC.md"]
+    assert command_problems("python -m agent_<framework>.train --overrides ...") == []  # a pattern, not a module

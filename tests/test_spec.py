@@ -150,7 +150,7 @@ def test_tiles_per_program_grow_with_b_on_the_gpu_only(monkeypatch):
     wider than one warp and interpret mode keep one tile per program."""
     from shared_spec import launch_config as lc
 
-    # the pinned knobs (docs/kernel_notes.md, the H200 sweeps)
+    # the pinned knobs (docs/kernel_notes.md section 6)
     assert (lc.GPU_MAX_RPP, lc.GPU_PAIR_MAX_RPP, lc.GPU_PAIR_MIN_B, lc.GPU_PAIR_BLOCK_N) == (16, 4, 2048, 128)
     cfg = {B: kernel_config(B, 101, False) for B in (1, 512, 2047, 2048, 65536, 1 << 20)}
     assert [(c["BR"], c["num_warps"], c["Q"]) for c in cfg.values()] == [(1, 1, 32)] * 3 + [(2, 1, 16)] * 3
