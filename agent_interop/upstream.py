@@ -170,6 +170,21 @@ def _param_names(state_dict: dict[str, Any]) -> list[str]:
     return [k for k in state_dict if k.rsplit(".", 1)[-1] not in _BUFFERS]
 
 
+def _reorder_optimizer_state(state: dict[int, Any], from_names: list[str], to_names: list[str]) -> dict[int, Any]:
+    """A torch optimizer's per-parameter ``state`` keyed by position in ``from_names`` -> keyed by position in
+    ``to_names`` (the same names, this project's spelling, in the other side's parameter order). Tensors are copied
+    to the CPU; parameters without state stay without."""
+    import torch
+
+    position = {name: i for i, name in enumerate(from_names)}
+    out = {}
+    for j, name in enumerate(to_names):
+        entry = state.get(position[name])
+        if entry is not None:
+            out[j] = {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
+    return out
+
+
 def _schedule_lr(cfg: Any, step: int) -> float:
     from agent_common.schedule import warmup_cosine_decay
 
@@ -190,7 +205,6 @@ def import_upstream(files: dict[str, Any], torch_agent: Any, normalizer: Any | N
     Returns:
         What was imported: {"update_step", "actor_head" (detected), "schedule_steps", "reward_normalizer"}.
     """
-    import torch
 
     head, why = detect_actor_head(files["actor"]["network_state_dict"])
     agent_head = torch_agent.actor.module.head
@@ -240,12 +254,7 @@ def import_upstream(files: dict[str, Any], torch_agent: Any, normalizer: Any | N
         group = opt["param_groups"][0]
         if len(opt["param_groups"]) != 1 or list(group["params"]) != list(range(len(up_names))):
             raise ConversionError(f"upstream {net} optimizer has an unexpected parameter grouping")
-        index_of = {name: i for i, name in enumerate(up_names)}
-        state = {}
-        for i, name in enumerate(our_names):
-            entry = opt["state"].get(index_of[name])
-            if entry is not None:
-                state[i] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
+        state = _reorder_optimizer_state(opt["state"], up_names, our_names)
         ours_opt = bundle.optimizer.state_dict()
         step = int(sched["last_epoch"])
         lr = float(sched["_last_lr"][0])
@@ -315,13 +324,7 @@ def export_upstream(torch_agent: Any, dst: str, normalizer_state: dict[str, Any]
             our_names = [n for n, _ in module.named_parameters()]
             up_names = [upstream_to_torch_name(net, n) for n in _param_names(up_state)]
             saved = bundle.optimizer.state_dict()
-            position = {name: i for i, name in enumerate(our_names)}
-            states = {}
-            for j, name in enumerate(up_names):
-                entry = saved["state"].get(position[name])
-                if entry is not None:
-                    states[j] = {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v
-                                 for k, v in entry.items()}
+            states = _reorder_optimizer_state(saved["state"], our_names, up_names)
             group = dict(saved["param_groups"][0])
             lr = float(group["lr"])
             group.update(lr=lr, initial_lr=peak, fused=False, foreach=None, capturable=False,
