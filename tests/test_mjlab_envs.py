@@ -9,6 +9,7 @@ file. The first run on a machine compiles MuJoCo Warp's kernels (about a minute 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -106,6 +107,21 @@ def test_missing_extra_is_one_line_with_the_install_line(monkeypatch):
         load_config([f"{k}={v}" for k, v in BASE.items()], "torch")
     assert str(err.value) == ("invalid value 'mjlab' for 'env.env_type': mjlab's tasks need the mjlab extra (pip "
                               "install -c constraints/ci.txt -e \".[mjlab]\"); not installed: mjlab")
+
+
+def test_the_torch_cli_sets_no_xla_flags_for_mjlab(monkeypatch, extra):
+    """mjlab steps no JAX: the torch CLI leaves XLA_FLAGS alone (it sets them for MJX)."""
+    import sys
+
+    from agent_torch.train import configure_mjx_xla
+
+    monkeypatch.setattr(schema, "mjx_missing", lambda: [])
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    configure_mjx_xla(build_config(BASE, "torch"))
+    assert "XLA_FLAGS" not in os.environ
+    configure_mjx_xla(build_config({"env.env_type": "mjx", "env.env_name": "halfcheetah"}, "torch"))
+    assert "--xla_gpu_enable_command_buffer" in os.environ["XLA_FLAGS"]
 
 
 @needs_mjlab
