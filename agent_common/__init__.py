@@ -18,13 +18,14 @@ Modules
                 ``config.yaml``), ``AverageMeter``, ``read_eval_csv``.
     checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``,
                 checkpoint discovery by scanning, crash recovery, pruning, ``CheckpointError``, ``DiskFullError``.
-    recipes     standard library only: the named recipes (``--recipe smoke | gym | mjx | dmc | playground``).
+    recipes     standard library only: the named recipes (``--recipe smoke | gym | mjx | dmc | playground |
+                mjlab``).
     run         what both drivers share: ``TrainResult``, ``StopFlag``, ``prepare_run_dir``, ``kept_on_resume``.
     protocol    ``Agent`` (what the loop calls), ``Capabilities`` (its optional parts), ``check_agent``.
     loop        ``train(cfg, make_agent) -> TrainResult`` and ``run_cli(argv, framework, factory_loader)``.
-    vector_loop ``train_vector(cfg, make_trainer, framework)``: the device driver (``env.env_type`` mjx or
-                mujoco_playground) over an agent's ``VectorTrainer`` (chunks of interaction steps on the device;
-                evaluation, logging, checkpoints between).
+    vector_loop ``train_vector(cfg, make_trainer, framework)``: the device driver (``env.env_type`` mjx,
+                mujoco_playground or mjlab) over an agent's ``VectorTrainer`` (chunks of interaction steps on the
+                device; evaluation, logging, checkpoints between).
     plot        ``python -m agent_common.plot <run_dir> [--reference published.csv]`` -> ``learning_curve.png``.
 
 Agent interface (what ``loop.train`` calls; ``agent_common.protocol``: the protocols and their check; both frameworks

@@ -296,8 +296,8 @@ def parse_args(
     set_train_program(prog or f"python -m agent_{framework}.train")
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Train FlashSAC on gym-MuJoCo, DeepMind Control, MJX or MuJoCo Playground (env.env_type). Every "
-        "config key below is set with --overrides KEY=VALUE; null means derived or taken from the named key.",
+        description="Train FlashSAC on gym-MuJoCo, DeepMind Control, MJX, MuJoCo Playground or mjlab (env.env_type). "
+        "Every config key below is set with --overrides KEY=VALUE; null means derived or taken from the named key.",
         epilog=recipes_help() + "\n\n" + config_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -8,6 +8,8 @@ MJX environments (``mjx_envs.recipe``) and the benchmarks take their recipes fro
     gym    upstream's gymnasium MuJoCo recipe: HalfCheetah-v4, 1M env steps, batch 512 (the config's defaults)
     mjx    upstream's GPU-simulator recipe on MJX: 1024 envs, batch 2048, 2 updates per interaction step, the
            replay rows on the GPU (10M rows, updates after 100k), AMP for the torch agent
+    mjlab  upstream's mjlab recipe (the torch agent, MuJoCo Warp): the GPU-simulator values on
+           Mjlab-Velocity-Flat-Unitree-G1
 
 The GPU-simulator recipe keeps the gymnasium recipe's γ = 0.99 and n-step 1 (the Brax locomotion tasks are the
 gym-MuJoCo ones); AMP applies to the torch agent only (the JAX agent has none and rejects it).
@@ -91,10 +93,22 @@ RECIPES: dict[str, Recipe] = {
          "agent.buffer_min_length=100_000", "agent.buffer_device_type=cuda", "gamma=0.97", "n_step=1"),
         {"torch": (TORCH_AMP,)},
     ),
+    "mjlab": Recipe(
+        "upstream's mjlab recipe (scripts/run_mjlab.sh; Mjlab-Velocity-Flat-Unitree-G1, torch agent): 1024 envs, "
+        "batch 2048, UTD 2, AMP, n-step 1 (upstream 3)",
+        ("env.env_type=mjlab", "env.env_name=Mjlab-Velocity-Flat-Unitree-G1", "env.rescale_action=false",
+         "num_train_envs=1024", "num_eval_envs=1024", "num_eval_episodes=1024", "num_env_steps=50_000_896",
+         "updates_per_interaction_step=2", "agent.sample_batch_size=2048", "agent.buffer_max_length=10_000_000",
+         "agent.buffer_min_length=100_000", "agent.buffer_device_type=cuda", "gamma=0.99", "n_step=1"),
+        {"torch": (TORCH_AMP,)},
+    ),
 }
 """Recipe name -> recipe. The ``--help`` of both training CLIs lists them. ``dmc`` and ``playground`` take another
 task with ``--overrides env.env_name=<task>``; upstream's Playground recipe also feeds the critic Playground's
-``privileged_state`` (``agent.asymmetric_observation``), which these agents do not have: both train on ``state``."""
+``privileged_state`` (``agent.asymmetric_observation``), which these agents do not have: both train on ``state``.
+``mjlab`` is upstream's recipe but for n-step returns: upstream uses n = 3, the device replay of the vector loop
+stores one-step transitions (n = 1); its evaluation runs 1024 episodes on 1024 evaluation envs of their own
+(upstream evaluates on the training envs and resets them afterwards)."""
 
 
 def unknown_recipe(name: object) -> str:

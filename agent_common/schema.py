@@ -35,6 +35,8 @@ __all__ = [
     "MJX_TASKS",
     "MJX_TRAINING_FRAMEWORKS",
     "MENAGERIE_ENV",
+    "MJLAB_EXTRA_MODULES",
+    "MJLAB_TASKS",
     "PLAYGROUND_DM_TASKS",
     "PLAYGROUND_EXTRA_MODULES",
     "PLAYGROUND_LOCOMOTION_TASKS",
@@ -55,6 +57,7 @@ __all__ = [
     "field_docs",
     "dmc_missing",
     "menagerie_problem",
+    "mjlab_missing",
     "mjx_missing",
     "playground_missing",
     "config_to_dict",
@@ -112,6 +115,17 @@ PLAYGROUND_TASKS: tuple[str, ...] = PLAYGROUND_DM_TASKS + tuple(PLAYGROUND_LOCOM
 PLAYGROUND_EXTRA_MODULES: tuple[str, ...] = ("jax", "mujoco_playground", "mujoco_mjx")
 """What ``env.env_type=mujoco_playground`` needs (the ``playground`` extra)."""
 
+MJLAB_TASKS: tuple[str, ...] = (
+    "Mjlab-Velocity-Flat-Unitree-G1", "Mjlab-Velocity-Rough-Unitree-G1", "Mjlab-Velocity-Flat-Unitree-Go1",
+    "Mjlab-Velocity-Rough-Unitree-Go1", "Mjlab-Lift-Cube-Yam", "Mjlab-Cartpole-Balance", "Mjlab-Cartpole-Swingup",
+)
+"""mjlab tasks (``env.env_type=mjlab``, torch agent): upstream's (scripts/run_mjlab.sh), assets in mjlab's wheel.
+mjlab's other tasks observe camera images or need motion files (tests/test_mjlab_envs.py checks the list against the
+installed mjlab)."""
+
+MJLAB_EXTRA_MODULES: tuple[str, ...] = ("mjlab",)
+"""What ``env.env_type=mjlab`` needs (the ``mjlab`` extra)."""
+
 MENAGERIE_ENV = "MUJOCO_MENAGERIE_PATH"
 """Environment variable with a MuJoCo Menagerie checkout, used when ``env.menagerie_path`` is null."""
 
@@ -120,10 +134,11 @@ ENV_TYPES: dict[str, tuple[str, ...]] = {
     "mjx": MJX_TASKS,
     "dmc": DMC_TASKS,
     "mujoco_playground": PLAYGROUND_TASKS,
+    "mjlab": MJLAB_TASKS,
 }
 """``env.env_type`` values and the ``env.env_name`` values each allows."""
 
-VECTOR_ENV_TYPES: tuple[str, ...] = ("mjx", "mujoco_playground")
+VECTOR_ENV_TYPES: tuple[str, ...] = ("mjx", "mujoco_playground", "mjlab")
 """The env types stepped on the device by ``agent_common.vector_loop`` (the others by the gymnasium loop)."""
 
 MJX_TRAINING_FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
@@ -183,13 +198,14 @@ class _Freezable:
 class EnvConfig(_Freezable):
     """``env.*`` keys (upstream ``configs/env/mujoco.yaml``)."""
 
-    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx | mujoco_playground (vector_loop) | dmc (dm_control)
+    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx | mujoco_playground | mjlab (vector_loop) | dmc (dm_control)
     env_name: str = "HalfCheetah-v4"  # one of ENV_TYPES[env_type]
     rescale_action: bool = True  # RescaleAction to [-1, 1] (the paper-era actor assumes [-1, 1])
     max_episode_steps: int | None = None  # null or <= 0 keeps the task's TimeLimit (1000; DMC: 1000)
     num_train_envs: int | None = None  # null -> top-level num_train_envs (upstream interpolation)
     num_eval_envs: int | None = None  # null -> top-level num_eval_envs
     menagerie_path: str | None = None  # Menagerie checkout (Playground locomotion); null: $MUJOCO_MENAGERIE_PATH
+    device: str | None = None  # mjlab: the simulator's torch device (cpu | cuda | cuda:N); null: the agent's device
 
 
 @dataclass
@@ -715,6 +731,11 @@ def _validate(cfg: Config, framework: str) -> None:
         _validate_mjx(cfg)
     if cfg.env.env_type == "mujoco_playground":
         _validate_playground(cfg)
+    if cfg.env.env_type == "mjlab":
+        _validate_mjlab(cfg, framework)
+    else:
+        _require(cfg.env.device is None, "env.device", cfg.env.device,
+                 f"is the mjlab simulator's device; leave it null with env.env_type={cfg.env.env_type}")
     if cfg.env.env_type == "dmc":
         missing = dmc_missing()
         if missing:
@@ -872,6 +893,31 @@ def _validate_playground(cfg: Config) -> None:
     problem = menagerie_problem(cfg.env.env_name, path)
     if problem:
         raise ConfigError(f"invalid value {path!r} for 'env.menagerie_path': {problem}")
+    _validate_vector(cfg)
+
+
+def mjlab_missing() -> list[str]:
+    """The modules of ``MJLAB_EXTRA_MODULES`` that are not installed (found without importing them)."""
+    return _missing_modules(MJLAB_EXTRA_MODULES)
+
+
+def _validate_mjlab(cfg: Config, framework: str) -> None:
+    """``env.env_type=mjlab``: the torch agent, the extra, actions left to the task, the simulator's device, and the
+    vectorised env count (as ``mjx``)."""
+    _require(framework == "torch", "env.env_type", cfg.env.env_type,
+             f"mjlab steps MuJoCo Warp from torch and is wired into the torch agent only (got the {framework} agent); "
+             "train it with python -m agent_torch.train")
+    missing = mjlab_missing()
+    if missing:
+        raise ConfigError(
+            f"invalid value 'mjlab' for 'env.env_type': mjlab's tasks need the mjlab extra "
+            f"(pip install -c constraints/ci.txt -e \".[mjlab]\"); not installed: {', '.join(missing)}"
+        )
+    _require(not cfg.env.rescale_action, "env.rescale_action", cfg.env.rescale_action,
+             "mjlab tasks take actions in [-1, 1] and scale them themselves; set env.rescale_action=false")
+    device = cfg.env.device
+    _require(device is None or re.fullmatch(r"cpu|cuda(:\d+)?", device) is not None, "env.device", device,
+             "must be null (the agent's device), cpu, cuda or cuda:N")
     _validate_vector(cfg)
 
 

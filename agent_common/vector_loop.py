@@ -348,8 +348,8 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
         DiskFullError: the disk filled up while writing a checkpoint.
     """
     if replicas.world_size > 1:
-        raise ConfigError(f"env.env_type=mjx runs in one process (got {replicas.world_size} replicas): the envs, the "
-                          "replay and the update share one device; start it without torchrun")
+        raise ConfigError(f"env.env_type={cfg.env.env_type} runs in one process (got {replicas.world_size} replicas): "
+                          "the envs, the replay and the update share one device; start it without torchrun")
     prepare_run_dir(cfg, framework)
     run_dir = cfg.save_path or "."
     if cfg.agent_load_path is not None:

@@ -53,10 +53,11 @@ def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | No
 
 
 def configure_mjx_xla(cfg: Config) -> None:
-    """With ``env.env_type=mjx``, before any JAX work: ``XLA_FLAGS`` for the JAX side that steps the environments
-    (``mjx_envs.recipe.mjx_xla_flags``: MJX's solver loops on the device; deterministic ops with
-    ``deterministic=true``). Nothing when JAX is imported already (XLA may have read its flags)."""
-    if cfg.env.env_type in VECTOR_ENV_TYPES and "jax" not in sys.modules:
+    """With ``env.env_type`` mjx or mujoco_playground (mjlab needs no JAX), before any JAX work: ``XLA_FLAGS`` for
+    the JAX side that steps the environments (``mjx_envs.recipe.mjx_xla_flags``: MJX's solver loops on the device;
+    deterministic ops with ``deterministic=true``). Nothing when JAX is imported already (XLA may have read its
+    flags)."""
+    if cfg.env.env_type in VECTOR_ENV_TYPES and cfg.env.env_type != "mjlab" and "jax" not in sys.modules:
         os.environ["XLA_FLAGS"] = mjx_xla_flags(os.environ.get("XLA_FLAGS", ""), cfg.deterministic)
 
 

@@ -1,14 +1,16 @@
-"""The torch agent on MJX environments (``env.env_type=mjx``): the torch side of the MJX driver
-(``agent_common.vector_loop``). The environments step in JAX, everything else runs in torch, and the two share
-device memory through DLPack.
+"""The torch agent on device-stepped environments (``env.env_type`` mjx, mujoco_playground or mjlab): the torch side
+of the vector driver (``agent_common.vector_loop``). MJX and MuJoCo Playground environments step in JAX and share
+device memory with torch through DLPack (``mjx_envs.torch_view.TorchEnv``); mjlab's step in MuJoCo Warp and return
+torch tensors themselves (``agent_torch.mjlab_env.MjlabVecEnv``). The trainer takes either through one small
+interface, ``TorchVectorEnv``.
 
 One interaction step (``TorchVectorTrainer.advance``), with no host round trip:
 
 1. the action: uniform random from a torch generator while the replay holds fewer than ``agent.buffer_min_length``
    rows, else the policy on the current observation with device zeta noise (``agent.act_device``: a CUDA-graph
    replay on CUDA);
-2. the environments' jitted step (``MjxVecEnv.jit_step``, all envs at once) on that action, handed to JAX as a view
-   (``mjx_envs.torch_view.TorchEnv.step``); its outputs come back as torch views;
+2. the environments' step on that action, all envs at once (MJX: the jitted ``MjxVecEnv.jit_step``, the action
+   handed to JAX as a view, its outputs back as torch views; mjlab: its own torch step);
 3. the E rows written into the device replay (``on_device.DeviceReplay``; the one copy), the reward statistics
    updated on the device (``on_device.DeviceRewardNormalizer``);
 4. once the replay can sample, ``updates_per_interaction_step`` updates, each on a batch sampled on the device with
@@ -17,13 +19,14 @@ One interaction step (``TorchVectorTrainer.advance``), with no host round trip:
 DLPack orders the two frameworks' GPU streams: JAX's step waits for torch's action, torch's reads wait for the step's
 outputs (so the next step's action, which may overwrite a graph's output, is computed after the step read it). The
 torch views of JAX arrays are only read (JAX arrays are immutable). The JAX side (env state, jitted calls, DLPack)
-is ``mjx_envs.torch_view.TorchEnv``; this module is torch only.
+is ``mjx_envs.torch_view.TorchEnv``, imported only for MJX and Playground runs; this module is torch only.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -36,28 +39,81 @@ from agent_torch.agent import FlashSACAgent, make_agent, resolve_device
 from agent_torch.distributed import local_device
 from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator
 from agent_torch.replay import TensorRowStorage
-from mjx_envs.env import MjxVecEnv
-from mjx_envs.playground import cached_vector_env
-from mjx_envs.torch_view import TorchEnv, jax_device_for
 from torch_impl import BackendUnavailable
 
-__all__ = ["TorchVectorTrainer", "make_vector_trainer"]
+__all__ = ["TorchVectorEnv", "TorchVectorTrainer", "make_vector_trainer"]
 
 _EVAL_KEY_STREAM = 1  # the eval envs' key is derived from the seed's (TorchEnv's stream)
 _EVAL_CHECK_EVERY = 16  # eval steps between read-backs of "has every env finished an episode"
 
 
-class TorchVectorTrainer:
-    """The torch agent's ``VectorTrainer`` (``agent_common.vector_loop``) on MJX environments (see the module doc).
+class TorchVectorEnv(Protocol):
+    """``num_envs`` copies of a task stepped from torch on the agent's device (``mjx_envs.torch_view.TorchEnv``,
+    ``agent_torch.mjlab_env.MjlabVecEnv``).
 
-    Args:
-        cfg: the run's config (``env.env_type=mjx``).
-        agent: the torch agent (its device is where the replay rows, statistics and noise live).
-        train_env: ``num_train_envs`` copies of the task.
-        eval_env: ``num_eval_envs`` copies (``train_env`` itself when the counts match: one compilation).
+    Attributes:
+        num_envs: E.
+        observation_size: O.
+        action_size: A.
+        action_low: (A,) float32 action lower bounds.
+        action_high: (A,) float32 action upper bounds.
+        max_episode_steps: the longest episode (evaluation steps at most this many times).
+        jax_device: where the envs step, in words (the trainer's ``compute path:`` line).
+        exact_state: whether ``state_dict`` holds the complete env state (False: a resume starts new episodes).
     """
 
-    def __init__(self, cfg: Config, agent: FlashSACAgent, train_env: MjxVecEnv, eval_env: MjxVecEnv) -> None:
+    num_envs: int
+    observation_size: int
+    action_size: int
+    action_low: np.ndarray
+    action_high: np.ndarray
+    max_episode_steps: int
+    jax_device: Any
+    exact_state: bool
+
+    def observation(self) -> torch.Tensor:
+        """(E, O) float32 current observation (only read by the caller)."""
+        ...
+
+    def reset(self) -> torch.Tensor:
+        """Fresh episodes in every env; returns the (E, O) observation."""
+        ...
+
+    def step(self, action: torch.Tensor) -> Any:
+        """One step of every env on (E, A) float32 actions; returns (E, ...) float32 tensors ``obs`` (the reset
+        observation where an episode ended), ``reward``, ``terminated``, ``truncated`` (0 / 1) and ``final_obs``
+        (the true successors), only read by the caller."""
+        ...
+
+    def compile_step(self) -> None:
+        """Compiles the step ahead of the first one (may run on another thread)."""
+        ...
+
+    def block_until_ready(self) -> None:
+        """Waits for the envs' pending device work."""
+        ...
+
+    def state_dict(self) -> Any:
+        """The env state as picklable host values."""
+        ...
+
+    def load_state_dict(self, state: Any) -> None:
+        """Restores ``state_dict`` output; raises ``ValueError`` for a state of other envs."""
+        ...
+
+
+class TorchVectorTrainer:
+    """The torch agent's ``VectorTrainer`` (``agent_common.vector_loop``) on device-stepped envs (see the module doc).
+
+    Args:
+        cfg: the run's config (``env.env_type`` mjx, mujoco_playground or mjlab).
+        agent: the torch agent (its device is where the replay rows, statistics and noise live).
+        train_env: ``num_train_envs`` copies of the task.
+        eval_env: ``num_eval_envs`` copies, with a state of their own.
+    """
+
+    def __init__(self, cfg: Config, agent: FlashSACAgent, train_env: TorchVectorEnv,
+                 eval_env: TorchVectorEnv) -> None:
         a = cfg.agent
         seed = int(cfg.seed)
         self.cfg, self.agent = cfg, agent
@@ -75,8 +131,7 @@ class TorchVectorTrainer:
         self.action_high = torch.as_tensor(train_env.action_high, device=self.device)  # (A,)
         self.batch_size = int(a.sample_batch_size)
         self.updates_per_step = int(cfg.updates_per_interaction_step)
-        self.train_env = TorchEnv(train_env, self.device, seed)
-        self.eval_env = TorchEnv(eval_env, self.device, seed, stream=_EVAL_KEY_STREAM)
+        self.train_env, self.eval_env = train_env, eval_env
         self.obs = self.train_env.observation()  # (E, O) view
         self._precompiling: threading.Thread | None = None
         self._eval_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # evaluate's accumulators
@@ -144,8 +199,11 @@ class TorchVectorTrainer:
     def info(self) -> dict[str, float | str]:
         """The agent's ``info()``, its ``compile/path`` extended by how the environments step."""
         info = self.agent.info()
-        info["compile/path"] = (f"{info['compile/path']}; MJX envs: jitted JAX step on {self.train_env.jax_device}, "
-                                "DLPack views both ways, replay rows on the agent's device")
+        if isinstance(self.train_env.jax_device, str):  # a torch-native simulator names itself
+            envs = f"envs: {self.train_env.jax_device}, its torch tensors read in place"
+        else:
+            envs = f"MJX envs: jitted JAX step on {self.train_env.jax_device}, DLPack views both ways"
+        info["compile/path"] = f"{info['compile/path']}; {envs}, replay rows on the agent's device"
         return info
 
     # ------------------------------------------------------------------------------------------------ evaluation
@@ -159,7 +217,7 @@ class TorchVectorTrainer:
         (``_eval_step``: a CUDA-graph replay on CUDA). The host reads a flag every 16 steps (have all envs
         finished?) and the returns once at the end."""
         env = self.eval_env
-        num_envs, limit = env.env.num_envs, env.env.max_episode_steps
+        num_envs, limit = env.num_envs, env.max_episode_steps
         rounds = max(1, num_episodes // num_envs) if num_episodes > 0 else 0
         if rounds == 0:
             return {}
@@ -236,6 +294,11 @@ class TorchVectorTrainer:
         self.replay.load_state_dict(state["replay"])
         if self.cfg.agent.load_reward_normalizer:
             self.normalizer.load_state_dict(state["reward_normalizer"])
+        if not self.train_env.exact_state:  # the envs start new episodes: so do their running returns
+            self.normalizer.G.zero_()
+            print(f"warning: {self.cfg.env.env_type} envs: the simulator state is not saved in checkpoints, so the "
+                  "resumed run starts new episodes in every env (the agent, replay rows, reward statistics, noise "
+                  "and counters are restored)", file=sys.stderr, flush=True)
         self.noise.load_state_dict(state["noise"])
         self.warmup.set_state(state["warmup_generator"])
 
@@ -248,34 +311,82 @@ class TorchVectorTrainer:
         self.replay.load_rows(None if state is None else state["rows"])
 
     def close(self) -> None:
-        """Waits for a background compilation and the device (the envs are cached per process and stay)."""
+        """Waits for a background compilation and the device (MJX envs are cached per process and stay; mjlab envs
+        are closed)."""
         if self._precompiling is not None:
             self._precompiling.join()
             self._precompiling = None
         self._sync()
+        for env in {id(self.train_env): self.train_env, id(self.eval_env): self.eval_env}.values():
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
 
 
 def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
-    """``VectorFactory`` of the torch agent: the MJX or Playground envs (``cached_vector_env``: one per shape in a
-    process), the agent and the trainer.
+    """``VectorFactory`` of the torch agent: the envs (MJX or Playground: ``cached_vector_env``, one per shape in a
+    process, stepped through ``TorchEnv``; mjlab: ``MjlabVecEnv``), the agent and the trainer.
 
     Raises:
         ConfigError: ``agent.buffer_device_type=cpu`` (the replay rows live on the agent's device, with the envs),
-            ``agent.device_type`` naming a device that torch or JAX cannot use, or a strict categorical-target
-            backend that cannot run here; before any env step.
+            ``agent.device_type`` (or ``env.device``) naming a device that torch (or JAX, for MJX) cannot use, or a
+            strict categorical-target backend that cannot run here; before any env step.
     """
+    env_type = cfg.env.env_type
     if cfg.agent.buffer_device_type == "cpu":
-        raise ConfigError("invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx the torch agent "
-                          "keeps the replay rows on its device, with the envs; use auto or cuda")
-    try:  # the agent's device and JAX's view of it, before any env work
-        jax_device_for(local_device(resolve_device(cfg.agent.device_type)))
+        raise ConfigError(f"invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type={env_type} the torch "
+                          "agent keeps the replay rows on its device, with the envs; use auto or cuda")
+    try:
+        device = local_device(resolve_device(cfg.agent.device_type))
     except (RuntimeError, ValueError) as exc:
         raise ConfigError(f"invalid value {cfg.agent.device_type!r} for 'agent.device_type': {exc}") from None
-    env_cfg = cfg.env
-    train_env = cached_vector_env(env_cfg, int(cfg.num_train_envs))
-    eval_env = cached_vector_env(env_cfg, int(cfg.num_eval_envs))
+    if env_type == "mjlab":
+        train_env, eval_env = _mjlab_envs(cfg, device)
+    else:
+        train_env, eval_env = _mjx_envs(cfg, device)
     obs_space = gym.spaces.Box(-np.inf, np.inf, (train_env.observation_size,), np.float32)
     act_space = gym.spaces.Box(train_env.action_low, train_env.action_high, dtype=np.float32)
-    agent = strict_backend_as_config_error(make_agent, BackendUnavailable)(cfg, obs_space, act_space)
-    assert isinstance(agent, FlashSACAgent)
+    try:
+        agent = strict_backend_as_config_error(make_agent, BackendUnavailable)(cfg, obs_space, act_space)
+    except BaseException:
+        for env in (train_env, eval_env):
+            getattr(env, "close", lambda: None)()
+        raise
+    assert isinstance(agent, FlashSACAgent)  # on ``device``: it resolves agent.device_type the same way
     return TorchVectorTrainer(cfg, agent, train_env, eval_env)
+
+
+def _mjx_envs(cfg: Config, device: torch.device) -> tuple[TorchVectorEnv, TorchVectorEnv]:
+    """The MJX or Playground training and evaluation envs on ``device``'s JAX counterpart (evaluation: another key
+    stream of the seed; the same compiled env when the counts match)."""
+    from mjx_envs.playground import cached_vector_env
+    from mjx_envs.torch_view import TorchEnv, jax_device_for
+
+    try:  # JAX's view of the agent's device, before any env work
+        jax_device_for(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"invalid value {cfg.agent.device_type!r} for 'agent.device_type': {exc}") from None
+    seed = int(cfg.seed)
+    train = TorchEnv(cached_vector_env(cfg.env, int(cfg.num_train_envs)), device, seed)
+    evaluation = TorchEnv(cached_vector_env(cfg.env, int(cfg.num_eval_envs)), device, seed, stream=_EVAL_KEY_STREAM)
+    return train, evaluation
+
+
+def _mjlab_envs(cfg: Config, device: torch.device) -> tuple[TorchVectorEnv, TorchVectorEnv]:
+    """mjlab's training envs (seed ``seed``) and evaluation envs (seed ``seed + 1``) on ``env.device`` (null: the
+    agent's ``device``)."""
+    from agent_torch.mjlab_env import MjlabVecEnv
+
+    sim_device = torch.device(cfg.env.device) if cfg.env.device is not None else device
+    if sim_device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"invalid value {cfg.env.device!r} for 'env.device': torch sees no CUDA device here "
+                          "(use cpu, or null for the agent's device)")
+    seed, steps = int(cfg.seed), cfg.env.max_episode_steps
+    train = MjlabVecEnv(cfg.env.env_name, int(cfg.num_train_envs), seed, sim_device, device, steps)
+    try:
+        evaluation = MjlabVecEnv(cfg.env.env_name, int(cfg.num_eval_envs), seed + _EVAL_KEY_STREAM, sim_device,
+                                 device, steps)
+    except BaseException:
+        train.close()
+        raise
+    return train, evaluation

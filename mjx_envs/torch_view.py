@@ -105,10 +105,16 @@ class TorchEnv:
         stream: which key of the seed.
     """
 
+    exact_state = True
+    """``state_dict`` holds the complete env state (a resume continues every episode)."""
+
     def __init__(self, env: MjxVecEnv, device: torch.device, seed: int, stream: int = 0) -> None:
         self.env = env
         self.device = device
         self.jax_device = jax_device_for(device)
+        self.num_envs, self.max_episode_steps = env.num_envs, env.max_episode_steps
+        self.observation_size, self.action_size = env.observation_size, env.action_size
+        self.action_low, self.action_high = env.action_low, env.action_high  # (A,) float32 each
         key = key_from_seed(seed)
         if stream:
             key = jax.random.fold_in(key, int(stream))
