@@ -1,0 +1,225 @@
+"""The Mosaic GPU kernel ("mosaic" backend) on CPU: Mosaic GPU's interpret mode against the float64 spec and, bit for
+bit, against the interpreted Pallas-Triton kernel; the CUDA cross-lowering with the PTX it carries; the dispatch.
+
+Interpret mode runs the kernel body with the interpreted Pallas-Triton kernel's arithmetic (numpy's exp, the product
+rounded before each accumulation, int64 exact sums); the GPU's ex2.approx / fma.rn / mul.rn are checked as the
+instructions in the lowered kernel, and their bits only on a GPU (`python -m bench kernel-validate`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_impl
+from jax_impl import dispatch, mosaic_ops
+from jax_impl import mosaic_kernel as mk
+from jax_impl import pallas_kernel as pk
+from shared_spec import make_inputs
+from shared_spec import reference as R
+from shared_spec.tolerances import ATOL_MASS, atol_vs_float64, max_abs_error, max_mass_error
+from tests.op_test_base import selected_log_probs
+
+NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@pytest.fixture(autouse=True)
+def _interpret(monkeypatch):
+    monkeypatch.setenv(mosaic_ops.INTERPRET_ENV, "1")
+    yield
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(x), -1, np.asarray(x, np.float32).view(np.int32))
+
+
+def inputs(B, N, E, kind, seed, dtype="float32", offset=0, min_v=-5.0, max_v=5.0):
+    x = make_inputs(B + offset, N, E, seed=seed, kind=kind, min_v=min_v, max_v=max_v)
+    a = [jnp.asarray(x[k]) for k in NAMES]
+    a[1] = a[1].astype(DTYPES[dtype])
+    a[2:] = [v[offset:] for v in a[2:]]
+    rows = {k: (v[:, offset:] if k in NAMES[:2] else v[offset:]) for k, v in x.items()}
+    if dtype != "float32":  # the spec on the rounded log-probs
+        rows["next_log_probs"] = np.asarray(a[1][:, offset:].astype(jnp.float32))
+    return a, rows
+
+
+# (B, N, E, kind, gamma, log-prob dtype, row offset, support): odd B and B = 1, N from 2 to 1024, E != 2, every
+# edge case of shared_spec.KINDS in the mixed rows, NaN rows, gamma 0, at and just below the band threshold 1/16,
+# the row-offset (strided view) form read in place (N = 128) and through the padded copy (N = 7).
+CONFIGS = [
+    (9, 101, 2, "mixed", 0.99, "float32", 0, (-5.0, 5.0)),
+    (7, 101, 2, "nonfinite", 0.99, "float32", 0, (-5.0, 5.0)),
+    (5, 101, 2, "mixed", 1 / 16, "float32", 0, (-5.0, 5.0)),
+    (5, 101, 3, "mixed", 0.06, "bfloat16", 0, (-5.0, 5.0)),
+    (5, 9, 2, "integral", 0.0, "float32", 0, (-5.0, 5.0)),
+    (1, 2, 1, "mixed", 0.5, "float32", 0, (-5.0, 5.0)),
+    (3, 7, 3, "ties", 0.9, "float16", 2, (-5.0, 5.0)),
+    (3, 128, 2, "terminated", 1.0, "float32", 4, (-3.0, 11.0)),
+    (2, 1024, 2, "peaked", 0.99, "float32", 0, (-5.0, 5.0)),
+]
+
+
+@pytest.mark.parametrize("B, N, E, kind, gamma, dtype, offset, support", CONFIGS,
+                         ids=[f"B{c[0]}-N{c[1]}-E{c[2]}-{c[3]}-g{c[4]:.3g}-{c[5]}-o{c[6]}" for c in CONFIGS])
+def test_interpreted_kernel_matches_the_spec_and_the_pallas_kernel_bitwise(B, N, E, kind, gamma, dtype, offset,
+                                                                          support):
+    a, rows = inputs(B, N, E, kind, seed=B * N + E, dtype=dtype, offset=offset, min_v=support[0], max_v=support[1])
+    ro = offset if offset else None
+    got = np.asarray(mk.launch(*a, gamma, *support, interpret=True, row_offset=ro))
+    want = R.categorical_td_target(**rows, gamma=gamma, min_v=support[0], max_v=support[1])
+    assert got.dtype == np.float32 and got.shape == (B, N)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want).any(axis=1)
+    assert ok.any()
+    assert max_abs_error(got[ok], want[ok]) <= atol_vs_float64(N)
+    assert (got[ok] >= 0).all() and max_mass_error(got[ok], selected_log_probs(rows)[ok]) <= ATOL_MASS
+    # The dense window sum and the per-lane exact sums give the Pallas-Triton kernel's bits (same interpretation).
+    pallas = np.asarray(pk.launch(*a, gamma, *support, interpret=True, row_offset=ro))
+    assert np.array_equal(bits(got), bits(pallas))
+
+
+def test_deterministic_and_rows_independent():
+    a, _ = inputs(9, 33, 2, "nonfinite", seed=5)
+    first = np.asarray(mk.launch(*a, 0.97, interpret=True))
+    assert np.array_equal(bits(first), bits(np.asarray(mk.launch(*a, 0.97, interpret=True))))
+    bad = np.isnan(first).all(axis=1)
+    assert 0 < bad.sum() < 9 and not np.isnan(first[~bad]).any(), "a NaN row leaked into another row"
+    clean = [np.array(v) for v in a]
+    clean[0][:, bad] = 0.0
+    clean[1][:, bad] = -np.log(33.0)
+    for v in clean[2:]:
+        v[bad] = 0.0
+    again = np.asarray(mk.launch(*(jnp.asarray(v) for v in clean), 0.97, interpret=True))
+    assert np.array_equal(bits(again[~bad]), bits(first[~bad]))
+
+
+def test_no_races_in_the_simulated_gpu():
+    """Mosaic GPU's interpreter with its race detector: the staged probabilities are written and read under the
+    warpgroup barriers the lowering inserts around every shared-memory store."""
+    from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call as ipc
+
+    a, _ = inputs(2, 5, 2, "mixed", seed=2)
+    mk.launch(*a, 0.9, interpret=mk.interpret_params(detect_races=True)).block_until_ready()
+    assert not ipc.get_races().races_found
+
+
+def test_row_chunks_when_flat_offsets_would_overflow(monkeypatch):
+    a, _ = inputs(7, 5, 2, "mixed", seed=4)
+    whole = np.asarray(mk.launch(*a, 0.9, interpret=True))
+    mk._jitted.clear_cache()
+    monkeypatch.setattr(mk, "MAX_FLAT", 2 * 128 * 3)  # 3 rows per chunk
+    try:
+        chunked = np.asarray(mk.launch(*a, 0.9, interpret=True))
+    finally:
+        mk._jitted.clear_cache()
+    assert np.array_equal(bits(chunked), bits(whole))
+
+
+# The instructions the GPU path must carry (the Triton kernel's): exp, the rounded products and fused accumulations,
+# the exact sums' truncation, split and join.
+PTX = ("ex2.approx.ftz.f32", "mul.rn.f32", "fma.rn.f32", "cvt.rzi.s64.f32", "and.b32 $0, $0, 524287",
+       "shr.u64 a, a, 19", "cvt.rn.f32.s64")
+
+
+@pytest.mark.parametrize("N, E, dtype, offset", [(101, 2, "float32", 0), (2, 1, "bfloat16", 0),
+                                                 (1024, 3, "float16", 0), (128, 2, "float32", 3)])
+def test_lowers_for_cuda_to_a_mosaic_gpu_call_with_the_triton_kernels_ptx(N, E, dtype, offset):
+    a, _ = inputs(5, N, E, "mixed", seed=1, dtype=dtype, offset=offset)
+
+    def f(*args):
+        return mk.launch(*args[:5], args[5], interpret=False, row_offset=offset or None)
+
+    text = jax.jit(f).trace(*a, jnp.float32(0.9)).lower(lowering_platforms=("cuda",)).as_text()
+    assert "stablehlo.custom_call @mosaic_gpu_v2" in text and "__gpu$xla.gpu.triton" not in text
+    missing = [op for op in PTX if op not in text]
+    assert not missing, f"instructions missing from the lowered kernel: {missing}"
+
+
+class TestMosaicDispatch:
+    def setup_method(self):
+        dispatch.reset_dispatch()
+        mosaic_ops.reset_self_tests()
+
+    def teardown_method(self):
+        dispatch.reset_dispatch()
+        mosaic_ops.reset_self_tests()
+
+    def test_by_name_it_runs_the_kernel_and_auto_never_chooses_it_unvalidated(self):
+        x = make_inputs(4, 7, 2, seed=8, kind="mixed")
+        out = jax_impl.categorical_td_target(**{k: jnp.asarray(v) for k, v in x.items()}, gamma=0.9,
+                                             backend="mosaic", strict=True)
+        direct = mk.launch(*(jnp.asarray(x[k]) for k in NAMES), 0.9, interpret=True)
+        assert np.array_equal(bits(np.asarray(out)), bits(np.asarray(direct)))
+        assert jax_impl.resolve_backend("auto", num_bins=7).backend != "mosaic"
+
+    def test_backend_info_says_why_it_cannot_run_here(self, monkeypatch):
+        monkeypatch.setenv(mosaic_ops.INTERPRET_ENV, "0")
+        monkeypatch.setitem(dispatch.GATES, "triton", lambda key: "simulated: triton")
+        info = jax_impl.backend_info()
+        assert list(info["backends"]) == ["jax", "triton", "pallas", "mosaic"]
+        assert info["backends"]["mosaic"].startswith("platform cpu: the Mosaic GPU kernel needs an NVIDIA GPU of "
+                                                     "compute capability >= 9.0")
+        assert "no GPU validation result for jax/mosaic" in info["validated"]["mosaic"]
+        assert info["auto_order"][-1] == "mosaic"
+
+    def _expect_fallback(self, caplog, reason: str, **config):
+        with caplog.at_level(logging.INFO, logger="flashsac.jax_impl"):
+            for _ in range(2):
+                assert jax_impl.resolve_backend("mosaic", **config).backend == "jax"
+        hits = [r for r in caplog.records if reason in r.getMessage()]
+        assert len(hits) == 1 and hits[0].levelno == logging.WARNING
+        assert jax_impl.dispatch_stats()["fallback_count"] == 1
+        with pytest.raises(jax_impl.BackendUnavailable, match=re.escape(reason)):
+            jax_impl.resolve_backend("mosaic", strict=True, **config)
+
+    def test_no_gpu(self, monkeypatch, caplog):
+        monkeypatch.setenv(mosaic_ops.INTERPRET_ENV, "0")
+        self._expect_fallback(caplog, "the Mosaic GPU kernel needs an NVIDIA GPU of compute capability >= 9.0")
+
+    def test_pre_hopper_gpu(self, monkeypatch, caplog):
+        monkeypatch.setenv(mosaic_ops.INTERPRET_ENV, "0")
+        fake = SimpleNamespace(client=SimpleNamespace(platform_version="cuda 12.8"), compute_capability="8.0",
+                               device_kind="NVIDIA A100")
+        real_devices = jax.devices
+        monkeypatch.setattr(jax, "devices", lambda backend=None: [fake] if backend == "gpu" else real_devices(backend))
+        self._expect_fallback(caplog, "compute capability 8.0 < 9.0 (NVIDIA A100)", platform="gpu")
+
+    def test_hopper_without_the_mosaic_gpu_runtime(self, monkeypatch, caplog):
+        monkeypatch.setenv(mosaic_ops.INTERPRET_ENV, "0")
+        fake = SimpleNamespace(client=SimpleNamespace(platform_version="cuda 13.0"), compute_capability="9.0",
+                               device_kind="NVIDIA H200")
+        real_devices = jax.devices
+        monkeypatch.setattr(jax, "devices", lambda backend=None: [fake] if backend == "gpu" else real_devices(backend))
+        monkeypatch.setattr(mosaic_ops, "MOSAIC_GPU_RUNTIME_MODULES", ("no_such_plugin._mosaic_gpu_ext",))
+        self._expect_fallback(caplog, "the Mosaic GPU runtime is not installed (no_such_plugin._mosaic_gpu_ext: No "
+                              "module named 'no_such_plugin')", platform="gpu")
+        assert '"jax[cuda13]==' in mosaic_ops.mosaic_runtime_missing()
+
+    def test_jax_version_outside_the_tested_range(self, monkeypatch, caplog):
+        monkeypatch.setattr(mosaic_ops, "JAX_VERSION", "0.13.0")
+        self._expect_fallback(caplog, "jax 0.13.0 is outside the tested range")
+
+    @pytest.mark.parametrize("config, reason", [(dict(dtype=jnp.float64), "dtype float64 is not supported"),
+                                                (dict(num_bins=4097), "N = 4097 atoms")])
+    def test_unsupported_configuration(self, caplog, config, reason):
+        self._expect_fallback(caplog, reason, **config)
+
+    def test_self_test_failure_is_a_fallback(self, monkeypatch, caplog):
+        def broken(*args, **kwargs):
+            raise RuntimeError("simulated Mosaic GPU lowering failure")
+
+        mk._jitted.clear_cache()
+        monkeypatch.setattr(mk, "_mosaic_forward", broken)
+        try:
+            self._expect_fallback(caplog, "self-test: RuntimeError: simulated Mosaic GPU lowering failure", num_bins=5)
+        finally:
+            mk._jitted.clear_cache()
+        assert any("Traceback" in tb and "simulated" in tb for tb in mosaic_ops.self_test_errors().values())
