@@ -3,7 +3,8 @@ bit, against the interpreted Pallas-Triton kernel; the CUDA cross-lowering with 
 
 Interpret mode runs the kernel body with the interpreted Pallas-Triton kernel's arithmetic (numpy's exp, the product
 rounded before each accumulation, int64 exact sums); the GPU's ex2.approx / fma.rn / mul.rn are checked as the
-instructions in the lowered kernel, and their bits only on a GPU (`python -m bench kernel-validate`).
+instructions in the lowered kernel, the accumulation order under fma.rn through a NumPy model (below), and the bits
+only on a GPU (`python -m bench kernel-validate`).
 """
 
 from __future__ import annotations
@@ -223,3 +224,85 @@ class TestMosaicDispatch:
         finally:
             mk._jitted.clear_cache()
         assert any("Traceback" in tb and "simulated" in tb for tb in mosaic_ops.self_test_errors().values())
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# A NumPy model of the GPU arithmetic (interpret mode rounds each product before adding it; the GPU fuses them with
+# fma.rn.f32): with true fp32 fused multiply-adds, the dense sum over every source gives the bits of any window that
+# contains the run of sources feeding an atom (the Triton kernel's window), and the two hat forms agree for k >= 2.
+
+
+def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """fl32(a * b + c) rounded once (fma.rn.f32): a * b is exact in float64, the sum is rounded to odd in float64
+    (TwoSum), and float64 -> float32 is then correctly rounded (53 >= 2 * 24 + 2)."""
+    x = a.astype(np.float64) * b.astype(np.float64)
+    y = np.broadcast_to(c, x.shape).astype(np.float64)
+    s = x + y
+    bb = s - x
+    err = (x - (s - bb)) + (y - bb)
+    even = (s.view(np.int64) & 1) == 0
+    s = np.where((err != 0) & even, np.nextafter(s, s + err), s)
+    return s.astype(np.float32)
+
+
+def test_fma32_is_a_single_rounding():
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(10000).astype(np.float32) for _ in range(3))
+    from fractions import Fraction
+
+    for i in range(0, 10000, 97):
+        exact = Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i]))
+        lo = np.float32(float(exact))
+        cands = [np.nextafter(lo, np.float32(-np.inf)), lo, np.nextafter(lo, np.float32(np.inf))]
+        best = min(cands, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.array(v).view(np.int32)) & 1))
+        assert fma32(a[i:i + 1], b[i:i + 1], c[i:i + 1])[0] == best
+    assert fma32(np.float32([2 ** -30]), np.float32([1.0]), np.float32([1.0]))[0] == np.float32(1.0)
+
+
+def _positions(x: dict, gamma: float, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(p, b, g) of the valid rows with g > 0: the section-3 fp32 operation order (numpy rounds every product)."""
+    f32 = np.float32
+    sel = np.argmin(x["next_qs"], axis=0)
+    lp = np.take_along_axis(x["next_log_probs"], sel[None, :, None], axis=0)[0].astype(f32)
+    r, d, s = (x[k].astype(f32) for k in ("reward", "terminated", "next_alpha_log_pi"))
+    min_v, inv_delta = f32(-5.0), f32((N - 1) / 10.0)
+    g = f32(gamma) * (f32(1) - d)
+    c = ((r - min_v) + g * (min_v - s)) * inv_delta
+    b = c[:, None] + g[:, None] * np.arange(N, dtype=f32)[None, :]
+    p = np.exp(lp)
+    ok = np.isfinite(b).all(axis=1) & np.isfinite(p).all(axis=1) & (g > 0) & (d >= 0) & (d <= 1)
+    return p[ok], b[ok], g[ok]
+
+
+def _hat_first(b, k):
+    return np.minimum(np.clip((k + np.float32(1)) - b, 0, 1), np.clip(b - (k - np.float32(1)), 0, 1))
+
+
+@pytest.mark.parametrize("N, kind, gamma", [(101, "mixed", 0.99), (101, "peaked", 0.5), (101, "integral", 1.0),
+                                            (7, "random", 0.3), (256, "mixed", 0.07), (1024, "peaked", 0.99)])
+def test_model_dense_fma_sum_equals_every_window_containing_the_run(N, kind, gamma):
+    x = make_inputs(24 if N <= 256 else 6, N, 2, seed=N + 1, kind=kind)
+    p, b, _ = _positions(x, gamma, N)
+    assert len(p) > 0
+    k = np.arange(N, dtype=np.float32)[None, :]
+    dense = np.zeros(b.shape, np.float32)
+    w_all = [_hat_first(b[:, j:j + 1], k) for j in range(N)]  # (rows, N) weights of source j at every atom
+    for j in range(N):
+        dense = fma32(p[:, j:j + 1], w_all[j], dense)
+    # The run feeding atom k: sources with k - 1 < b_j < k + 1 (a contiguous, possibly empty range, as b is sorted).
+    feeds = (b[:, :, None] > k[:, None, :] - 1) & (b[:, :, None] < k[:, None, :] + 1)  # (rows, j, k)
+    first = np.where(feeds.any(axis=1), feeds.argmax(axis=1), 0)
+    last = np.where(feeds.any(axis=1), N - 1 - feeds[:, ::-1].argmax(axis=1), -1)
+    rng = np.random.default_rng(N)
+    for _ in range(3):  # windows [j0, j1] around the run, each edge moved outwards by a random amount
+        j0 = np.maximum(first - rng.integers(0, 3, first.shape), 0)
+        j1 = np.minimum(np.maximum(last, first) + rng.integers(0, 3, last.shape), N - 1)
+        win = np.zeros(b.shape, np.float32)
+        for j in range(N):
+            inside = (j0 <= j) & (j <= j1)
+            win = np.where(inside, fma32(p[:, j:j + 1], w_all[j], win), win)
+        assert np.array_equal(win.view(np.int32), dense.view(np.int32))
+    # The two hat forms give the same weight bits at every atom k >= 2 (the Triton kernel's second form there).
+    for j in range(0, N, max(1, N // 16)):
+        second = np.clip(np.float32(1) - np.abs(b[:, j:j + 1] - k), 0, 1)
+        assert np.array_equal(w_all[j][:, 2:].view(np.int32), second[:, 2:].view(np.int32))
