@@ -8,6 +8,8 @@ fp32(log2 e))`, every product that meets an addition is `mul.rn.f32` or `fma.rn.
 truncate each term with `cvt.rzi.s64.f32`, split it into its low 19 bits and the rest, sum both parts over the row
 in int32 (exact in any order) and join them with the Triton kernel's `cvt.rn.f32.s64`, so the integers, and the sum,
 are those of the Triton kernel. The inline PTX goes through `plgpu.inline_mgpu` (`llvm.inline_asm` on each register).
+Mosaic GPU marks its own fp additions and multiplications contractible (LLVM may fuse a product into the next add),
+so no plain product of this kernel meets an addition (tests/test_jax_mosaic.py checks the kernel's jaxpr).
 
 Two differences of form, neither changing a bit:
 - The interior atoms' windows are the dense form: every lane adds, for every source j = 0 .. N - 1 in ascending

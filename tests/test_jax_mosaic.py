@@ -306,3 +306,63 @@ def test_model_dense_fma_sum_equals_every_window_containing_the_run(N, kind, gam
     for j in range(0, N, max(1, N // 16)):
         second = np.clip(np.float32(1) - np.abs(b[:, j:j + 1] - k), 0, 1)
         assert np.array_equal(w_all[j][:, 2:].view(np.int32), second[:, 2:].view(np.int32))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Mosaic GPU marks its fp additions and multiplications contractible (LLVM may fuse a product into a following add):
+# on the GPU path no plain product may meet an addition; each is mul.rn.f32 / fma.rn.f32 inline PTX.
+
+_TRANSPARENT = {"broadcast_in_dim", "reshape", "squeeze", "layout_cast", "convert_element_type", "copy"}
+
+
+def _products_meeting_additions(jaxpr) -> list[str]:
+    """Float `mul` results that reach an `add` or `sub` through register-level no-ops (broadcasts, reshapes, layout
+    casts), also inside nested jaxprs (jnp.where's jit, loops)."""
+    found = []
+
+    def subjaxprs(eqn):
+        for v in eqn.params.values():
+            for item in v if isinstance(v, (tuple, list)) else [v]:
+                if hasattr(item, "jaxpr") and hasattr(item, "consts"):
+                    yield item.jaxpr
+                elif type(item).__name__ == "Jaxpr":
+                    yield item
+
+    def reaches_add(j, var) -> bool:
+        for e in j.eqns:
+            if not any(v is var for v in e.invars):
+                continue
+            name = e.primitive.name
+            if name in ("add", "sub"):
+                return True
+            if name in _TRANSPARENT and reaches_add(j, e.outvars[0]):
+                return True
+            if name == "jit":
+                inner = e.params["jaxpr"].jaxpr
+                for pos, v in enumerate(e.invars):
+                    if v is var and reaches_add(inner, inner.invars[pos]):
+                        return True
+        return False
+
+    def walk(j):
+        for e in j.eqns:
+            if e.primitive.name == "mul" and jnp.issubdtype(e.outvars[0].aval.dtype, jnp.floating):
+                if reaches_add(j, e.outvars[0]):
+                    found.append(str(e))
+            for sub in subjaxprs(e):
+                walk(sub)
+
+    walk(jaxpr)
+    return found
+
+
+def test_no_plain_product_meets_an_addition_on_the_gpu_path():
+    a, _ = inputs(3, 101, 2, "mixed", seed=1)
+
+    def kernel_jaxpr(interpret):
+        return jax.make_jaxpr(lambda *x: mk._mosaic_forward(*x, -5.0, 5.0, interpret, 0))(*a, jnp.float32(0.9)).jaxpr
+
+    assert _products_meeting_additions(kernel_jaxpr(False)) == []
+    # The check sees them: interpret mode computes the raw c (g * (min_v - s) added unrounded) and the epilogue's
+    # acc + a * b with plain products.
+    assert len(_products_meeting_additions(kernel_jaxpr(True))) >= 2
