@@ -1,15 +1,15 @@
 """Speed of every kernel backend against the jnp reference and against the memory floor.
 
-Each JAX backend (`jax` reference, `triton` via jax-triton, `pallas`) runs inside one jitted program: a `lax.scan` of
-K dependent calls (gamma_{i+1} = gamma_i + 1e-30 * sum(out_i), an fp32 no-op XLA cannot remove, so no call is hoisted
-or merged and every output is consumed), timed by wall clock around the whole program; per call = that time / K
-(median of --reps runs), the scan's own step included (the same scan with a trivial body is reported as
-`scan_step_us`; subtracting it can reach zero where XLA's loop overhead dominates). The torch Triton kernel is timed
-as 20 calls captured in one CUDA graph (median replay time / 20). The memory floor of a call is the bytes it must move
-(the selected critic's log-probs read once in their dtype, the (B, N) fp32 output written once, plus the critic means
-and the three per-row scalars) divided by the bandwidth of a 1 GiB device-to-device copy (bytes read + written,
-measured in the same process). B = 512, 2048, 65,536, 262,144 and 1,048,576 rows, N = 101, E = 2, fp32 log-probs
-(--sizes, --N, --dtype to change). A backend that cannot run here is listed with its reason.
+Each JAX backend (`jax` reference, `triton` via jax-triton, `pallas`, `mosaic`) runs inside one jitted program: a
+`lax.scan` of K dependent calls (gamma_{i+1} = gamma_i + 1e-30 * sum(out_i), an fp32 no-op XLA cannot remove, so no
+call is hoisted or merged and every output is consumed), timed by wall clock around the whole program; per call =
+that time / K (median of --reps runs), the scan's own step included (the same scan with a trivial body is reported
+as `scan_step_us`; subtracting it can reach zero where XLA's loop overhead dominates). The torch Triton kernel is
+timed as 20 calls captured in one CUDA graph (median replay time / 20). The memory floor of a call is the bytes it
+must move (the selected critic's log-probs read once in their dtype, the (B, N) fp32 output written once, plus the
+critic means and the three per-row scalars) divided by the bandwidth of a 1 GiB device-to-device copy (bytes read +
+written, measured in the same process). B = 512, 2048, 65,536, 262,144 and 1,048,576 rows, N = 101, E = 2, fp32
+log-probs (--sizes, --N, --dtype to change). A backend that cannot run here is listed with its reason.
 
 GPU (the H200 run, after `python -m bench kernel-validate`; jax-triton installed from its wheel as there):
 
@@ -36,7 +36,7 @@ __all__ = ["JAX_BACKENDS", "floor_bytes", "main", "run"]
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX initialises: torch shares the GPU
 
-JAX_BACKENDS = ("jax", "triton", "pallas")
+JAX_BACKENDS = ("jax", "triton", "pallas", "mosaic")
 SIZES = (512, 2048, 65536, 262_144, 1_048_576)
 GAMMA = 0.99
 GRAPH_CALLS = 20

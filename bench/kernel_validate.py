@@ -1,7 +1,8 @@
-"""Validation of every kernel backend: torch `triton`, JAX `triton` (jax-triton) and JAX `pallas` (Pallas-Triton)
-over the adversarial input kinds and the size matrix (B from 1 to 1M, N from 2 to
-1024, E from 1 to 16, float32/bfloat16/float16 log-probs, gamma at and around the band threshold, strided rows read
-in place), each through its public op with a strict backend. The torch Triton kernel's output is the anchor: every
+"""Validation of every kernel backend: torch `triton`, JAX `triton` (jax-triton), JAX `pallas` (Pallas-Triton) and
+JAX `mosaic` (Pallas on Mosaic GPU: Hopper and newer, with the JAX CUDA plugin's Mosaic GPU runtime) over the
+adversarial input kinds and the size matrix (B from 1 to 1M, N from 2 to 1024, E from 1 to 16,
+float32/bfloat16/float16 log-probs, gamma at and around the band threshold, strided rows read in place), each
+through its public op with a strict backend. The torch Triton kernel's output is the anchor: every
 other kernel must give its bits exactly (NaN rows by position), and the anchor's NaN rows and first 4096 rows must
 match the float64 spec (SPEC.md). Each kernel also repeats one large case 20 times bit for bit. Any mismatch fails
 the job (exit status 1, "MISMATCH" lines); a backend that cannot run here is reported as not validated with its
@@ -35,7 +36,7 @@ __all__ = ["BACKENDS", "cases", "gpu_name", "main", "record_validation", "run", 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANCHOR = "torch/triton"
-BACKENDS = ("torch/triton", "jax/triton", "jax/pallas")
+BACKENDS = ("torch/triton", "jax/triton", "jax/pallas", "jax/mosaic")
 GAMMA = 0.99
 NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
 SPEC_ROWS = 4096

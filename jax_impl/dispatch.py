@@ -1,15 +1,18 @@
 """Backend dispatch for the JAX categorical TD target: JAX validation on top of the shared dispatcher.
 
-Backends: "jax" (the jnp reference, always available) and two kernel backends, which `auto` tries in AUTO_ORDER
+Backends: "jax" (the jnp reference, always available) and three kernel backends, which `auto` tries in AUTO_ORDER
 (only those with a passing GPU validation result, `shared_spec.dispatch.VALIDATION_FILE`):
 - "pallas": the Pallas kernel lowered through Pallas's Triton backend (jax_impl/pallas_kernel.py), while JAX ships
   that lowering (jax_impl/ops.py gates it on the jax version and on the lowering's presence);
 - "triton": the Triton kernel of triton_kernels/ (the source the torch backend launches) through jax-triton's XLA
-  custom call (jax_impl/triton_backend.py).
+  custom call (jax_impl/triton_backend.py);
+- "mosaic": the Pallas kernel on the Mosaic GPU backend (jax_impl/mosaic_kernel.py; Hopper and newer, with the Mosaic
+  GPU runtime of the JAX CUDA plugin; jax_impl/mosaic_ops.py gates it).
 
 AUTO_ORDER puts "pallas" first: it is the kernel measured inside jitted programs on the H200 (its kernel time is
 within 0.87x-1.04x of the Triton kernel's from B = 512 to 1M); "triton" runs that Triton kernel's own binary, and
-`python -m bench kernel-speed` on a GPU measures both in a `lax.scan` of dependent calls to revise the order.
+`python -m bench kernel-speed` on a GPU measures them in a `lax.scan` of dependent calls to revise the order. "mosaic"
+comes last: it sums every interior atom over all N sources (SPEC.md 8's windows in their dense form, the same bits).
 
 The backend is decided in Python (outside jit, or at trace time), once per configuration, and a fallback is logged
 once; pass the result of `resolve_backend` into jitted code to decide it once, up front. Each kernel's gate runs it
@@ -46,8 +49,8 @@ def _describe(config: tuple) -> str:
     return f"platform={platform}, dtype={dtype_name}, E={E}, N={N}"
 
 
-KERNELS = ("triton", "pallas")
-AUTO_ORDER = ("pallas", "triton")  # auto's preference among validated kernels that can run (see above)
+KERNELS = ("triton", "pallas", "mosaic")
+AUTO_ORDER = ("pallas", "triton", "mosaic")  # auto's preference among validated kernels that can run (see above)
 
 # A configuration is (platform, log-prob dtype name, E, N): what the kernels' gates decide on.
 DISPATCHER = Dispatcher(framework="jax", reference="jax", kernels=KERNELS, auto_order=AUTO_ORDER,
@@ -106,6 +109,7 @@ def _register_lazy(name: str, module: str, impl: str, gate: str) -> None:
 
 _register_pallas()
 _register_lazy("triton", "jax_impl.triton_backend", "categorical_td_target_triton", "triton_gate")
+_register_lazy("mosaic", "jax_impl.mosaic_ops", "categorical_td_target_mosaic", "mosaic_gate")
 
 
 def resolve_backend(backend: str = "auto", strict: bool = False, *, num_bins: int = 101, num_critics: int = 2,
@@ -113,8 +117,8 @@ def resolve_backend(backend: str = "auto", strict: bool = False, *, num_bins: in
     """Decide (once per configuration, in Python, outside jit) which backend runs: "jax" or a kernel.
 
     Args:
-        backend: "auto" (the first validated kernel of AUTO_ORDER that can run, else jax), "jax", "triton" or
-            "pallas".
+        backend: "auto" (the first validated kernel of AUTO_ORDER that can run, else jax), "jax", "triton",
+            "pallas" or "mosaic".
         strict: raise BackendUnavailable instead of falling back.
         num_bins, num_critics, dtype: N, E and the log-prob dtype.
         platform: the JAX platform that will run the op ("cpu", "gpu", ...); default jax.default_backend().
@@ -212,7 +216,7 @@ def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alph
         reward, terminated, next_alpha_log_pi: (B,) or (B, 1).
         gamma: gamma ** n_step (Python float or traced scalar; changing it never recompiles the kernel).
         min_v, max_v: static support bounds.
-        backend: "auto", "jax", "triton" or "pallas" (jax_impl/dispatch.py's module docstring).
+        backend: "auto", "jax", "triton", "pallas" or "mosaic" (jax_impl/dispatch.py's module docstring).
         strict: raise BackendUnavailable instead of falling back to the jax reference (and re-raise a kernel's
             failure at its first launch).
         row_offset: None, or the row-offset form (SPEC.md section 1): a static int >= 0; next_qs (E, R) and
@@ -264,7 +268,7 @@ def backend_info(next_log_probs: Any = None, backend: str = "auto") -> dict[str,
 
     Returns:
         {"device": the default platform ("gpu" or "cpu"), "probe": the configuration "backends" was checked for
-         (float32 log-probs, E = 2, N = 101 on that platform), "backends": {"jax", "triton", "pallas"}:
+         (float32 log-probs, E = 2, N = 101 on that platform), "backends": {"jax", "triton", "pallas", "mosaic"}:
          "available" or the reason it cannot run, "auto_order", "validated": {kernel: its GPU validation entry or
          why auto may not choose it}, "decision": None without inputs, else {"requested", "backend", "reason",
          "config"}, "decisions": every cached decision, "fallback_count": real fallbacks so far,

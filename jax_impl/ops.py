@@ -16,20 +16,17 @@ message, installed when this module is imported (nothing else is silenced).
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
-import traceback
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jax_impl import pallas_kernel
+from jax_impl.kernel_checks import SELF_TEST_GAMMA, gpu_reason, run_isolated, self_test_once
 from jax_impl.lowering import INTERPRET_ENV, interpret_mode
 from jax_impl.pallas_kernel import DEFAULT_EXP_MODE, EXP_MODES
 from shared_spec.launch_config import MAX_E, MAX_N, kernel_config
-from shared_spec.tolerances import atol_vs_float64
 
 __all__ = ["DEPRECATION_MESSAGE", "INTERPRET_ENV", "TESTED_JAX", "categorical_td_target_pallas", "exp_mode",
            "filter_pallas_triton_deprecation", "interpret_mode", "pallas_gate", "reset_self_tests", "self_test",
@@ -108,39 +105,21 @@ def categorical_td_target_pallas(next_qs, next_log_probs, reward, terminated, ne
 
 
 def _self_test_once(platform: str, dtype_name: str, E: int, N: int, interpret: bool, exp_mode: str) -> str | None:
-    from jax_impl.reference import categorical_td_target_reference
-    from shared_spec.cases import make_inputs
-
-    B = 19  # not a multiple of the rows per program: exercises the masked tail rows
-    x = make_inputs(B, N, E, seed=1234, kind="nonfinite")
-    device = jax.devices(platform)[0]
-    args = [jax.device_put(np.asarray(x[name]), device) for name in
-            ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
-    args[1] = args[1].astype(jnp.dtype(dtype_name))
-    with jax.default_device(device):
-        got = np.asarray(pallas_kernel.launch(*args, 0.99, interpret=interpret, exp_mode=exp_mode))
-        want = np.asarray(jax.jit(categorical_td_target_reference, static_argnums=(6, 7))(
-            *args, jnp.float32(0.99), -5.0, 5.0))
-        # On the GPU also the tiles and tile loop that large B runs (its BR and RPP > 1; B = 19 is a small B): they
-        # must compile and give the same bits (interpret mode: tests/test_kernel_bitwise.py).
+    def tiles(args: list, got: np.ndarray) -> str | None:
+        # On the GPU also the tiles and tile loop that large B runs (its BR and RPP > 1; the self-test's B is
+        # small): they must compile and give the same bits (interpret mode: tests/test_kernel_bitwise.py).
+        if interpret:
+            return None
         big = kernel_config(1 << 20, N, False)
-        tiles = None if interpret else np.asarray(pallas_kernel.launch(
-            *args, 0.99, interpret=False, exp_mode=exp_mode, block_rows=big["BR"], num_warps=big["num_warps"],
-            rows_per_program=max(2, big["RPP"])))
-    if got.shape != want.shape or got.dtype != np.float32:
-        return f"self-test: output {got.dtype}{got.shape}, expected float32{want.shape}"
-    if tiles is not None and not np.array_equal(np.where(np.isnan(tiles), -1, tiles.view(np.int32)),
-                                                np.where(np.isnan(got), -1, got.view(np.int32))):
-        return "self-test: 2 tiles per program give other bits than 1"
-    if not np.array_equal(np.isnan(got), np.isnan(want)):
-        return "self-test: NaN rows differ from the jnp reference"
-    ok = ~np.isnan(want)
-    err = float(np.abs(got[ok] - want[ok]).max()) if ok.any() else 0.0
-    # Each fp32 implementation is within atol_vs_float64(N) of the exact result, so within twice that of each other.
-    tol = 2 * atol_vs_float64(N)
-    if not err <= tol:
-        return f"self-test: max abs error {err:.3g} vs the jnp reference exceeds {tol:.3g}"
-    return None
+        out = np.asarray(pallas_kernel.launch(*args, SELF_TEST_GAMMA, interpret=False, exp_mode=exp_mode,
+                                              block_rows=big["BR"], num_warps=big["num_warps"],
+                                              rows_per_program=max(2, big["RPP"])))
+        same = np.array_equal(np.where(np.isnan(out), -1, out.view(np.int32)),
+                              np.where(np.isnan(got), -1, got.view(np.int32)))
+        return None if same else "2 tiles per program give other bits than 1"
+
+    return self_test_once(lambda *args: pallas_kernel.launch(*args, interpret=interpret, exp_mode=exp_mode),
+                          platform, dtype_name, E, N, extra=tiles)
 
 
 def self_test(platform: str, dtype_name: str, E: int, N: int) -> str | None:
@@ -157,14 +136,10 @@ def self_test(platform: str, dtype_name: str, E: int, N: int) -> str | None:
     modes = [_exp_mode_choice[0]] + [m for m in EXP_MODES if m != _exp_mode_choice[0]]
     reasons = []
     for mode in modes:
-        try:
-            # A worker thread has its own (empty) JAX trace context: the gate may be reached while the caller is
-            # tracing a jitted function, and the self-test must execute eagerly, not be staged into that trace.
-            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-                reason = pool.submit(_self_test_once, platform, dtype_name, int(E), int(N), interpret, mode).result()
-        except Exception as exc:  # a lowering or compilation failure at first use
-            reason = f"self-test: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
-            _self_test_errors[key + (mode,)] = traceback.format_exc()[-6000:]
+        # Isolated from the caller's trace; a lowering or compilation failure at first use is the reason.
+        reason, error = run_isolated(_self_test_once, platform, dtype_name, int(E), int(N), interpret, mode)
+        if error is not None:
+            _self_test_errors[key + (mode,)] = error
         if reason is None:
             if mode != _exp_mode_choice[0]:
                 log.warning("categorical_td_target pallas: exp_mode=%r failed its self-test (%s); using %r",
@@ -175,24 +150,6 @@ def self_test(platform: str, dtype_name: str, E: int, N: int) -> str | None:
     result = None if reason is None else "; ".join(reasons)
     _self_tests[key] = result
     return result
-
-
-def _gpu_reason(platform: str) -> str | None:
-    try:
-        devices = jax.devices(platform)
-    except RuntimeError as exc:
-        return f"no {platform} device: {exc}"
-    dev = devices[0]
-    version = str(getattr(dev.client, "platform_version", "")).lower()
-    if "rocm" in version or "hip" in version:
-        return f"ROCm GPU ({dev.device_kind}): the kernel is validated on NVIDIA GPUs only"
-    cc = getattr(dev, "compute_capability", None)
-    if cc is None:
-        return f"cannot read the compute capability of {dev.device_kind}"
-    major, minor = (int(v) for v in str(cc).split(".")[:2])
-    if major < 8:
-        return f"compute capability {major}.{minor} < 8.0 ({dev.device_kind})"
-    return None
 
 
 def pallas_gate(key: tuple) -> str | None:
@@ -220,7 +177,7 @@ def pallas_gate(key: tuple) -> str | None:
                     f"(set {INTERPRET_ENV}=1 to run it in interpret mode on CPU)")
         if platform not in ("gpu", "cuda"):
             return f"platform {platform} is not supported (NVIDIA GPU, or {INTERPRET_ENV}=1 for interpret mode)"
-        reason = _gpu_reason(platform)
+        reason = gpu_reason(platform)
         if reason is not None:
             return reason
     return self_test(platform, dtype_name, E, N)

@@ -23,16 +23,15 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import os
-import traceback
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import triton
 
+from jax_impl.kernel_checks import gpu_reason, run_isolated, self_test_once
 from shared_spec.launch_config import MAX_E, MAX_N, kernel_config
 from shared_spec.support import CategoricalSupport
-from shared_spec.tolerances import atol_vs_float64
 
 __all__ = ["INTERPRET", "TESTED_JAX_TRITON", "TESTED_TRITON", "categorical_td_target_triton", "launch_params",
            "reset_self_tests", "self_test_errors", "triton_gate"]
@@ -177,27 +176,7 @@ def reset_self_tests() -> None:
 
 
 def _self_test_once(platform: str, dtype_name: str, E: int, N: int) -> str | None:
-    from jax_impl.reference import categorical_td_target_reference
-    from shared_spec.cases import make_inputs
-
-    B = 19  # not a multiple of the rows per program: exercises the masked tail rows
-    x = make_inputs(B, N, E, seed=1234, kind="nonfinite")
-    device = jax.devices(platform)[0]
-    args = [jax.device_put(np.asarray(x[k]), device) for k in
-            ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")]
-    args[1] = args[1].astype(jnp.dtype(dtype_name))
-    with jax.default_device(device):
-        got = np.asarray(categorical_td_target_triton(*args, 0.99))
-        want = np.asarray(jax.jit(categorical_td_target_reference, static_argnums=(6, 7))(
-            *args, jnp.float32(0.99), -5.0, 5.0))
-    if got.shape != want.shape or got.dtype != np.float32:
-        return f"self-test: output {got.dtype}{got.shape}, expected float32{want.shape}"
-    if not np.array_equal(np.isnan(got), np.isnan(want)):
-        return "self-test: NaN rows differ from the jnp reference"
-    ok = ~np.isnan(want)
-    err = float(np.abs(got[ok] - want[ok]).max()) if ok.any() else 0.0
-    tol = 2 * atol_vs_float64(N)
-    return None if err <= tol else f"self-test: max abs error {err:.3g} vs the jnp reference exceeds {tol:.3g}"
+    return self_test_once(categorical_td_target_triton, platform, dtype_name, E, N)
 
 
 def self_test(platform: str, dtype_name: str, E: int, N: int) -> str | None:
@@ -206,29 +185,11 @@ def self_test(platform: str, dtype_name: str, E: int, N: int) -> str | None:
     Cached; an exception (compile or launch failure) or a mismatch becomes the returned reason."""
     key = (platform, dtype_name, int(E), int(N), INTERPRET)
     if key not in _self_tests:
-        try:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-                reason = pool.submit(_self_test_once, platform, dtype_name, int(E), int(N)).result()
-        except Exception as exc:
-            reason = f"self-test: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
-            _self_test_errors[key] = traceback.format_exc()[-6000:]
+        reason, error = run_isolated(_self_test_once, platform, dtype_name, int(E), int(N))
+        if error is not None:
+            _self_test_errors[key] = error
         _self_tests[key] = reason
     return _self_tests[key]
-
-
-def _gpu_reason(platform: str) -> str | None:
-    try:
-        dev = jax.devices(platform)[0]
-    except RuntimeError as exc:
-        return f"no {platform} device: {exc}"
-    version = str(getattr(dev.client, "platform_version", "")).lower()
-    if "rocm" in version or "hip" in version:
-        return f"ROCm GPU ({dev.device_kind}): the kernel is validated on NVIDIA GPUs only"
-    cc = getattr(dev, "compute_capability", None)
-    if cc is None:
-        return f"cannot read the compute capability of {dev.device_kind}"
-    major, minor = (int(v) for v in str(cc).split(".")[:2])
-    return f"compute capability {major}.{minor} < 8.0 ({dev.device_kind})" if major < 8 else None
 
 
 def triton_gate(key: tuple) -> str | None:
@@ -258,7 +219,7 @@ def triton_gate(key: tuple) -> str | None:
                     f"'jax-triton==0.3.1'")
         if not str(getattr(jt, "__version__", "")).startswith(TESTED_JAX_TRITON):
             return f"jax-triton {getattr(jt, '__version__', '?')} is outside the tested range {TESTED_JAX_TRITON}"
-        reason = _gpu_reason(platform)
+        reason = gpu_reason(platform)
         if reason is not None:
             return reason
     return self_test(platform, dtype_name, E, N)

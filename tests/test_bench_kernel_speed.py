@@ -10,13 +10,15 @@ from bench import kernel_speed as ks
 
 
 def test_tiny_run_times_every_backend_against_the_reference_and_the_floor(tmp_path, capsys):
-    assert ks.main(["--tiny", "--out", str(tmp_path), "--backends", "jax,triton,pallas"]) == 0
+    assert ks.main(["--tiny", "--out", str(tmp_path), "--backends", "jax,triton,pallas,mosaic"]) == 0
     res = json.loads((tmp_path / "results.json").read_text())
     (row,) = res["sizes"].values()
-    assert set(row["us"]) == {"jax/jax", "jax/triton", "jax/pallas", "torch/triton"} and res["unavailable"] == {}
+    assert set(row["us"]) == {"jax/jax", "jax/triton", "jax/pallas", "jax/mosaic", "torch/triton"}
+    assert res["unavailable"] == {}
     assert row["floor_us"] == pytest.approx(ks.floor_bytes(8, 11, 2, 4) / res["bandwidth"]["bytes_per_s"] * 1e6)
     assert all(row["vs_floor"][n] == pytest.approx(row["us"][n] / row["floor_us"]) for n in row["us"])
-    assert row["vs_jax"]["jax/jax"] == 1.0 and set(row["vs_jax"]) == {"jax/jax", "jax/triton", "jax/pallas"}
+    assert row["vs_jax"]["jax/jax"] == 1.0 and set(row["vs_jax"]) == {"jax/jax", "jax/triton", "jax/pallas",
+                                                                     "jax/mosaic"}
     assert "| 8 |" in (tmp_path / "results.md").read_text()
 
 

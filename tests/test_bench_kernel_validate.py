@@ -13,15 +13,15 @@ ONE_CASE = [dict(B=6, N=11, E=3, kind="nonfinite")]
 
 
 def test_tiny_run_validates_the_interpreted_kernels_bitwise(tmp_path, capsys):
-    rc = kv.main(["--tiny", "--out", str(tmp_path), "--backends", "torch/triton,jax/triton,jax/pallas",
-                  "--require", "torch/triton,jax/triton,jax/pallas"])
+    every = ",".join(kv.BACKENDS)
+    rc = kv.main(["--tiny", "--out", str(tmp_path), "--backends", every, "--require", every])
     out = capsys.readouterr().out
     assert rc == 0, out
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["mismatches"] == 0 and res["configurations"] == len(kv.cases(True))
-    for b in ("torch/triton", "jax/triton", "jax/pallas"):
+    for b in ("torch/triton", "jax/triton", "jax/pallas", "jax/mosaic"):
         assert res["backends"][b]["validated"], res["backends"][b]
-    assert all(r["bitwise"] == {"jax/triton": True, "jax/pallas": True} for r in res["rows"])
+    assert all(r["bitwise"] == {"jax/triton": True, "jax/pallas": True, "jax/mosaic": True} for r in res["rows"])
     assert "| jax/triton | True |" in (tmp_path / "results.md").read_text()
 
 

@@ -91,7 +91,7 @@ class TestJaxDispatch:
         dispatch.reset_dispatch()
 
     def test_unknown_backend(self):
-        with pytest.raises(ValueError, match=r"\('auto', 'jax', 'triton', 'pallas'\)"):
+        with pytest.raises(ValueError, match=r"\('auto', 'jax', 'triton', 'pallas', 'mosaic'\)"):
             jax_impl.resolve_backend("cuda")
 
     def test_fallback_logged_once_strict_raises(self, monkeypatch, caplog):
@@ -107,14 +107,17 @@ class TestJaxDispatch:
 
     def test_backend_info_without_inputs_reports_the_machine_not_a_decision(self, monkeypatch):
         monkeypatch.setitem(dispatch.GATES, "pallas", lambda key: f"simulated: no GPU for {key}")
+        monkeypatch.setitem(dispatch.GATES, "mosaic", lambda key: "simulated: no Hopper GPU")
         info = jax_impl.backend_info()
         assert info["device"] == "cpu" and info["probe"] == "platform=cpu, dtype=float32, E=2, N=101"
-        assert list(info["backends"]) == ["jax", "triton", "pallas"]
+        assert list(info["backends"]) == ["jax", "triton", "pallas", "mosaic"]
+        assert info["backends"]["mosaic"] == "simulated: no Hopper GPU"
         assert info["backends"]["jax"] == "available"
         assert info["backends"]["pallas"] == "simulated: no GPU for ('cpu', 'float32', 2, 101)"
         assert info["auto_order"] == list(dispatch.AUTO_ORDER)
         assert info["validated"]["pallas"]["gpu"] == "NVIDIA H200", "the committed H200 validation"
         assert "no GPU validation result for jax/triton" in info["validated"]["triton"]
+        assert "no GPU validation result for jax/mosaic" in info["validated"]["mosaic"]
         assert info["decision"] is None and info["decisions"] == [] and info["fallback_count"] == 0
         assert jax_impl.dispatch_stats()["fallback_count"] == 0
 

@@ -439,7 +439,7 @@ class TestPallasDispatch:
 
     def test_a_jax_without_the_pallas_triton_lowering(self):
         """The lowering's absence (simulated: its module cannot be imported) is the pallas backend's one-line reason;
-        auto still runs and the other backends are untouched."""
+        auto still runs and the other backends are untouched (the Mosaic GPU kernel passes its self-test)."""
         code = textwrap.dedent("""
             import sys, importlib.abc
             class Gone(importlib.abc.MetaPathFinder):
@@ -455,7 +455,9 @@ class TestPallasDispatch:
             out = jax_impl.categorical_td_target(**x, gamma=0.9, backend="auto")
             assert np.abs(np.asarray(out) - R.categorical_td_target(**x, gamma=0.9)).max() < 1e-5
             print("AUTO", jax_impl.resolve_backend("auto", num_bins=11).backend)
-            print("INFO", jax_impl.backend_info()["backends"]["pallas"])
+            info = jax_impl.backend_info()["backends"]
+            print("INFO", info["pallas"])
+            print("MOSAIC", info["mosaic"])
             try:
                 jax_impl.categorical_td_target(**x, gamma=0.9, backend="pallas", strict=True)
             except jax_impl.BackendUnavailable as exc:
@@ -470,6 +472,7 @@ class TestPallasDispatch:
         info = lines["INFO"]
         assert info.startswith("the pallas backend failed to import (jax ") and "no Pallas-Triton lowering" in info
         assert info.endswith("use backend='triton' (jax-triton))")
+        assert lines["MOSAIC"] == "available", "the Mosaic GPU kernel does not need the Pallas-Triton lowering"
         assert lines["STRICT"].startswith("backend='pallas' with strict=True: the pallas kernel cannot run: the pallas "
                                           "backend failed to import (jax ")
         assert "\n" not in lines["STRICT"]
