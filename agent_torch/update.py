@@ -186,8 +186,9 @@ def _critic_target(
     batch_size = batch.observation.shape[0]
     with torch.no_grad():
         next_actions, next_log_probs_pi = actor.apply(batch.next_observation, training=False)  # (B, A), (B,)
-        next_actions = next_actions.clone()  # (B, A) CUDA-graph outputs get overwritten
-        next_log_probs_pi = next_log_probs_pi.clone()  # (B,)
+        if actor.apply is not actor.module:  # a compiled forward's outputs may be CUDA-graph buffers it overwrites
+            next_actions = next_actions.clone()  # (B, A)
+            next_log_probs_pi = next_log_probs_pi.clone()  # (B,)
         alpha = temperature.module()  # (1,)
         next_alpha_log_pi = (alpha * next_log_probs_pi).float()  # (B,)
         obs_all = batch.joint_observation()  # (2B, O)
