@@ -232,7 +232,8 @@ class FlashSACAgent:
         return flat
 
     def _split(self, flat: torch.Tensor) -> Batch:
-        """Views of a flat (B, 2O + A + 2) device batch, columns in ``UPDATE_KEYS`` order."""
+        """Views of a flat (B, 2O + A + 2) device batch, columns in ``UPDATE_KEYS`` order, and the joint (2B, O)
+        observations [s; s'] that the actor, target and critic steps share (one concatenation per update)."""
         parts = torch.split(flat, self._widths, dim=1)
         return Batch(
             observation=parts[0],  # (B, O)
@@ -240,6 +241,7 @@ class FlashSACAgent:
             reward=parts[2].reshape(-1),  # (B,)
             terminated=parts[3].reshape(-1),  # (B,)
             next_observation=parts[4],  # (B, O)
+            observation_all=torch.cat([parts[0], parts[4]], dim=0),  # (2B, O)
         )
 
     def to_batch(self, batch: dict[str, np.ndarray]) -> Batch:

@@ -67,6 +67,11 @@ class UnitLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight)  # (B, out)
 
+    projection = "rows"  # normalize_parameters: every output unit's input weights to unit norm
+
+    def projected_parameters(self) -> tuple[torch.Tensor, ...]:
+        return (self.weight,)
+
     @torch.no_grad()
     def normalize_parameters(self) -> None:
         _project_rows(self.weight)
@@ -92,6 +97,11 @@ class UnitBatchNorm(nn.Module):
             x, self.running_mean, self.running_var, self.weight, self.bias, training, BN_MOMENTUM, BN_EPS
         )  # (B, d)
 
+    projection = "joint"  # normalize_parameters: (gamma, beta) jointly to norm sqrt(d)
+
+    def projected_parameters(self) -> tuple[torch.Tensor, ...]:
+        return (self.weight, self.bias)
+
     @torch.no_grad()
     def normalize_parameters(self) -> None:
         _project_joint(self.weight, self.bias)
@@ -112,6 +122,11 @@ class UnitRMSNorm(nn.Module):
         x32 = x.float()  # (..., d)
         y = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + RMS_EPS)  # (..., d)
         return y * self.weight  # (..., d)
+
+    projection = "joint"  # normalize_parameters: gamma to norm sqrt(d)
+
+    def projected_parameters(self) -> tuple[torch.Tensor, ...]:
+        return (self.weight,)
 
     @torch.no_grad()
     def normalize_parameters(self) -> None:
@@ -137,6 +152,11 @@ class EnsembleUnitLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.einsum("nbi,noi->nbo", x, self.weight)  # (N, B, out)
+
+    projection = "rows"  # normalize_parameters: every output unit's input weights to unit norm
+
+    def projected_parameters(self) -> tuple[torch.Tensor, ...]:
+        return (self.weight,)
 
     @torch.no_grad()
     def normalize_parameters(self) -> None:
@@ -178,6 +198,11 @@ class EnsembleUnitBatchNorm(nn.Module):
         )  # (B, N*d)
         return y.view(b, n, d).permute(1, 0, 2)  # (N, B, d)
 
+    projection = "joint"  # normalize_parameters: (gamma, beta) jointly to norm sqrt(d)
+
+    def projected_parameters(self) -> tuple[torch.Tensor, ...]:
+        return (self.weight, self.bias)
+
     @torch.no_grad()
     def normalize_parameters(self) -> None:
         _project_joint(self.weight, self.bias)
@@ -194,6 +219,11 @@ class EnsembleUnitRMSNorm(nn.Module):
         x32 = x.float()  # (N, B, d)
         y = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + RMS_EPS)  # (N, B, d)
         return y * self.weight[:, None, :]  # (N, B, d)
+
+    projection = "joint"  # normalize_parameters: gamma to norm sqrt(d)
+
+    def projected_parameters(self) -> tuple[torch.Tensor, ...]:
+        return (self.weight,)
 
     @torch.no_grad()
     def normalize_parameters(self) -> None:
@@ -437,8 +467,70 @@ class FlashSACTemperature(nn.Module):
 
 
 def normalize_parameters(module: nn.Module) -> None:
-    """Projects every submodule that defines ``normalize_parameters`` (never the heads' biases or log alpha)."""
+    """Projects every submodule that defines ``normalize_parameters`` (never the heads' biases or log alpha).
+
+    The layers that declare their ``projection`` (``"rows"``: unit-norm rows, ``"joint"``: parameters jointly to
+    norm sqrt(d)) are projected together, in batched ``torch._foreach_*`` ops where the operands of one op have equal
+    shapes (on CUDA one multi-tensor kernel each), and per tensor where an op broadcasts (the row norms and joint
+    sums of squares, and the final in-place rescale). Every element goes through the same operations in the same
+    order as the per-layer ``normalize_parameters``, so the result is bitwise the same; other submodules with a
+    ``normalize_parameters`` method are projected by it.
+    """
+    rows: list[torch.Tensor] = []
+    joint: list[tuple[torch.Tensor, ...]] = []
     with torch.no_grad():
         for sub in module.modules():
-            if sub is not module and hasattr(sub, "normalize_parameters"):
+            if sub is module or not hasattr(sub, "normalize_parameters"):
+                continue
+            kind = getattr(sub, "projection", None)
+            if kind == "rows":
+                rows.extend(sub.projected_parameters())
+            elif kind == "joint":
+                joint.append(tuple(sub.projected_parameters()))
+            else:
                 sub.normalize_parameters()
+        _project_rows_batched(rows)
+        _project_joint_batched(joint)
+
+
+def _project_rows_batched(weights: list[torch.Tensor]) -> None:
+    """``_project_rows`` of every weight: per-row norms, one clamp for all, then per-weight in-place division."""
+    if not weights:
+        return
+    norms = [w.norm(dim=-1, keepdim=True) for w in weights]  # (..., out, 1) each
+    torch._foreach_clamp_min_(norms, 1e-8)
+    for w, norm in zip(weights, norms, strict=True):
+        w.div_(norm)
+
+
+def _project_joint_batched(groups: list[tuple[torch.Tensor, ...]]) -> None:
+    """``_project_joint`` of every group (a BN's (gamma, beta) or an RMSNorm's gamma): squares in one op, per-tensor
+    sums over the last axis, the groups' sums added pairwise, then eps, rsqrt and sqrt(d) in one op each."""
+    if not groups:
+        return
+    if any(len(g) not in (1, 2) for g in groups):
+        raise ValueError(f"joint projection groups hold 1 or 2 tensors, got sizes {[len(g) for g in groups]}")
+    flat = [p.float() for g in groups for p in g]
+    squares = torch._foreach_mul(flat, flat)  # p ** 2 is computed as p * p
+    sums = [sq.sum(dim=-1, keepdim=True) for sq in squares]  # (..., 1) each
+    totals: list[torch.Tensor] = []
+    firsts: list[torch.Tensor] = []
+    seconds: list[torch.Tensor] = []
+    pair_slots: list[int] = []
+    i = 0
+    for g in groups:
+        if len(g) == 2:
+            pair_slots.append(len(totals))
+            firsts.append(sums[i])
+            seconds.append(sums[i + 1])
+        totals.append(sums[i])
+        i += len(g)
+    if firsts:
+        for slot, total in zip(pair_slots, torch._foreach_add(firsts, seconds), strict=True):
+            totals[slot] = total
+    torch._foreach_add_(totals, 1e-8)
+    torch._foreach_rsqrt_(totals)
+    torch._foreach_mul_(totals, [math.sqrt(g[0].shape[-1]) for g in groups])  # factor = sqrt(d) rsqrt(sq + eps)
+    for g, factor in zip(groups, totals, strict=True):
+        for p in g:
+            p.mul_(factor.to(p.dtype))

@@ -23,6 +23,8 @@ class Batch:
         reward: (B,) normalised n-step reward.
         terminated: (B,) in {0, 1}; truncated transitions are not terminated and bootstrap.
         next_observation: (B, O) true successor observation.
+        observation_all: (2B, O) [observation; next_observation], or None (then each step concatenates them
+            itself); the agent builds it once per update, for the actor, the target and the critic.
     """
 
     observation: torch.Tensor
@@ -30,6 +32,13 @@ class Batch:
     reward: torch.Tensor
     terminated: torch.Tensor
     next_observation: torch.Tensor
+    observation_all: torch.Tensor | None = None
+
+    def joint_observation(self) -> torch.Tensor:
+        """(2B, O) [observation; next_observation] (``observation_all`` when given)."""
+        if self.observation_all is not None:
+            return self.observation_all
+        return torch.cat([self.observation, self.next_observation], dim=0)
 
 
 @dataclass(frozen=True)
@@ -116,7 +125,7 @@ def update_actor(
     """
     batch_size = batch.observation.shape[0]
     with ctx.autocast():
-        obs_all = torch.cat([batch.observation, batch.next_observation], dim=0)  # (2B, O)
+        obs_all = batch.joint_observation()  # (2B, O)
         actions_all, log_probs_all = actor.apply(obs_all, training=True)  # (2B, A), (2B,)
         actions = actions_all[:batch_size]  # (B, A)
         log_probs = log_probs_all[:batch_size]  # (B,)
@@ -167,14 +176,22 @@ def critic_target(
     Returns:
         target_probs (B, K) fp32, α·log π(a'|s') (B,) and a' (B, A) (the critic's joint batch reuses it).
     """
+    return _critic_target(actor, target_critic, temperature, batch, ctx)[:3]
+
+
+def _critic_target(
+    actor: Network, target_critic: Network, temperature: Network, batch: Batch, ctx: UpdateContext
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``critic_target``, plus the joint (2B, A) actions [a; a'] (the online critic's joint batch)."""
     batch_size = batch.observation.shape[0]
     with torch.no_grad():
         next_actions, next_log_probs_pi = actor.apply(batch.next_observation, training=False)  # (B, A), (B,)
-        next_actions = next_actions.clone()  # (B, A) CUDA-graph outputs get overwritten
-        next_log_probs_pi = next_log_probs_pi.clone()  # (B,)
+        if actor.apply is not actor.module:  # a compiled forward's outputs may be CUDA-graph buffers it overwrites
+            next_actions = next_actions.clone()  # (B, A)
+            next_log_probs_pi = next_log_probs_pi.clone()  # (B,)
         alpha = temperature.module()  # (1,)
         next_alpha_log_pi = (alpha * next_log_probs_pi).float()  # (B,)
-        obs_all = torch.cat([batch.observation, batch.next_observation], dim=0)  # (2B, O)
+        obs_all = batch.joint_observation()  # (2B, O)
         act_all = torch.cat([batch.action, next_actions.to(batch.action.dtype)], dim=0)  # (2B, A)
         target_qs, target_log_probs = target_critic.apply(obs_all, act_all, training=True)  # (2, 2B), (2, 2B, K)
         next_qs = target_qs[:, batch_size:].float()  # (2, B) strided view
@@ -191,7 +208,7 @@ def critic_target(
             backend=ctx.backend,
             strict=ctx.strict,
         )  # (B, K)
-    return target_probs, next_alpha_log_pi, next_actions
+    return target_probs, next_alpha_log_pi, next_actions, act_all
 
 
 def update_critic(
@@ -219,11 +236,10 @@ def update_critic(
     """
     batch_size = batch.observation.shape[0]
     with ctx.autocast():
-        target_probs, next_alpha_log_pi, next_actions = critic_target(
+        target_probs, next_alpha_log_pi, _, act_all = _critic_target(
             actor, target_critic, temperature, batch, ctx
-        )  # (B, K), (B,), (B, A)
-        obs_all = torch.cat([batch.observation, batch.next_observation], dim=0)  # (2B, O)
-        act_all = torch.cat([batch.action, next_actions.to(batch.action.dtype)], dim=0)  # (2B, A) same a' as target
+        )  # (B, K), (B,), (B, A), (2B, A) the same a' as the target
+        obs_all = batch.joint_observation()  # (2B, O)
         _, log_probs_all = critic.apply(obs_all, act_all, training=True)  # (2, 2B, K)
         log_probs = log_probs_all[:, :batch_size].float()  # (2, B, K)
         ce = -(target_probs.unsqueeze(0) * log_probs).sum(dim=-1)  # (2, B)
