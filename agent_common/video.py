@@ -7,8 +7,14 @@ env and no OpenGL context. The recorder's envs are separate from the training an
 Each video holds ``max(num_record_episodes // num_record_envs, 1)`` rounds; in a round every one of the
 ``num_record_envs`` envs plays one episode, side by side (an env that has finished keeps its last frame until all
 have). A frame is rendered before each action (upstream's ``record_video``), so an episode of L steps gives L frames,
-and a video is capped at ``MAX_FRAMES`` frames. The camera is the task's tracking camera (``track``) where its model
-has one. Headless rendering needs ``MUJOCO_GL=egl`` (a GPU) or ``MUJOCO_GL=osmesa`` (Debian: ``libosmesa6``).
+and a video is capped at ``MAX_FRAMES`` frames. A gymnasium task is filmed through its own ``render`` from its
+tracking camera (``track``); a DMC task (dm_control through shimmy) with ``MujocoCamera`` (gymnasium's offscreen
+renderer on the task's physics) from ``tracking_camera``: the first camera that follows a body's centre of mass,
+else the task's first camera. Headless rendering needs ``MUJOCO_GL=egl`` (a GPU) or ``MUJOCO_GL=osmesa`` (Debian:
+``libosmesa6``).
+
+The recorder's schedule and its envs' states are part of a run's checkpoint (``RunVideos.state_dict``), so a resumed
+run records at the same interaction steps, from the same env states, as the run that was not interrupted.
 """
 
 from __future__ import annotations
@@ -20,17 +26,20 @@ from collections.abc import Callable
 import mujoco
 import numpy as np
 
-from agent_common.envs import make_env
+from agent_common.envs import make_env, mj_model_data
 from agent_common.schema import Config, ConfigError
 
-__all__ = ["MAX_FRAMES", "TRACKING_CAMERA", "RunVideos", "VideoRecorder", "read_video_frames", "recording_on",
-           "run_videos", "write_mp4"]
+__all__ = ["MAX_FRAMES", "RECORDING_ENV_TYPES", "TRACKING_CAMERA", "MujocoCamera", "RunVideos", "VideoRecorder",
+           "read_video_frames", "recording_on", "run_videos", "tracking_camera", "write_mp4"]
 
 MAX_FRAMES = 1000
 """Most frames in one video (upstream's ``video_length``)."""
 
 TRACKING_CAMERA = "track"
 """The camera gym-MuJoCo models define to follow the agent's torso."""
+
+RECORDING_ENV_TYPES: tuple[str, ...] = ("mujoco", "dmc")
+"""The env types ``VideoRecorder`` films (gymnasium's MuJoCo tasks, the DMC suite)."""
 
 
 def recording_on(cfg: Config) -> bool:
@@ -47,6 +56,56 @@ def _use_tracking_camera(env: object) -> str | None:
     base.mujoco_renderer.camera_id = camera
     base.mujoco_renderer.camera_name = None
     return TRACKING_CAMERA
+
+
+def tracking_camera(model: mujoco.MjModel) -> int:
+    """The camera that follows the agent: the one named ``track``, else the first whose mode follows a body's centre
+    of mass (``mjCAMLIGHT_TRACKCOM``: cheetah, walker, hopper, humanoid, quadruped, swimmer, fish, dog), else the
+    model's first camera (a fixed view of a task whose agent stays in place), else -1 (MuJoCo's free camera)."""
+    named = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, TRACKING_CAMERA)
+    if named >= 0:
+        return int(named)
+    follows = np.flatnonzero(np.asarray(model.cam_mode) == int(mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM))
+    if len(follows):
+        return int(follows[0])
+    return 0 if model.ncam > 0 else -1
+
+
+class MujocoCamera:
+    """Renders one ``MjData`` of ``model`` from ``tracking_camera(model)`` with gymnasium's ``OffScreenViewer`` (the
+    renderer of the gymnasium tasks, which picks its OpenGL backend from ``MUJOCO_GL`` when it is built).
+
+    Args:
+        model: the MuJoCo model.
+        data: the state to film (read at every ``render``).
+        size: frame width and height in pixels (at most the model's offscreen buffer, ``vis.global_.offwidth`` ×
+            ``offheight``: 640 × 480 in the DMC suite).
+
+    Raises:
+        ConfigError: ``size`` exceeds the model's offscreen buffer.
+
+    Attributes:
+        camera: the camera's name (``"free"`` for -1, ``"camera<id>"`` for an unnamed one).
+    """
+
+    def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, size: int) -> None:
+        from gymnasium.envs.mujoco.mujoco_rendering import OffScreenViewer
+
+        limit = (int(model.vis.global_.offwidth), int(model.vis.global_.offheight))
+        if size > min(limit):
+            raise ConfigError(f"record_size={size} is larger than the model's offscreen buffer {limit[0]}x{limit[1]}: "
+                              f"set record_size <= {min(limit)}")
+        self.camera_id = tracking_camera(model)
+        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, self.camera_id) if self.camera_id >= 0 else "free"
+        self.camera = name or f"camera{self.camera_id}"
+        self.viewer = OffScreenViewer(model, data, size, size)
+
+    def render(self) -> np.ndarray:
+        """The current frame, (size, size, 3) uint8."""
+        return np.asarray(self.viewer.render("rgb_array", self.camera_id), dtype=np.uint8)
+
+    def close(self) -> None:
+        self.viewer.close()
 
 
 def write_mp4(path: str, frames: np.ndarray, fps: int) -> str:
@@ -83,7 +142,7 @@ class VideoRecorder:
     """Deterministic evaluation episodes on ``num_envs`` rendering envs, written to ``<out_dir>/*.mp4``.
 
     Args:
-        env_name: the gymnasium task.
+        env_name: the task (``env.env_name``).
         num_envs: envs filmed side by side.
         seed: env ``i`` is seeded with ``seed + i`` at its first reset.
         rescale_action: as ``make_env``.
@@ -91,32 +150,48 @@ class VideoRecorder:
         size: frame width and height of one env, in pixels.
         out_dir: where the MP4 files go (created on the first write).
         max_frames: most frames in one video.
+        env_type: one of ``RECORDING_ENV_TYPES``.
 
     Raises:
-        ConfigError: no OpenGL backend can render here (the message says which ``MUJOCO_GL`` to set).
+        ConfigError: no OpenGL backend can render here (the message says which ``MUJOCO_GL`` to set), or ``size``
+            exceeds a DMC model's offscreen buffer.
 
     Attributes:
-        camera: the camera filmed (``"track"``), or None for the model's default free camera.
+        camera: the camera filmed (``"track"`` for a gymnasium task that has it, None for its default free camera;
+            ``MujocoCamera.camera`` for a DMC task).
         fps: frames per second of the videos (real time: 1 / the env's control step).
         seconds: wall time spent recording and encoding so far.
     """
 
     def __init__(self, env_name: str, num_envs: int, seed: int, rescale_action: bool, max_episode_steps: int | None,
-                 size: int, out_dir: str, max_frames: int = MAX_FRAMES) -> None:
+                 size: int, out_dir: str, max_frames: int = MAX_FRAMES, env_type: str = "mujoco") -> None:
         if num_envs < 1 or max_frames < 1:
             raise ValueError(f"num_envs and max_frames must be >= 1, got {num_envs}, {max_frames}")
+        if env_type not in RECORDING_ENV_TYPES:
+            raise ValueError(f"env_type: expected one of {', '.join(RECORDING_ENV_TYPES)}, got {env_type!r}")
         start = time.perf_counter()
         self.out_dir = out_dir
         self.max_frames = max_frames
-        self.envs = [make_env(env_name, seed + i, rescale_action, max_episode_steps, i, render_size=size)
+        gym_render = env_type == "mujoco"
+        self.envs = [make_env(env_name, seed + i, rescale_action, max_episode_steps, i, env_type=env_type,
+                              render_size=size if gym_render else None)
                      for i in range(num_envs)]
-        self.camera = _use_tracking_camera(self.envs[0])
-        for env in self.envs[1:]:
-            _use_tracking_camera(env)
+        self.cameras: list[MujocoCamera] = []
         self._observations = [np.asarray(env.reset(seed=seed + i)[0], dtype=np.float32)
                               for i, env in enumerate(self.envs)]
         try:
-            self.envs[0].render()  # creates the OpenGL context now, before any training work
+            if gym_render:
+                self.camera = _use_tracking_camera(self.envs[0])
+                for env in self.envs[1:]:
+                    _use_tracking_camera(env)
+            else:
+                for env in self.envs:
+                    self.cameras.append(MujocoCamera(*mj_model_data(env.unwrapped), size))
+                self.camera = self.cameras[0].camera
+            self._frame(0)  # creates the OpenGL context now, before any training work
+        except ConfigError:
+            self.close()
+            raise
         except Exception as exc:  # noqa: BLE001  any backend failure becomes one line naming the setting
             self.close()
             backend = os.environ.get("MUJOCO_GL", "<unset: glfw, which needs a display>")
@@ -125,7 +200,10 @@ class VideoRecorder:
                 f"{' '.join(str(exc).split())[:200]}). Set MUJOCO_GL=egl (GPU) or MUJOCO_GL=osmesa (apt-get install "
                 "libosmesa6), or record_video=false"
             ) from None
-        self.fps = max(1, round(1.0 / float(self.envs[0].unwrapped.dt)))
+        base = self.envs[0].unwrapped
+        dm_env = getattr(base, "_env", None)
+        dt = float(dm_env.control_timestep()) if dm_env is not None else float(base.dt)
+        self.fps = max(1, round(1.0 / dt))
         self.seconds = time.perf_counter() - start
 
     @classmethod
@@ -133,7 +211,32 @@ class VideoRecorder:
         """The recorder ``cfg`` asks for, writing to ``<run_dir>/videos``."""
         env = cfg.env
         return cls(env.env_name, cfg.num_record_envs, cfg.seed, env.rescale_action, env.max_episode_steps,
-                   cfg.record_size, os.path.join(run_dir, "videos"))
+                   cfg.record_size, os.path.join(run_dir, "videos"), env_type=env.env_type)
+
+    def _frame(self, i: int) -> np.ndarray:
+        """Env ``i``'s current frame, (H, W, 3) uint8."""
+        if self.cameras:
+            return self.cameras[i].render()
+        return np.asarray(self.envs[i].render(), dtype=np.uint8)
+
+    def state_dict(self) -> dict[str, object]:
+        """The envs' snapshots (``EnvSnapshot``) and the observations the next round starts from."""
+        return {"envs": [env.get_snapshot() for env in self.envs],
+                "observations": [obs.copy() for obs in self._observations]}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restores ``state_dict`` output of a recorder with as many envs.
+
+        Raises:
+            ValueError: a different env count.
+        """
+        snapshots, observations = list(state["envs"]), list(state["observations"])  # type: ignore[call-overload]
+        if len(snapshots) != len(self.envs) or len(observations) != len(self.envs):
+            raise ValueError(f"the recorder state has {len(snapshots)} envs, this run records {len(self.envs)} "
+                             "(num_record_envs)")
+        for env, snapshot in zip(self.envs, snapshots, strict=True):
+            env.set_snapshot(snapshot)
+        self._observations = [np.asarray(obs, dtype=np.float32) for obs in observations]
 
     def record(self, act: Callable[[np.ndarray], np.ndarray], num_episodes: int) -> tuple[np.ndarray, list[float]]:
         """Plays ``max(num_episodes // num_envs, 1)`` rounds with ``act`` ((n, O) float32 -> (n, A)).
@@ -155,7 +258,7 @@ class VideoRecorder:
             last: list[np.ndarray] = [np.empty(0)] * n
             while not done.all() and len(frames) < self.max_frames:
                 for i in np.flatnonzero(~done):
-                    last[i] = np.asarray(self.envs[i].render(), dtype=np.uint8)  # (H, W, 3)
+                    last[i] = self._frame(i)  # (H, W, 3)
                 frames.append(np.concatenate(last, axis=1))  # (H, n*W, 3)
                 action = np.asarray(act(obs), dtype=np.float32)  # (n, A)
                 for i in np.flatnonzero(~done):
@@ -177,7 +280,10 @@ class VideoRecorder:
         return path
 
     def close(self) -> None:
-        """Closes the rendering envs (and their OpenGL contexts)."""
+        """Closes the renderers and the envs (and their OpenGL contexts)."""
+        for camera in self.cameras:
+            camera.close()
+        self.cameras = []
         for env in self.envs:
             env.close()
         self.envs = []
@@ -188,8 +294,9 @@ class RunVideos:
     end (upstream's schedule), each written to ``<run>/videos/eval_step<env_step>.mp4`` and sent to the logger.
 
     Attributes:
-        written: the MP4 paths written so far.
-        last_step: the interaction step of the latest video (-1 before the first).
+        written: the MP4 paths written by this process.
+        last_step: the interaction step of the run's latest video (-1 before the first).
+        num_videos: the videos the run has written, resumed parts included.
     """
 
     def __init__(self, cfg: Config, run_dir: str) -> None:
@@ -199,6 +306,22 @@ class RunVideos:
         self.every = cfg.recording_per_interaction_step
         self.written: list[str] = []
         self.last_step = -1
+        self.num_videos = 0
+
+    def state_dict(self) -> dict[str, object]:
+        """What a checkpoint keeps (the loop state's ``videos``): the schedule's position (``last_step``,
+        ``num_videos``) and the recorder's env states."""
+        return {"last_step": self.last_step, "num_videos": self.num_videos, "recorder": self.recorder.state_dict()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restores ``state_dict`` output.
+
+        Raises:
+            KeyError: an entry is missing. ValueError: a different ``num_record_envs``.
+        """
+        self.recorder.load_state_dict(state["recorder"])  # type: ignore[arg-type]
+        self.last_step = int(state["last_step"])  # type: ignore[call-overload]
+        self.num_videos = int(state["num_videos"])  # type: ignore[call-overload]
 
     def due(self, interaction_step: int, interval: int) -> bool:
         """Whether a video is due at ``interaction_step`` (every ``interval`` steps)."""
@@ -211,6 +334,7 @@ class RunVideos:
         path = self.recorder.write(frames, f"eval_step{env_step:09d}")
         self.written.append(path)
         self.last_step = interaction_step
+        self.num_videos += 1
         start = time.perf_counter()
         logger.log_video("video", path, frames, self.recorder.fps, env_step)  # type: ignore[attr-defined]
         self.recorder.seconds += time.perf_counter() - start  # the TensorBoard GIF / W&B upload counts too
