@@ -29,8 +29,8 @@ import numpy as np
 from agent_common.envs import make_env, mj_model_data
 from agent_common.schema import Config, ConfigError
 
-__all__ = ["MAX_FRAMES", "RECORDING_ENV_TYPES", "TRACKING_CAMERA", "MujocoCamera", "RunVideos", "VideoRecorder",
-           "read_video_frames", "recording_on", "run_videos", "tracking_camera", "write_mp4"]
+__all__ = ["MAX_FRAMES", "RECORDING_ENV_TYPES", "TRACKING_CAMERA", "MujocoCamera", "RunVideos", "VectorRecorder",
+           "VideoRecorder", "read_video_frames", "recording_on", "run_videos", "tracking_camera", "write_mp4"]
 
 MAX_FRAMES = 1000
 """Most frames in one video (upstream's ``video_length``)."""
@@ -289,6 +289,116 @@ class VideoRecorder:
         self.envs = []
 
 
+class VectorRecorder:
+    """Evaluation videos of the device env types (``env.env_type=mjx`` / ``mujoco_playground``): the trainer plays a
+    round of the deterministic policy on copies of its evaluation envs (``record_round``) and hands over the joint
+    positions of the filmed envs only; here they pose the task's ``MjModel`` in one host ``MjData``
+    (``mj_forward``), filmed env by env by ``MujocoCamera``. Round ``k`` of the run starts from the trainer's
+    recording key folded with ``k``, so the rounds counter (``state_dict``) is the recorder's whole state.
+
+    Args:
+        model: the task's ``MjModel`` (``trainer.recording_model()``).
+        dt: seconds per env step (the videos play in real time).
+        num_envs: envs filmed side by side (the first ``num_envs`` evaluation envs).
+        size: frame width and height of one env, in pixels.
+        out_dir: where the MP4 files go.
+        max_frames: most frames in one video.
+
+    Raises:
+        ConfigError: no OpenGL backend can render here, or ``size`` exceeds the model's offscreen buffer.
+    """
+
+    def __init__(self, model: mujoco.MjModel, dt: float, num_envs: int, size: int, out_dir: str,
+                 max_frames: int = MAX_FRAMES) -> None:
+        if num_envs < 1 or max_frames < 1:
+            raise ValueError(f"num_envs and max_frames must be >= 1, got {num_envs}, {max_frames}")
+        start = time.perf_counter()
+        self.out_dir, self.max_frames, self.num_envs = out_dir, max_frames, num_envs
+        self.model = model
+        self.data = mujoco.MjData(model)
+        mujoco.mj_forward(model, self.data)
+        self.cameras: list[MujocoCamera] = []
+        try:
+            self.cameras.append(MujocoCamera(model, self.data, size))
+            self.cameras[0].render()  # creates the OpenGL context now, before any training work
+        except ConfigError:
+            self.close()
+            raise
+        except Exception as exc:  # noqa: BLE001  any backend failure becomes one line naming the setting
+            self.close()
+            backend = os.environ.get("MUJOCO_GL", "<unset: glfw, which needs a display>")
+            raise ConfigError(
+                f"record_video=true cannot render with MUJOCO_GL={backend} ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:200]}). Set MUJOCO_GL=egl (GPU) or MUJOCO_GL=osmesa (apt-get install "
+                "libosmesa6), or record_video=false"
+            ) from None
+        self.camera = self.cameras[0].camera
+        self.fps = max(1, round(1.0 / float(dt)))
+        self.rounds = 0
+        self.seconds = time.perf_counter() - start
+
+    @classmethod
+    def from_trainer(cls, cfg: Config, run_dir: str, trainer: object) -> VectorRecorder:
+        """The recorder ``cfg`` asks for, filming ``trainer``'s task, writing to ``<run_dir>/videos``."""
+        model, dt = trainer.recording_model()  # type: ignore[attr-defined]
+        return cls(model, dt, cfg.num_record_envs, cfg.record_size, os.path.join(run_dir, "videos"))
+
+    def _render(self, qpos: np.ndarray) -> np.ndarray:
+        """The frame of the task posed at (nq,) ``qpos``."""
+        self.data.qpos[:] = qpos
+        mujoco.mj_forward(self.model, self.data)
+        return self.cameras[0].render()
+
+    def record(self, play: Callable[[int, int, int], dict[str, np.ndarray]], num_episodes: int
+               ) -> tuple[np.ndarray, list[float]]:
+        """Plays ``max(num_episodes // num_envs, 1)`` rounds with ``play`` (the trainer's ``record_round``).
+
+        Returns:
+            (frames, returns) as ``VideoRecorder.record``.
+        """
+        start = time.perf_counter()
+        n = self.num_envs
+        frames: list[np.ndarray] = []
+        returns: list[float] = []
+        for _ in range(max(num_episodes // n, 1)):
+            if len(frames) >= self.max_frames:
+                break
+            out = play(n, self.max_frames - len(frames), self.rounds)
+            self.rounds += 1
+            qpos, alive = np.asarray(out["qpos"]), np.asarray(out["alive"], bool)  # (T, n, nq), (T, n)
+            last: list[np.ndarray] = [np.empty(0)] * n
+            for t in range(int(alive.any(axis=1).sum())):  # an env that ended stays ended: a prefix of the rounds
+                for i in np.flatnonzero(alive[t]):
+                    last[i] = self._render(qpos[t, i])  # (H, W, 3)
+                frames.append(np.concatenate(last, axis=1))  # (H, n*W, 3)
+            finished = np.asarray(out["finished"], bool)
+            if finished.all():
+                returns.extend(np.asarray(out["returns"], np.float64).tolist())
+        self.seconds += time.perf_counter() - start
+        return np.stack(frames), returns
+
+    def write(self, frames: np.ndarray, name: str) -> str:
+        """Encodes ``frames`` to ``<out_dir>/<name>.mp4``; returns the path."""
+        start = time.perf_counter()
+        path = write_mp4(os.path.join(self.out_dir, f"{name}.mp4"), frames, self.fps)
+        self.seconds += time.perf_counter() - start
+        return path
+
+    def state_dict(self) -> dict[str, object]:
+        """The rounds played (the next round's key)."""
+        return {"rounds": self.rounds}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restores ``state_dict`` output."""
+        self.rounds = int(state["rounds"])  # type: ignore[call-overload]
+
+    def close(self) -> None:
+        """Closes the renderer (and its OpenGL context)."""
+        for camera in self.cameras:
+            camera.close()
+        self.cameras = []
+
+
 class RunVideos:
     """The training loop's videos: one at the start, one every ``recording_per_interaction_step`` and one at the
     end (upstream's schedule), each written to ``<run>/videos/eval_step<env_step>.mp4`` and sent to the logger.
@@ -299,9 +409,11 @@ class RunVideos:
         num_videos: the videos the run has written, resumed parts included.
     """
 
-    def __init__(self, cfg: Config, run_dir: str) -> None:
+    def __init__(self, cfg: Config, run_dir: str, trainer: object = None) -> None:
         self.created = time.perf_counter()
-        self.recorder = VideoRecorder.from_config(cfg, run_dir)
+        self.recorder: VideoRecorder | VectorRecorder = (
+            VideoRecorder.from_config(cfg, run_dir) if trainer is None
+            else VectorRecorder.from_trainer(cfg, run_dir, trainer))
         self.episodes = cfg.num_record_episodes
         self.every = cfg.recording_per_interaction_step
         self.written: list[str] = []
@@ -327,10 +439,14 @@ class RunVideos:
         """Whether a video is due at ``interaction_step`` (every ``interval`` steps)."""
         return interaction_step % interval == 0 and interaction_step != self.last_step
 
-    def record(self, act: Callable[[np.ndarray], np.ndarray], interaction_step: int, env_step: int,
-               logger: object) -> str:
-        """Records, writes and logs one video of the deterministic policy ``act``; returns a line saying where."""
-        frames, returns = self.recorder.record(act, self.episodes)
+    def record(self, act: Callable[..., object], interaction_step: int, env_step: int, logger: object) -> str:
+        """Records, writes and logs one video; returns a line saying where.
+
+        Args:
+            act: the deterministic policy (the gymnasium / DMC recorder), or the trainer's ``record_round`` (the
+                device env types).
+        """
+        frames, returns = self.recorder.record(act, self.episodes)  # type: ignore[arg-type]
         path = self.recorder.write(frames, f"eval_step{env_step:09d}")
         self.written.append(path)
         self.last_step = interaction_step
@@ -354,6 +470,11 @@ class RunVideos:
         self.recorder.close()
 
 
-def run_videos(cfg: Config, run_dir: str) -> RunVideos | None:
-    """The run's ``RunVideos`` when ``recording_on(cfg)``; None (no renderer, no rendering env) otherwise."""
-    return RunVideos(cfg, run_dir) if recording_on(cfg) else None
+def run_videos(cfg: Config, run_dir: str, trainer: object = None) -> RunVideos | None:
+    """The run's ``RunVideos`` when ``recording_on(cfg)``; None (no renderer, no rendering env) otherwise.
+
+    Args:
+        trainer: None for the gymnasium loop; the device env types' ``VectorTrainer`` (its ``recording_model``
+            and ``record_round``).
+    """
+    return RunVideos(cfg, run_dir, trainer) if recording_on(cfg) else None
