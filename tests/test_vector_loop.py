@@ -152,8 +152,9 @@ def test_several_processes_are_refused(tmp_path):
     assert not FakeTrainer.instances
 
 
-_SLIDER = """<mujoco><visual><global offwidth="64" offheight="64"/></visual><worldbody><light pos="0 0 3" castshadow="false"/>
-<geom type="plane" size="5 5 .1"/><body name="cart" pos="0 0 .2"><joint name="slide" type="slide" axis="1 0 0"/>
+_SLIDER = """<mujoco><visual><global offwidth="64" offheight="64"/></visual><worldbody>
+<light pos="0 0 3" castshadow="false"/><geom type="plane" size="5 5 .1"/>
+<body name="cart" pos="0 0 .2"><joint name="slide" type="slide" axis="1 0 0"/>
 <geom type="box" size=".1 .1 .1" rgba="1 .5 0 1"/></body>
 <camera name="follow" mode="trackcom" pos="0 -1.5 .5" xyaxes="1 0 0 0 .3 1"/></worldbody></mujoco>"""
 
