@@ -27,6 +27,7 @@ __all__ = [
     "get_env_states",
     "make_env",
     "make_vec_env",
+    "mj_model_data",
     "set_env_states",
     "step_env",
 ]
@@ -51,7 +52,7 @@ class EnvSnapshot(gym.Wrapper):
     def get_snapshot(self) -> dict[str, Any]:
         """Returns a picklable dict with the full env state."""
         base = self.env.unwrapped
-        model, data = _mj_model_data(base)
+        model, data = mj_model_data(base)
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
         state = np.empty(mujoco.mj_stateSize(model, spec), dtype=np.float64)
         mujoco.mj_getState(model, data, state, spec)
@@ -70,7 +71,7 @@ class EnvSnapshot(gym.Wrapper):
     def set_snapshot(self, snapshot: dict[str, Any]) -> None:
         """Restores a state produced by ``get_snapshot`` (the env must have been reset once)."""
         base = self.env.unwrapped
-        model, data = _mj_model_data(base)
+        model, data = mj_model_data(base)
         dm_env = getattr(base, "_env", None)
         if (dm_env is None) != ("dm_step" not in snapshot):
             raise ValueError("env snapshot does not match the env (a gymnasium MuJoCo snapshot for a DMC env or the "
@@ -94,7 +95,7 @@ class EnvSnapshot(gym.Wrapper):
         self.set_snapshot(snapshots[self.index])
 
 
-def _mj_model_data(base: gym.Env) -> tuple[Any, Any]:
+def mj_model_data(base: gym.Env) -> tuple[Any, Any]:
     """The ``MjModel`` and ``MjData`` of a gymnasium MuJoCo env or of shimmy's dm_control env (its physics)."""
     dm_env = getattr(base, "_env", None)
     if dm_env is not None:
@@ -169,7 +170,7 @@ def make_env(
         index: position of this env in its vector env.
         env_type: ``"mujoco"`` (gymnasium) or ``"dmc"`` (dm_control through shimmy).
         render_size: build the env with ``render_mode="rgb_array"`` at this width and height (None: no renderer;
-            gymnasium tasks only).
+            gymnasium tasks only: ``agent_common.video`` films a DMC task with ``mujoco.Renderer``).
 
     Returns:
         The wrapped env; its outermost wrapper is ``EnvSnapshot``.
@@ -181,7 +182,8 @@ def make_env(
                          f"{', '.join(ENV_TYPES[env_type])}")
     if env_type == "dmc":
         if render_size is not None:
-            raise ValueError("render_size: evaluation videos are recorded for gymnasium tasks (env_type mujoco) only")
+            raise ValueError("render_size: a DMC env has no gymnasium render_mode; agent_common.video films it with "
+                             "mujoco.Renderer (render_size=None)")
         env = _make_dmc(env_name, seed)
         if max_episode_steps is None or max_episode_steps <= 0:
             max_episode_steps = DMC_EPISODE_STEPS

@@ -207,6 +207,7 @@ class _Loop:
         self.eval_envs_before_last_eval: list[dict[str, Any]] | None = None  # replayed by agent_*.evaluate
         self.last_eval_return = float("nan")
         self.num_interaction_steps = max(1, cfg.num_env_steps // self.num_envs)
+        self.videos: RunVideos | None = None  # the run's recorder (record_video); its state goes in the checkpoint
 
     # ----------------------------------------------------------------------------------------- checkpoints
     def save(self, with_buffer: bool = False) -> str:
@@ -287,6 +288,7 @@ class _Loop:
             "eval_envs_before_last_eval": self.eval_envs_before_last_eval,
             "meter": self.meter.state_dict(),
             "next_action": None if self.next_action is None else self.next_action.copy(),
+            "videos": None if self.videos is None else self.videos.state_dict(),
             "config_yaml": config_yaml,
             "world_size": self.replicas.world_size,
         }
@@ -388,6 +390,12 @@ class _Loop:
         set_env_states(self.eval_envs, state["eval_envs"])
         self.eval_envs_before_last_eval = state.get("eval_envs_before_last_eval")
         self.meter.load_state_dict(state["meter"])
+        if self.videos is not None:
+            if state.get("videos") is None:
+                warn(f"{ckpt} holds no video recorder state (it was written with record_video=false); the recorder "
+                     "starts from its seeds and records from the next due step")
+            else:
+                self.videos.load_state_dict(state["videos"])
         # The action the agent's step already computed for the next env step (its noise is drawn); without the
         # buffer the run starts its warm-up again and acts at random.
         next_action = state.get("next_action") if self.fused and buffer_state is not None else None
@@ -581,6 +589,7 @@ def _open_run(cfg: Config, make_agent: AgentFactory, replicas: Replicas
     videos: RunVideos | None = None
     try:
         videos = run_videos(cfg, run_dir) if replicas.is_main else None  # None: no renderer is ever created
+        loop.videos = videos
         if cfg.agent_load_path is not None:
             resumed_ckpt = loop.load(cfg.agent_load_path)
             resumed_step = loop.interaction_step * loop.num_envs

@@ -303,7 +303,7 @@ class Config(_Freezable):
     save_checkpoint_per_interaction_step: int | None = None  # null -> N/10 (and always at the end)
     save_buffer_per_interaction_step: int | None = None  # null -> with every checkpoint if save_buffer, else every k
     # project keys
-    record_video: bool = False  # write evaluation videos (<run>/videos/*.mp4; gymnasium envs; MUJOCO_GL=egl|osmesa)
+    record_video: bool = False  # evaluation videos in <run>/videos/*.mp4 (every env type; MUJOCO_GL=egl|osmesa)
     record_size: int = 480  # evaluation video frame width and height in pixels
     recipe: str | None = None  # named recipe under the overrides (agent_common.recipes: smoke | gym | mjx); null: none
     save_buffer: bool = True  # replay buffer in every checkpoint (exact resume); always on Ctrl-C / budget stops
@@ -724,9 +724,10 @@ def _validate(cfg: Config, framework: str) -> None:
         "starts a run over in save_path; it cannot be combined with agent_load_path (a resume)",
     )
     _validate_derived(cfg)
-    _require(not (cfg.record_video and cfg.env.env_type in ("dmc", "mujoco_playground")), "record_video",
-             cfg.record_video, f"must be false with env.env_type={cfg.env.env_type}: evaluation videos are recorded "
-             "for the gymnasium tasks (env.env_type=mujoco) only")
+    _require(not (cfg.record_video and cfg.env.env_type in VECTOR_ENV_TYPES
+                  and cfg.num_record_envs > cfg.num_eval_envs), "num_record_envs", cfg.num_record_envs,
+             f"must be <= num_eval_envs={cfg.num_eval_envs} with env.env_type={cfg.env.env_type}: the filmed envs are "
+             "copies of the first evaluation envs")
     if cfg.env.env_type == "mjx":
         _validate_mjx(cfg)
     if cfg.env.env_type == "mujoco_playground":
@@ -969,9 +970,6 @@ def _validate_vector(cfg: Config) -> None:
              "one-step transitions)")
     _require(cfg.num_devices == 1, "num_devices", cfg.num_devices, "must be 1 with env.env_type=mjx (the envs, the "
              "replay and the update run on one device)")
-    _require(not cfg.record_video, "record_video", cfg.record_video, "must be false with env.env_type=mjx: the MJX "
-             "environments have no renderer here (record videos with env.env_type=mujoco, or python -m "
-             "agent_<framework>.evaluate <run> --video on the gymnasium task)")
 
 
 def check_training_run(cfg: Config, framework: str | None = None) -> None:

@@ -4,13 +4,15 @@ The environments, the replay rows and the updates live on the device, so the per
 ``VectorTrainer`` runs whole chunks of interaction steps (``advance``) without the host. This driver plans the
 chunks and does everything between them, as ``agent_common.loop`` does for gymnasium: evaluation, logging
 (TensorBoard, ``eval.csv``), checkpoints and resume, the time-to-first-update and steady-rate report, the
-``compute path:`` line, ``max_wall_seconds`` and the stop signals (docs/flashsac.md, section 8).
+``compute path:`` line, ``max_wall_seconds``, the stop signals (docs/flashsac.md, section 8) and, with
+``record_video``, the evaluation videos (``agent_common.video.VectorRecorder``).
 
 One interaction step is one step of every env (``num_train_envs`` env steps), as in the schema's intervals. A chunk
-is at most ``interaction_steps_per_call(cfg)`` steps and ends at every multiple of the evaluation, logging and
-checkpoint intervals and at the end of the run; those events run between chunks once the replay can sample, as in
-the gymnasium loop. The driver mirrors the replay's fill on the host (``num_train_envs`` rows per step, up to
-``agent.buffer_max_length``), so it knows which steps ran updates without reading the device.
+is at most ``interaction_steps_per_call(cfg)`` steps and ends at every multiple of the evaluation, logging,
+checkpoint and (when recording) recording intervals and at the end of the run; those events run between chunks
+once the replay can sample, as in the gymnasium loop. The driver mirrors the replay's fill on the host
+(``num_train_envs`` rows per step, up to ``agent.buffer_max_length``), so it knows which steps ran updates without
+reading the device.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from agent_common.run import (
     report_first_update,
 )
 from agent_common.schema import Config, ConfigError, run_dir_of_checkpoint
+from agent_common.video import RunVideos, recording_on, run_videos
 from agent_common.wandb_logger import logger_options
 
 __all__ = [
@@ -145,6 +148,11 @@ class VectorTrainer(Protocol):
 
     # Optional: ``precompile() -> None``, called once before the initial evaluation of a run that has steps left:
     # starts compiling the training program in the background (the first ``advance`` waits for it).
+    # Needed by ``record_video``: ``recording_model() -> (MjModel, seconds per step)`` and
+    # ``record_round(num_envs, num_steps, index) -> {"qpos", "alive", "returns", "finished"}``, one round of the
+    # deterministic policy on copies of the evaluation envs from the recording key folded with ``index`` (the same
+    # round for the same index), at most ``num_steps`` steps; only the first ``num_envs`` envs' joint positions
+    # reach the host (``agent_common.video.VectorRecorder`` renders them).
 
 
 VectorFactory = Callable[[Config], VectorTrainer]
@@ -204,6 +212,8 @@ class _VectorRun:
         self.last_checkpoint_step = -1
         self.last_checkpoint_has_buffer = False
         self.meter = AverageMeter()
+        self.videos: RunVideos | None = None  # the run's recorder (record_video); its state goes in the checkpoint
+        self.record_every = cfg.recording_per_interaction_step or self.num_interaction_steps
 
     def can_sample(self) -> bool:
         return self.replay_rows >= self.min_rows
@@ -217,6 +227,8 @@ class _VectorRun:
         intervals = [cfg.logging_per_interaction_step, cfg.save_checkpoint_per_interaction_step]
         if cfg.num_eval_episodes > 0:
             intervals.append(cfg.evaluation_per_interaction_step)
+        if self.videos is not None:
+            intervals.append(self.record_every)
         for every in intervals:
             if every:
                 end = min(end, (start // every + 1) * every)
@@ -262,6 +274,7 @@ class _VectorRun:
             "last_eval_step": self.last_eval_step,
             "last_eval_return": self.last_eval_return,
             "meter": self.meter.state_dict(),
+            "videos": None if self.videos is None else self.videos.state_dict(),
             "buffer_saved": bool(save_data),
             "config_yaml": config_yaml,
             "world_size": 1,
@@ -317,10 +330,15 @@ class _VectorRun:
             self.last_eval_step = int(state["last_eval_step"])
             self.last_eval_return = float(state["last_eval_return"])
             self.meter.load_state_dict(state["meter"])
+            if self.videos is not None and state.get("videos") is not None:
+                self.videos.load_state_dict(state["videos"])
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{state_file} does not match this run ({type(exc).__name__}: {exc})") from None
         self.last_checkpoint_step = self.interaction_step
         self.last_checkpoint_has_buffer = buffer_state is not None
+        if self.videos is not None and state.get("videos") is None:
+            warn(f"{ckpt} holds no video recorder state (it was written with record_video=false); the recorder "
+                 "starts from its first round and records from the next due step")
         if buffer_state is None:
             warn(f"{ckpt} has no replay buffer (it was saved with save_buffer=false); collecting "
                  f"{self.min_rows} random steps again before updates, so this resume is not exact")
@@ -361,7 +379,13 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
     run = _VectorRun(cfg, trainer)
     num_envs = run.num_envs
     resumed_ckpt: str | None = None
+    videos: RunVideos | None = None
     try:
+        if recording_on(cfg) and not callable(getattr(trainer, "record_round", None)):
+            raise ConfigError(f"record_video=true: the {framework} trainer of env.env_type={cfg.env.env_type} cannot "
+                              "record evaluation videos (no record_round); set record_video=false")
+        videos = run_videos(cfg, run_dir, trainer)  # None: no renderer is ever created
+        run.videos = videos
         if cfg.agent_load_path is not None:
             resumed_ckpt = run.load(cfg.agent_load_path)
             resumed_step = run.interaction_step * num_envs
@@ -376,6 +400,8 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
                            resume_step=None if resumed_ckpt is None else run.interaction_step * num_envs,
                            **logger_options(cfg, run_dir))
     except BaseException:
+        if videos is not None:
+            videos.close()
         trainer.close()
         raise
     evaluations: list[tuple[int, dict[str, float]]] = []
@@ -399,6 +425,12 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
                 scalars[key] = float(value)
         return scalars
 
+    def record_video() -> None:
+        assert videos is not None
+        line = videos.record(trainer.record_round, run.interaction_step,  # type: ignore[attr-defined]
+                             run.interaction_step * num_envs, logger)
+        tqdm.write(line, file=sys.stderr)
+
     def save(with_buffer: bool = False) -> str:
         path, line = run.save(with_buffer=with_buffer)
         tqdm.write(line, file=sys.stderr)
@@ -412,6 +444,8 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
     log_info(logger.first_step)
     announce_compute_path(trainer)  # type: ignore[arg-type]
     timeline = UpdateTimeline(launch_time())
+    if start_step == 0 and videos is not None:
+        record_video()
     if start_step == 0 and cfg.num_eval_episodes > 0:
         do_eval()
     status = "completed"
@@ -440,6 +474,8 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
                 if run.can_sample():
                     if cfg.num_eval_episodes > 0 and step % cfg.evaluation_per_interaction_step == 0:
                         do_eval()
+                    if videos is not None and videos.due(step, run.record_every):
+                        record_video()
                     if step % cfg.logging_per_interaction_step == 0:
                         now = time.monotonic()
                         run.take_metrics()
@@ -473,12 +509,17 @@ def train_vector(cfg: Config, make_trainer: VectorFactory, framework: str,
             if status == "completed":
                 if run.last_eval_step != run.interaction_step and cfg.num_eval_episodes > 0:
                     do_eval()
+                if videos is not None and videos.last_step != run.interaction_step:
+                    record_video()
                 if run.last_checkpoint_step != run.interaction_step:
                     last_ckpt = save()
             elif run.last_checkpoint_step != run.interaction_step or not run.last_checkpoint_has_buffer:
                 last_ckpt = save(with_buffer=True)  # stopped early: the resume must be exact
         finally:
             bar.close()
+            if videos is not None:
+                videos.close()
+                tqdm.write(videos.summary(), file=sys.stderr)
             logger.close()
             trainer.close()
     wall = time.monotonic() - t_start

@@ -26,7 +26,9 @@ one evaluation program. When the updates per step are a multiple of ``agent.acto
 critic-only pattern is static, as in ``update_networks``; otherwise a ``lax.cond`` picks it per update.
 
 Evaluation (``evaluate_round``) runs the deterministic policy on the MJX evaluation envs in one jitted
-``lax.while_loop`` until every env has finished once. A run is resumable bitwise: every key, the env state, the
+``lax.while_loop`` until every env has finished once. With ``record_video``, ``record_round`` plays the same policy
+on copies of the evaluation envs in one jitted ``lax.scan`` (compiled on the first video) and hands the host the
+joint positions of the filmed envs only. A run is resumable bitwise: every key, the env state, the
 noise, the normaliser, the replay rows and the agent state are in the checkpoint.
 """
 
@@ -66,7 +68,7 @@ from mjx_envs.env import MjxEnvState, MjxVecEnv, compiler_options
 from mjx_envs.playground import cached_vector_env
 
 __all__ = ["JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer",
-           "normalizer_update", "programs", "train_steps"]
+           "normalizer_update", "programs", "record_program", "train_steps"]
 
 Array = jax.Array
 
@@ -74,7 +76,7 @@ log = logging.getLogger("flashsac.agent_jax")
 
 # Streams of the run seed's key (jax.random.fold_in(PRNGKey(seed), stream)); the replay sampler's is the agent's
 # (agent_common.seeding.BUFFER_STREAM).
-_ENV_STREAM, _EVAL_STREAM, _EXPLORE_STREAM = 10, 11, 12
+_ENV_STREAM, _EVAL_STREAM, _EXPLORE_STREAM, _RECORD_STREAM = 10, 11, 12, 13
 
 
 @flax.struct.dataclass
@@ -295,6 +297,29 @@ def _evaluate_round(params: Any, batch_stats: Any, key: Array, *, env: MjxVecEnv
     return ret, length
 
 
+def _record_round(params: Any, batch_stats: Any, key: Array, *, env: MjxVecEnv, actor_def: Any, num_filmed: int,
+                  length: int) -> tuple[Array, Array, Array, Array]:
+    """One recording round: every env from a fresh reset (``key``), the deterministic policy, ``length`` steps;
+    the positions of the first ``num_filmed`` envs before each action.
+
+    Returns:
+        ((T, n, nq) qpos, (T, n) bool alive, (n,) float32 returns up to each env's first end, (n,) bool finished).
+    """
+    num_envs = env.num_envs
+
+    def body(c: tuple[Any, ...], _: None) -> tuple[tuple[Any, ...], tuple[Array, Array]]:
+        state, ret, finished = c
+        filmed = (env.positions(state)[:num_filmed], ~finished[:num_filmed])
+        action = policy_actions(actor_def, params, batch_stats, env.observation(state), None, deterministic=True)
+        out = env.step(state, action)
+        ret = ret + jnp.where(finished, 0.0, out.reward)
+        return (out.state, ret, finished | (out.terminated > 0) | (out.truncated > 0)), filmed
+
+    start = (env.reset(key), jnp.zeros(num_envs, jnp.float32), jnp.zeros(num_envs, bool))
+    (_, ret, finished), (qpos, alive) = jax.lax.scan(body, start, None, length=length)
+    return qpos, alive, ret[:num_filmed], finished[:num_filmed]
+
+
 def _reset(key: Array, *, env: MjxVecEnv) -> MjxEnvState:
     return env.reset(key)
 
@@ -307,6 +332,14 @@ def programs(fast_compile: bool = False) -> tuple[Any, Any, Any]:
     return (jax.jit(_train_steps, static_argnames=("spec",), donate_argnums=(0,), compiler_options=options),
             jax.jit(_evaluate_round, static_argnames=("env", "actor_def"), compiler_options=options),
             jax.jit(_reset, static_argnames=("env",), compiler_options=options))
+
+
+@functools.lru_cache(maxsize=2)
+def record_program(fast_compile: bool = False) -> Any:
+    """The jitted ``_record_round`` (compiled on the first recording only: a run without videos never builds it)."""
+    options = compiler_options() if fast_compile else None
+    return jax.jit(_record_round, static_argnames=("env", "actor_def", "num_filmed", "length"),
+                   compiler_options=options)
 
 
 train_steps, evaluate_round, _ = programs()
@@ -430,6 +463,27 @@ class JaxVectorTrainer:
         return {"avg_return": float(np.mean(np.concatenate(returns))),
                 "avg_length": float(np.mean(np.concatenate(lengths))), "avg_success_once": 0.0,
                 "avg_success_end": 0.0}
+
+    def recording_model(self) -> tuple[Any, float]:
+        """(the task's ``MjModel``, seconds per env step): what ``agent_common.video.VectorRecorder`` renders."""
+        return self.eval_env.mj_model, float(self.eval_env.dt)
+
+    def record_round(self, num_envs: int, num_steps: int, index: int) -> dict[str, np.ndarray]:
+        """One recording round of the deterministic policy on copies of the eval envs (``_record_round``; reset
+        from the recording key folded with ``index``, so the evaluation's key does not move), ``num_steps`` steps
+        or the episode limit, whichever is less. Only the first ``num_envs`` envs' positions reach the host.
+
+        Returns:
+            ``qpos`` (T, n, nq) float64, ``alive`` (T, n) bool, ``returns`` (n,) float64, ``finished`` (n,) bool.
+        """
+        actor = self.carry.agent.actor
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(int(self.cfg.seed)), _RECORD_STREAM), index)
+        program = record_program(compiler_options() is not None)
+        qpos, alive, ret, finished = jax.device_get(program(
+            actor.params, actor.batch_stats, key, env=self.eval_env, actor_def=self.spec.actor_def,
+            num_filmed=int(num_envs), length=min(int(num_steps), self.eval_env.max_episode_steps)))
+        return {"qpos": np.asarray(qpos, np.float64), "alive": np.asarray(alive, bool),
+                "returns": np.asarray(ret, np.float64), "finished": np.asarray(finished, bool)}
 
     def take_metrics(self) -> dict[str, tuple[float, int]]:
         """The summed update metrics since the last call (one read-back); resets the sums.

@@ -44,6 +44,7 @@ from torch_impl import BackendUnavailable
 __all__ = ["TorchVectorEnv", "TorchVectorTrainer", "make_vector_trainer"]
 
 _EVAL_KEY_STREAM = 1  # the eval envs' key is derived from the seed's (TorchEnv's stream)
+_RECORD_KEY_STREAM = 2  # the recording rounds' key (one round per fold of it: TorchEnv.reset_round)
 _EVAL_CHECK_EVERY = 16  # eval steps between read-backs of "has every env finished an episode"
 
 
@@ -135,6 +136,7 @@ class TorchVectorTrainer:
         self.obs = self.train_env.observation()  # (E, O) view
         self._precompiling: threading.Thread | None = None
         self._eval_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # evaluate's accumulators
+        self._recorder: TorchEnv | None = None  # the recording rounds' env state (record_round), built on first use
 
     def precompile(self) -> None:
         """Starts compiling the training envs' jitted step on a background thread (the driver calls it before the
@@ -256,6 +258,41 @@ class TorchVectorTrainer:
         length.add_(alive.to(torch.int64))
         done_once.logical_or_((terminated > 0) | (truncated > 0))
         return self.agent.act_tensor(obs)
+
+    # ------------------------------------------------------------------------------------------------ videos
+    def recording_model(self) -> tuple[Any, float]:
+        """(the task's ``MjModel``, seconds per env step): what ``agent_common.video.VectorRecorder`` renders."""
+        return self.eval_env.env.mj_model, float(self.eval_env.env.dt)
+
+    @torch.no_grad()
+    def record_round(self, num_envs: int, num_steps: int, index: int) -> dict[str, np.ndarray]:
+        """One recording round of the deterministic policy on copies of the eval envs (a state of their own, from
+        the recording key folded with ``index``; the eval envs' state does not change), at most ``num_steps`` steps
+        or the episode limit (the eval envs' compiled reset and step). Only the first ``num_envs`` envs' joint
+        positions reach the host.
+
+        Returns:
+            ``qpos`` (T, n, nq) float64 positions before each action, ``alive`` (T, n) bool (episode still running),
+            ``returns`` (n,) float64 up to each env's first end, ``finished`` (n,) bool.
+        """
+        if self._recorder is None:
+            self._recorder = TorchEnv(self.eval_env.env, self.device, int(self.cfg.seed), stream=_RECORD_KEY_STREAM)
+        env = self._recorder
+        obs = env.reset_round(index)
+        total = torch.zeros(env.env.num_envs, dtype=torch.float64, device=self.device)
+        finished = torch.zeros(env.env.num_envs, dtype=torch.bool, device=self.device)
+        qpos, alive = [], []
+        for _ in range(min(int(num_steps), env.env.max_episode_steps)):
+            qpos.append(env.positions(num_envs))  # (n, nq)
+            alive.append((~finished[:num_envs]).cpu().numpy())
+            out = env.step(self.agent.act_tensor(obs))
+            total += torch.where(finished, 0.0, out.reward.to(torch.float64))
+            finished |= (out.terminated > 0) | (out.truncated > 0)
+            obs = out.obs
+            if bool(finished[:num_envs].all()):
+                break
+        return {"qpos": np.stack(qpos), "alive": np.stack(alive), "returns": total[:num_envs].cpu().numpy(),
+                "finished": finished[:num_envs].cpu().numpy()}
 
     # ------------------------------------------------------------------------------------------------ checkpoints
     def save_agent(self, directory: str) -> None:

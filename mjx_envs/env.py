@@ -206,6 +206,10 @@ class MjxVecEnv:
         """(E, O) float32 current observation of every env."""
         return state.env_state.obs.astype(jnp.float32)
 
+    def positions(self, state: MjxEnvState) -> jax.Array:
+        """(E, nq) joint positions of every env (the physics' ``qpos``: what a renderer needs to pose ``mj_model``)."""
+        return state.env_state.pipeline_state.qpos
+
     def step(self, state: MjxEnvState, action: jax.Array) -> MjxStep:
         """One step of every env, resetting the envs whose episode ended (see ``MjxStep``).
 

@@ -133,6 +133,10 @@ class PlaygroundVecEnv(MjxVecEnv):
         """Actions go to the task unchanged (it maps [-1, 1] onto its actuators itself)."""
         return jnp.asarray(action, jnp.float32)
 
+    def positions(self, state: Any) -> jax.Array:
+        """(E, nq) joint positions of every env (Playground keeps the physics in ``data``)."""
+        return state.env_state.data.qpos
+
 
 @functools.lru_cache(maxsize=8)
 def cached_playground_env(task: str, num_envs: int, max_episode_steps: int | None = None,

@@ -118,7 +118,8 @@ class TorchEnv:
         key = key_from_seed(seed)
         if stream:
             key = jax.random.fold_in(key, int(stream))
-        self.state: MjxEnvState = env.jit_reset(jax.device_put(key, self.jax_device))
+        self.key = jax.device_put(key, self.jax_device)  # the stream's key (``reset_round`` folds a round in)
+        self.state: MjxEnvState = env.jit_reset(self.key)
 
     def observation(self) -> torch.Tensor:
         """(E, O) float32 current observation (a view)."""
@@ -129,6 +130,16 @@ class TorchEnv:
         """Fresh initial states of every env from the state's own key (which advances); returns the observation."""
         self.state = self.env.jit_reset(self.state.key)
         return self.observation()
+
+    def reset_round(self, index: int) -> torch.Tensor:
+        """Fresh initial states of every env from the stream's key folded with ``index`` (the same states for the
+        same index, whatever ran before); returns the observation."""
+        self.state = self.env.jit_reset(jax.device_put(jax.random.fold_in(self.key, int(index)), self.jax_device))
+        return self.observation()
+
+    def positions(self, num_envs: int) -> np.ndarray:
+        """(num_envs, nq) float64 joint positions of the first ``num_envs`` envs (only they are copied to the host)."""
+        return np.asarray(self.env.positions(self.state)[:num_envs], dtype=np.float64)
 
     def step(self, action: torch.Tensor) -> TorchStep:
         """One step of every env on (E, A) float32 actions (read by JAX in place); the state advances."""

@@ -187,6 +187,16 @@ def test_halfcheetah_dynamics_agree_with_mujoco(cheetah):
                                    atol=1e-4, rtol=0)
 
 
+def test_positions_are_the_physics_qpos(cheetah):
+    """What a video renders: every env's joint positions, (E, nq), the pipeline state's ``qpos``."""
+    env, reset, _ = cheetah
+    state = reset(key_from_seed(5))
+    positions = np.asarray(env.positions(state))
+    assert positions.shape == (CHEETAH_ENVS, env.mj_model.nq)
+    np.testing.assert_array_equal(positions, np.asarray(state.env_state.pipeline_state.qpos))
+    assert not np.array_equal(positions[0], positions[1])  # each env's own random initial pose
+
+
 def test_dlpack_views_share_memory(cheetah):
     torch = pytest.importorskip("torch")
     from mjx_envs.torch_view import step_to_torch, to_torch

@@ -116,16 +116,6 @@ def test_tiny_run_writes_videos_to_disk_tensorboard_and_offline_wandb(tmp_path):
     assert (run / "wandb_run_id").read_text().strip() in os.path.basename(offline[0])
 
 
-def test_mjx_refuses_record_video(monkeypatch):
-    from agent_common import schema
-
-    monkeypatch.setattr(schema, "mjx_missing", lambda: [])
-    with pytest.raises(ConfigError, match="record_video.*must be false with env.env_type=mjx: the MJX environments "
-                                          "have no renderer here"):
-        build_config({"env.env_type": "mjx", "env.env_name": "halfcheetah", "num_train_envs": 16,
-                      "record_video": True})
-
-
 def test_jax_compute_path_names_every_device_of_a_data_parallel_run(tmp_path):
     overrides = [o for o in TINY if not o.startswith("agent.categorical")] + [
         "num_devices=2", "num_env_steps=40", "logger_type=none", f"save_path={tmp_path / 'run'}"]

@@ -1,7 +1,7 @@
 """MuJoCo Playground tasks (``env.env_type=mujoco_playground``): config validation (the task list, the Menagerie
 checkout of the locomotion tasks, actions left to the task), the one-line error before Playground is imported, the
 vectorised env (the step compiles once: the reset state has the step's structure), and a tiny training run of each
-agent through the CLI.
+agent through the CLI (with an evaluation video at the start and the end where libOSMesa renders).
 
 The config tests run everywhere. The env and training tests need the ``playground`` extra and compile MJX programs
 on the CPU: about 2-4 minutes for the file on a 2-core machine (marked ``slow``).
@@ -9,6 +9,7 @@ on the CPU: about 2-4 minutes for the file on a 2-core machine (marked ``slow``)
 
 from __future__ import annotations
 
+import ctypes.util
 import importlib.util
 import os
 import subprocess
@@ -133,9 +134,19 @@ def test_tiny_cli_run(framework, tmp_path, monkeypatch):
 
         backend = "torch"
     run = tmp_path / "run"
-    argv = [a for o in [*CLI, f"agent.categorical_target_backend={backend}", f"save_path={run}"]
+    record = [] if ctypes.util.find_library("OSMesa") is None else ["record_video=true", "record_size=32"]
+    if record:
+        monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    argv = [a for o in [*CLI, *record, f"agent.categorical_target_backend={backend}", f"save_path={run}"]
             for a in ("--overrides", o)]
     assert main(argv) == 0
     returns = [v for _, v in read_eval_csv(str(run / "eval.csv"))]
     assert len(returns) >= 2 and all(np.isfinite(returns))
     assert (run / "checkpoints" / "step40").is_dir()
+    if record:  # a video at the start and at the end: one 20-step evaluation episode each, 20 frames
+        from agent_common.video import read_video_frames
+
+        assert sorted(os.listdir(run / "videos")) == ["eval_step000000000.mp4", "eval_step000000040.mp4"]
+        for name in os.listdir(run / "videos"):
+            frames = read_video_frames(str(run / "videos" / name))
+            assert frames.shape == (20, 32, 32, 3) and frames.std() > 0, name

@@ -150,3 +150,101 @@ def test_several_processes_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="env.env_type=mjx runs in one process"):
         train_vector(cfg, FakeTrainer, "jax", Replicas(rank=0, world_size=2))
     assert not FakeTrainer.instances
+
+
+_SLIDER = """<mujoco><visual><global offwidth="64" offheight="64"/></visual><worldbody>
+<light pos="0 0 3" castshadow="false"/><geom type="plane" size="5 5 .1"/>
+<body name="cart" pos="0 0 .2"><joint name="slide" type="slide" axis="1 0 0"/>
+<geom type="box" size=".1 .1 .1" rgba="1 .5 0 1"/></body>
+<camera name="follow" mode="trackcom" pos="0 -1.5 .5" xyaxes="1 0 0 0 .3 1"/></worldbody></mujoco>"""
+
+
+class RecordingFakeTrainer(FakeTrainer):
+    """``FakeTrainer`` with the recording hooks: round ``k`` of env ``i`` lasts ``3 + (k + i) % 3`` steps, its cart
+    sliding from ``0.1 k``; its return is ``k``."""
+
+    rounds: list[int] = []
+
+    def recording_model(self) -> tuple[Any, float]:
+        import mujoco
+
+        return mujoco.MjModel.from_xml_string(_SLIDER), 0.05
+
+    def record_round(self, num_envs: int, num_steps: int, index: int) -> dict[str, np.ndarray]:
+        RecordingFakeTrainer.rounds.append(index)
+        lengths = np.array([min(3 + (index + i) % 3, num_steps) for i in range(num_envs)])
+        steps = np.arange(int(lengths.max()))[:, None]  # (T, 1)
+        qpos = (0.1 * index + 0.2 * steps)[:, :, None] * np.ones((1, num_envs, 1))  # (T, n, 1)
+        return {"qpos": qpos, "alive": steps < lengths[None, :], "returns": np.full(num_envs, float(index)),
+                "finished": lengths <= num_steps}
+
+
+needs_osmesa = pytest.mark.skipif(__import__("ctypes.util").util.find_library("OSMesa") is None,
+                                  reason="needs libOSMesa (apt-get install libosmesa6) for MUJOCO_GL=osmesa")
+RECORD = {"record_video": True, "record_size": 32, "num_eval_envs": 2, "num_eval_episodes": 2, "num_record_envs": 2,
+          "num_record_episodes": 4, "recording_per_interaction_step": 33}
+
+
+def _videos(run) -> dict[str, tuple[int, ...]]:
+    from agent_common.video import read_video_frames
+
+    return {name: read_video_frames(str(run / "videos" / name)).shape for name in sorted(os.listdir(run / "videos"))}
+
+
+@needs_osmesa
+def test_recording_schedule_frames_and_resume(tmp_path, monkeypatch, capsys):
+    """Videos at the start, every 33 steps (the chunks end there) and at the end, each of 2 rounds of 2 envs side by
+    side (a round as long as its longer episode); resumed from step 50 the run records the same later videos from
+    the same rounds, and its checkpoint holds the same recorder state; with recording off no renderer is built."""
+    from gymnasium.envs.mujoco import mujoco_rendering
+
+    from agent_common.video import read_video_frames
+
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    RecordingFakeTrainer.rounds.clear()
+    cfg = build_config({**BASE, **RECORD, "save_path": str(tmp_path / "run")}, "jax")
+    train_vector(cfg, RecordingFakeTrainer, "jax")
+    ends = np.cumsum(RecordingFakeTrainer.instances[-1].calls).tolist()
+    assert {33, 66, 99} <= set(ends)
+    straight = _videos(tmp_path / "run")
+    # round k lasts max(3 + k % 3, 3 + (k + 1) % 3) frames: rounds (0, 1) 4 + 5, (2, 3) 5 + 4, (4, 5) 5 + 5, ...
+    assert straight == {"eval_step000000000.mp4": (9, 32, 64, 3), "eval_step000000099.mp4": (9, 32, 64, 3),
+                        "eval_step000000198.mp4": (10, 32, 64, 3), "eval_step000000297.mp4": (9, 32, 64, 3),
+                        "eval_step000000300.mp4": (9, 32, 64, 3)}
+    assert RecordingFakeTrainer.rounds == list(range(10))
+    assert "video " in capsys.readouterr().err
+
+    RecordingFakeTrainer.rounds.clear()
+    half = build_config({**BASE, **RECORD, "num_env_steps": 150, "save_path": str(tmp_path / "half")}, "jax")
+    train_vector(half, RecordingFakeTrainer, "jax")  # videos at 0, 33 and 50 (its end): rounds 0..5
+    resumed = build_config({**BASE, **RECORD, "agent_load_path": str(tmp_path / "half" / "checkpoints" / "step120"),
+                            "save_path": str(tmp_path / "resumed")}, "jax")
+    train_vector(resumed, RecordingFakeTrainer, "jax")  # from step 40: videos at 66, 99 and 100
+    assert _videos(tmp_path / "resumed") == {k: v for k, v in straight.items() if k >= "eval_step000000198.mp4"}
+    for name in _videos(tmp_path / "resumed"):
+        np.testing.assert_array_equal(read_video_frames(str(tmp_path / "resumed" / "videos" / name)),
+                                      read_video_frames(str(tmp_path / "run" / "videos" / name)))
+    a = load_pickle(str(tmp_path / "run" / "checkpoints" / "step300" / "loop_state.pkl"))["videos"]
+    b = load_pickle(str(tmp_path / "resumed" / "checkpoints" / "step300" / "loop_state.pkl"))["videos"]
+    assert a == b and a["last_step"] == 100 and a["num_videos"] == 5 and a["recorder"] == {"rounds": 10}
+
+    created = []
+    viewer_init = mujoco_rendering.OffScreenViewer.__init__
+    monkeypatch.setattr(mujoco_rendering.OffScreenViewer, "__init__",
+                        lambda self, *args, **kw: (created.append(1), viewer_init(self, *args, **kw))[1])
+    RecordingFakeTrainer.rounds.clear()
+    off = build_config({**BASE, **RECORD, "record_video": False, "save_path": str(tmp_path / "off")}, "jax")
+    train_vector(off, RecordingFakeTrainer, "jax")
+    assert created == [] and RecordingFakeTrainer.rounds == [] and not (tmp_path / "off" / "videos").exists()
+
+
+def test_recording_needs_a_trainer_that_records(tmp_path, monkeypatch):
+    from agent_common.schema import ConfigError
+
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    cfg = build_config({**BASE, **RECORD, "save_path": str(tmp_path / "run")}, "jax")
+    with pytest.raises(ConfigError, match="record_video=true: the jax trainer of env.env_type=mjx cannot record"):
+        train_vector(cfg, FakeTrainer, "jax")
+    assert FakeTrainer.instances[-1].closed == 1
+    with pytest.raises(ConfigError, match="num_record_envs.*must be <= num_eval_envs=1 with env.env_type=mjx"):
+        build_config({**BASE, **RECORD, "num_eval_envs": 1}, "jax")
