@@ -70,6 +70,7 @@ __all__ = [
     "StopFlag",
     "TrainResult",
     "announce_compute_path",
+    "evaluation_policy",
     "kept_on_resume",
     "prepare_run_dir",
     "report_first_update",
@@ -139,6 +140,19 @@ class _BackgroundEvaluation:
         caller is already handling one of its own)."""
         self._cancel.set()
         self._thread.join()
+
+
+def evaluation_policy(agent: Agent) -> Callable[[np.ndarray], np.ndarray]:
+    """The deterministic policy an evaluation acts with, taken at the call: a fresh ``policy_snapshot()`` where the
+    agent has one (both agents' snapshots run on the host, beside the envs: no device round trip per action), else
+    ``agent.act(obs, None)``."""
+    if agent.capabilities.policy_snapshot:
+        return cast(SnapshotAgent, agent).policy_snapshot()
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        return agent.act(observation, None)
+
+    return policy
 
 
 def _seed_globals(seed: int) -> None:
@@ -432,17 +446,8 @@ class _Loop:
             self.meter.counts[key] += count
 
     def evaluation_policy(self) -> Callable[[np.ndarray], np.ndarray]:
-        """The deterministic policy an evaluation acts with: a fresh ``policy_snapshot()`` where the agent has one
-        (both agents' snapshots run on the host, beside the envs: no device round trip per action), else
-        ``agent.act(obs, None)``."""
-        if self.agent.capabilities.policy_snapshot:
-            return cast(SnapshotAgent, self.agent).policy_snapshot()
-        agent = self.agent
-
-        def policy(observation: np.ndarray) -> np.ndarray:
-            return agent.act(observation, None)
-
-        return policy
+        """``evaluation_policy(self.agent)``: the deterministic policy an evaluation acts with."""
+        return evaluation_policy(self.agent)
 
     def evaluate(self) -> dict[str, float]:
         """Deterministic evaluation on the eval env, with ``evaluation_policy()``."""

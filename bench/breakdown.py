@@ -5,28 +5,28 @@ the loop's host-side evaluation policy.
     python -m bench breakdown --out $OUT/breakdown        # GPU (H200): recipe sizes, strict fused kernels
     python -m bench breakdown --out /tmp/breakdown --tiny  # CPU in seconds: tiny networks, a few calls per part
 
-Each agent (torch, then JAX) is built by the training loop's own state (``agent_common.loop._Loop``) on upstream's
-gymnasium MuJoCo recipe (``bench.common.UPSTREAM_RECIPE``: HalfCheetah-v4, one env, batch 512, critic 256 x 2
-blocks, actor 128 x 2 blocks, the host replay buffer; torch with ``bench.common.TORCH_RECIPE_EXTRA``: CUDA graphs,
-no torch.compile) and ``--torch-backend`` / ``--jax-backend`` strict; its replay buffer is filled with ``--fill``
-random-action steps. Every part is then timed in ``--repeats`` blocks of ``--iters`` calls after ``--warmup``
-untimed calls (compilation, graph capture), the device synchronised before the clock starts and after the last
-call of a block (``torch.cuda.synchronize``; ``jax.block_until_ready`` or the agent's metric read-back), so a
-GPU's queued work is inside the block it belongs to; the report gives the median block's milliseconds per call.
-``update`` and ``training step`` run in blocks of whole actor-update periods after at least five periods untimed,
-so every variant of the update is compiled (JAX) or captured (torch) before the clock starts. Parts: ``env step``
-(``step_env`` on the training env), ``act`` (the training action with noise, ``agent.act``), ``host work``
-(storing the transition, the reward statistics, the noise draw), ``replay sample`` (``buffer.sample`` and the
-reward normalisation), ``batch to device`` (``agent.to_batch``), ``update`` (the whole ``agent.update`` as the
-loop calls it: torch's CUDA-graph replay, JAX's one program), then the update's parts on a device batch through
-their public functions, each alone (torch eagerly, JAX each part its own jitted program, so their sum exceeds the
-fused whole): ``actor step`` (with its optimiser step and weight projection), ``temperature step``, ``critic TD
-target``, ``critic step`` (the target included), ``target EMA``, ``weight normalisation`` (actor and critic), and
-``eval action: agent.act`` against ``eval action: evaluation policy`` (``_Loop.evaluation_policy()``, the
-host-side snapshot the evaluation acts with), both on one observation. ``training step`` is the loop's step
-composed of the parts (act, env step, host work, sample, update); each part's share of it is in the report.
-``--tiny`` runs on the CPU with tiny networks and reference backends: it tests the job; its numbers say nothing
-about a GPU.
+Each agent (torch, then JAX), its training env, replay buffer, reward normaliser and noise are built as the training
+loop builds them, on upstream's gymnasium MuJoCo recipe (``bench.common.UPSTREAM_RECIPE``: HalfCheetah-v4, one env,
+batch 512, critic 256 x 2 blocks, actor 128 x 2 blocks, the host replay buffer; torch with
+``bench.common.TORCH_RECIPE_EXTRA``: CUDA graphs, no torch.compile) and ``--torch-backend`` / ``--jax-backend``
+strict; its replay buffer is filled with ``--fill`` random-action steps. Every part is then timed in ``--repeats``
+blocks of ``--iters`` calls after ``--warmup`` untimed calls (compilation, graph capture), the device synchronised
+before the clock starts and after the last call of a block (``torch.cuda.synchronize``; ``jax.block_until_ready`` or
+the agent's metric read-back), so a GPU's queued work is inside the block it belongs to; the report gives the median
+block's milliseconds per call. ``update`` and ``training step`` run in blocks of whole actor-update periods after at
+least five periods untimed, so every variant of the update is compiled (JAX) or captured (torch) before the clock
+starts. Parts: ``env step`` (``step_env`` on the training env), ``act`` (the training action with noise,
+``agent.act``), ``host work`` (storing the transition, the reward statistics, the noise draw), ``replay sample``
+(``buffer.sample`` and the reward normalisation), ``batch to device`` (``agent.to_batch``), ``update`` (the whole
+``agent.update`` as the loop calls it: torch's CUDA-graph replay, JAX's one program), then the update's parts on a
+device batch through their public functions, each alone (torch eagerly, JAX each part its own jitted program, so
+their sum exceeds the fused whole): ``actor step`` (with its optimiser step and weight projection), ``temperature
+step``, ``critic TD target``, ``critic step`` (the target included), ``target EMA``, ``weight normalisation`` (actor
+and critic), and ``eval action: agent.act`` against ``eval action: evaluation policy``
+(``agent_common.loop.evaluation_policy``, the host-side snapshot the evaluation acts with), both on one observation.
+``training step`` is the loop's step composed of the parts (act, env step, host work, sample, update); each part's
+share of it is in the report. ``--tiny`` runs on the CPU with tiny networks and reference backends: it tests the
+job; its numbers say nothing about a GPU.
 """
 
 from __future__ import annotations
@@ -92,13 +92,12 @@ def _blocks(call: Callable[[], Any], sync: Callable[[Any], Any], iters: int, rep
     return blocks
 
 
-def _torch_parts(loop: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, Callable[[], Any]], Callable]:
+def _torch_parts(agent: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, Callable[[], Any]], Callable]:
     """The torch agent's update parts on one device batch, and the sync (``torch.cuda.synchronize`` on a GPU)."""
     import torch
 
     from agent_torch.update import critic_target, update_actor, update_critic, update_target, update_temperature
 
-    agent = loop.agent
     b = agent.to_batch(batch)
     entropy = torch.ones((), device=agent.device)
     nets = (agent.actor, agent.critic, agent.target_critic, agent.temperature)
@@ -120,7 +119,7 @@ def _torch_parts(loop: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, Cal
     return parts, (lambda _: torch.cuda.synchronize(agent.device)) if cuda else (lambda _: None)
 
 
-def _jax_parts(loop: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, Callable[[], Any]], Callable]:
+def _jax_parts(agent: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, Callable[[], Any]], Callable]:
     """The JAX agent's update parts on one device batch, each its own jitted program on the agent's current state
     (not donated), and the sync (``jax.block_until_ready``)."""
     import jax
@@ -129,7 +128,6 @@ def _jax_parts(loop: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, Calla
     from agent_jax.networks import normalize_parameters
     from agent_jax.update import critic_target, update_actor, update_critic, update_target, update_temperature
 
-    agent = loop.agent
     b = agent.to_batch(batch)
     ctx = agent.ctx
     key = jax.device_put(jax.random.PRNGKey(0), agent.device)
@@ -153,55 +151,70 @@ def _jax_parts(loop: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, Calla
 
 
 def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats: int, warmup: int) -> dict:
-    """The parts of one agent: {"ms": {part: [ms per call of each block]}, "config": ...}."""
+    """The parts of one agent: {"ms": {part: [ms per call of each block]}, ...}. The env, replay buffer, reward
+    normaliser and noise are built as the training loop builds them (seeded streams of ``agent_common.seeding``)."""
+    from agent_common.buffer import ReplayBuffer
     from agent_common.config import load_config
-    from agent_common.envs import step_env
-    from agent_common.loop import _Loop
+    from agent_common.envs import make_vec_env, step_env
+    from agent_common.loop import evaluation_policy
+    from agent_common.noise import ZetaNoise
+    from agent_common.normalizer import RewardNormalizer
+    from agent_common.seeding import BUFFER_STREAM, NOISE_STREAM, WARMUP_STREAM
 
     if framework == "torch":
         from agent_torch.agent import make_agent
     else:
         from agent_jax.agent import make_agent
     cfg = load_config(overrides, framework)  # type: ignore[arg-type]
+    a, env = cfg.agent, cfg.env
+    if a.buffer_device_type != "cpu" or int(cfg.num_devices) != 1:
+        raise ValueError(f"{framework}: the breakdown times one device with the host replay buffer; got "
+                         f"agent.buffer_device_type={a.buffer_device_type}, num_devices={cfg.num_devices} (expected "
+                         "cpu and 1: drop these keys from --torch-overrides / --jax-overrides)")
     t0 = time.perf_counter()
-    loop = _Loop(cfg, make_agent)
-    agent, buffer, normalizer = loop.agent, loop.buffer, loop.normalizer
-    batch_size = int(cfg.agent.sample_batch_size)
-    if loop.fused:
-        raise ValueError(f"{framework}: the breakdown times the host replay buffer (agent.buffer_device_type=cpu); "
-                         "got a device replay")
+    envs = make_vec_env(env.env_name, int(cfg.num_train_envs), cfg.seed, env.rescale_action, env.max_episode_steps,
+                        env.env_type)
     try:
-        for _ in range(fill):  # the loop's random-action warm-up (``buffer_min_length`` is ``fill``)
-            action = loop.act()  # (E, A)
-            transition = step_env(loop.train_envs, action)
-            buffer.add(loop.observation, action, transition.reward, transition.terminated, transition.truncated,
-                       transition.next_observation)
-            normalizer.update(transition.reward, transition.terminated, transition.truncated)
-            loop.observation = transition.reset_observation
+        observation, _ = envs.reset(seed=cfg.seed)
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        obs_dim, act_dim, num_envs = int(obs_space.shape[0]), int(act_space.shape[0]), int(cfg.num_train_envs)
+        agent = make_agent(cfg, obs_space, act_space)
+        buffer = ReplayBuffer(obs_dim, act_dim, a.buffer_max_length, a.buffer_min_length, cfg.n_step, cfg.gamma,
+                              seed=[cfg.seed, BUFFER_STREAM])
+        normalizer = RewardNormalizer(cfg.gamma, a.normalized_G_max, enabled=a.normalize_reward)
+        noise_source = ZetaNoise(num_envs, act_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max,
+                                 seed=[cfg.seed, NOISE_STREAM])
+        warmup_rng = np.random.Generator(np.random.PCG64([cfg.seed, WARMUP_STREAM]))
+        low, high = np.asarray(act_space.low, np.float32), np.asarray(act_space.high, np.float32)  # (A,), (A,)
+        last: dict[str, Any] = {"observation": np.asarray(observation, np.float32), "result": None}
+        for _ in range(fill):  # the loop's random-action warm-up
+            action = warmup_rng.uniform(low, high, size=(num_envs, act_dim)).astype(np.float32)  # (E, A)
+            result = step_env(envs, action)
+            buffer.add(last["observation"], action, result.reward, result.terminated, result.truncated,
+                       result.next_observation)
+            normalizer.update(result.reward, result.terminated, result.truncated)
+            last["observation"] = result.reset_observation  # (E, O)
         build_s = time.perf_counter() - t0
-        noise = loop.noise.sample()
+        noise = noise_source.sample()  # (E, A)
 
         def sample() -> dict[str, np.ndarray]:
-            batch = buffer.sample(batch_size)
+            batch = buffer.sample(int(a.sample_batch_size))
             batch["reward"] = normalizer.normalize(batch["reward"])  # (B,)
             return batch
 
-        last: dict[str, Any] = {"action": loop.act(), "result": None}
-
         def act() -> np.ndarray:
-            last["action"] = agent.act(loop.observation, noise)  # (E, A)
+            last["action"] = agent.act(last["observation"], noise)  # (E, A)
             return last["action"]
 
-        def env_step() -> Any:
-            last["result"] = step_env(loop.train_envs, last["action"])
-            loop.observation = last["result"].reset_observation
-            return None
+        def env_step() -> None:
+            last["result"] = step_env(envs, last["action"])
+            last["observation"] = last["result"].reset_observation  # (E, O)
 
         def host_work() -> None:
             r = last["result"]
-            buffer.add(loop.observation, last["action"], r.reward, r.terminated, r.truncated, r.next_observation)
+            buffer.add(last["observation"], last["action"], r.reward, r.terminated, r.truncated, r.next_observation)
             normalizer.update(r.reward, r.terminated, r.truncated)
-            loop.noise.sample()
+            noise_source.sample()
 
         batch = sample()
 
@@ -215,14 +228,15 @@ def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats
             agent.update(sample())
 
         if framework == "torch":
-            parts, device_sync = _torch_parts(loop, batch)
+            parts, device_sync = _torch_parts(agent, batch)
             update_sync = device_sync
         else:
-            parts, device_sync = _jax_parts(loop, batch)
+            parts, device_sync = _jax_parts(agent, batch)
             update_sync = lambda _: agent.flush_metrics()  # noqa: E731  waits for the last update's metrics
+        act()
         env_step()  # a result for host_work's first call
-        eval_obs = np.asarray(loop.observation[:1], dtype=np.float32)  # (1, O)
-        evaluation_policy = loop.evaluation_policy()
+        eval_obs = np.asarray(last["observation"][:1], dtype=np.float32)  # (1, O)
+        policy = evaluation_policy(agent)
         calls: dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]] = {
             "act": (act, device_sync),
             "env step": (env_step, lambda _: None),
@@ -232,13 +246,13 @@ def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats
             "update": (update, update_sync),
             **{name: (fn, device_sync) for name, fn in parts.items()},
             "eval action: agent.act": (lambda: agent.act(eval_obs, None), device_sync),
-            "eval action: evaluation policy": (lambda: evaluation_policy(eval_obs), lambda _: None),
+            "eval action: evaluation policy": (lambda: policy(eval_obs), lambda _: None),
             "training step": (training_step, update_sync),
         }
         # The update alternates variants (actor + critic every ``actor_update_period``-th update, else critic only):
         # its blocks hold whole periods, and its warm-up compiles (JAX) or captures (torch: CUDA graphs after three
         # eager calls per variant) every variant before the clock starts.
-        period = int(cfg.agent.actor_update_period)
+        period = int(a.actor_update_period)
         update_iters = period * -(-iters // period)
         update_warmup = max(warmup, UPDATE_WARMUP_PERIODS * period)
         ms = {}
@@ -249,7 +263,7 @@ def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats
                                update_warmup if whole else warmup)
             print(f"  {framework} {name}: {statistics.median(ms[name]):.3f} ms", flush=True)
     finally:
-        loop.close()
+        envs.close()
     return {"ms": ms, "build_and_fill_s": build_s, "device": str(getattr(agent, "device", "")),
             "info": {k: v for k, v in agent.info().items() if isinstance(v, str)}}
 

@@ -1,13 +1,16 @@
-"""Writes ``eval_golden.json``: the deterministic evaluation returns of both agents on a fixed seed.
+"""Writes ``eval_golden.json``: the deterministic evaluation returns of both agents on a fixed seed, acting through
+``agent.act(obs, None)`` (one call per env step).
 
-For each framework: the training loop's evaluation (``agent_common.loop._Loop.evaluate``, one eval env, three
-episodes of HalfCheetah-v4 cut at 40 steps) of the freshly initialised agent (seed 0, the paper head, whose
-orthogonal mean head gives actions of order one), and ``agent_common.policy.run_episodes`` of the same agent as a
-``Policy`` (two episodes, seed 5). Returns are stored as ``repr`` strings so the comparison is bitwise.
+For each framework, the freshly initialised agent (seed 0, the paper head, whose orthogonal mean head gives actions
+of order one) is evaluated as the training loop evaluates at step 0: ``loop``, ``agent_common.envs.evaluate`` of
+``num_eval_episodes`` (three) on the loop's evaluation env (``make_vec_env`` with the run's seed, reset once with
+it; HalfCheetah-v4 cut at 40 steps); ``policy``, ``agent_common.policy.run_episodes`` (two episodes, seed 5).
+Returns are stored as ``repr`` strings so the comparison is bitwise.
 
-The committed file was written by this script at commit 2b3c4af, on the CPU with one thread;
-``tests/test_eval_golden.py`` compares today's evaluation with it. Regenerate only when the evaluation is meant to
-change: ``PYTHONPATH=$PWD python tests/data/make_eval_golden.py``.
+The committed file was written by this script at commit 2b3c4af (whose loop evaluated through ``agent.act``), on
+the CPU with one thread; ``tests/test_eval_golden.py`` compares the loop's and ``Policy``'s evaluation today with
+it. Regenerate only when the evaluation's arithmetic is meant to change:
+``PYTHONPATH=$PWD python tests/data/make_eval_golden.py``.
 """
 
 from __future__ import annotations
@@ -53,21 +56,27 @@ def make_agent_factory(framework: str):  # noqa: ANN201  an agent_common.protoco
 
 
 def golden_returns(framework: str) -> dict[str, object]:
-    """{"loop": the loop evaluation's metrics as reprs, "policy": the policy episodes' returns as reprs}."""
+    """{"loop": the step-0 evaluation's metrics as reprs, "policy": the policy episodes' returns as reprs}, acting
+    through ``agent.act(obs, None)``."""
     from agent_common.config import load_config
-    from agent_common.loop import _Loop
-    from agent_common.policy import Policy, run_episodes
+    from agent_common.envs import evaluate, make_vec_env
+    from agent_common.policy import run_episodes
 
     cfg = load_config(overrides(framework), framework)  # type: ignore[arg-type]
-    loop = _Loop(cfg, make_agent_factory(framework))
+    env = cfg.env
+    envs = make_vec_env(env.env_name, cfg.num_eval_envs, cfg.seed, env.rescale_action, env.max_episode_steps,
+                        env.env_type)
     try:
-        metrics = loop.evaluate()
-        obs_dim = int(loop.train_envs.single_observation_space.shape[0])
-        act_dim = int(loop.train_envs.single_action_space.shape[0])
-        policy = Policy(loop.agent, cfg, "", obs_dim, act_dim)
-        returns = run_episodes(policy, cfg, POLICY_EPISODES, POLICY_SEED)
+        envs.reset(seed=cfg.seed)
+        agent = make_agent_factory(framework)(cfg, envs.single_observation_space, envs.single_action_space)
+
+        def act(observation):  # noqa: ANN001, ANN202
+            return agent.act(observation, None)
+
+        metrics = evaluate(act, envs, cfg.num_eval_episodes)
+        returns = run_episodes(act, cfg, POLICY_EPISODES, POLICY_SEED)
     finally:
-        loop.close()
+        envs.close()
     return {"loop": {k: repr(v) for k, v in metrics.items()}, "policy": [repr(r) for r in returns]}
 
 
