@@ -62,8 +62,9 @@ implement it identically)
     Optional for any agent (``policy_snapshot``):
     ``agent.policy_snapshot() -> (obs: (E, O) float32) -> (E, A) float32``
         The deterministic policy as it is now (``act(obs, None)``), unchanged by later updates and callable from
-        another thread; with it the loop's background initial evaluation runs alongside the updates, without it
-        the loop waits for that evaluation before its first call into the agent.
+        another thread; every evaluation acts with a fresh one (both agents' run on the host, beside the envs), and
+        the loop's background initial evaluation runs alongside the updates; without it evaluations call ``act``
+        and the loop waits for the initial one before its first call into the agent.
 
 Checkpoint layout: ``<save_path>/checkpoints/step<env_step>/{agent/, config.yaml, loop_state.pkl, replay_buffer.pkl,
 COMPLETE}`` (``COMPLETE``, written last, is the SHA-256 manifest of the other files, verified before a load);

@@ -70,6 +70,7 @@ __all__ = [
     "StopFlag",
     "TrainResult",
     "announce_compute_path",
+    "evaluation_policy",
     "kept_on_resume",
     "prepare_run_dir",
     "report_first_update",
@@ -139,6 +140,19 @@ class _BackgroundEvaluation:
         caller is already handling one of its own)."""
         self._cancel.set()
         self._thread.join()
+
+
+def evaluation_policy(agent: Agent) -> Callable[[np.ndarray], np.ndarray]:
+    """The deterministic policy an evaluation acts with, taken at the call: a fresh ``policy_snapshot()`` where the
+    agent has one (both agents' snapshots run on the host, beside the envs: no device round trip per action), else
+    ``agent.act(obs, None)``."""
+    if agent.capabilities.policy_snapshot:
+        return cast(SnapshotAgent, agent).policy_snapshot()
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        return agent.act(observation, None)
+
+    return policy
 
 
 def _seed_globals(seed: int) -> None:
@@ -439,10 +453,14 @@ class _Loop:
             self.meter.sums[key] += total
             self.meter.counts[key] += count
 
+    def evaluation_policy(self) -> Callable[[np.ndarray], np.ndarray]:
+        """``evaluation_policy(self.agent)``: the deterministic policy an evaluation acts with."""
+        return evaluation_policy(self.agent)
+
     def evaluate(self) -> dict[str, float]:
-        """Deterministic evaluation on the eval env."""
+        """Deterministic evaluation on the eval env, with ``evaluation_policy()``."""
         self.eval_envs_before_last_eval = get_env_states(self.eval_envs)
-        return evaluate(lambda obs: self.agent.act(obs, None), self.eval_envs, self.cfg.num_eval_episodes)
+        return evaluate(self.evaluation_policy(), self.eval_envs, self.cfg.num_eval_episodes)
 
     def start_initial_evaluation(self) -> _BackgroundEvaluation | None:
         """Starts the step-0 evaluation on a background thread, or returns None where it must run in the caller.
@@ -458,15 +476,9 @@ class _Loop:
         if not BACKGROUND_INITIAL_EVALUATION:
             return None
         has_snapshot = self.agent.capabilities.policy_snapshot
-        if has_snapshot:
-            policy: Callable[[np.ndarray], np.ndarray] = cast(SnapshotAgent, self.agent).policy_snapshot()
-        elif not self.fused and self.replicas.world_size == 1:
-            agent = self.agent
-
-            def policy(observation: np.ndarray) -> np.ndarray:
-                return agent.act(observation, None)
-        else:
+        if not has_snapshot and (self.fused or self.replicas.world_size > 1):
             return None
+        policy = self.evaluation_policy()
         envs, episodes = self.eval_envs, self.cfg.num_eval_episodes
         self.eval_envs_before_last_eval = get_env_states(envs)
 
@@ -699,7 +711,7 @@ class _Training:
     def record_video(self) -> None:
         assert self.videos is not None
         loop = self.loop
-        line = self.videos.record(lambda obs: loop.agent.act(obs, None), loop.interaction_step,
+        line = self.videos.record(loop.evaluation_policy(), loop.interaction_step,
                                   loop.interaction_step * loop.num_envs, self.logger)
         tqdm.write(line, file=sys.stderr)
 

@@ -3,8 +3,9 @@
 ``load_policy(path, framework, make_agent)`` builds the agent the checkpoint's stored config describes, loads its
 networks (no optimizer, no replay buffer) and returns a ``Policy``: ``policy(obs) -> action`` for one observation
 ``(O,)`` or a batch ``(E, O)``, deterministic (tanh of the mean, as the evaluation) or sampled (tanh(mean + std * eps),
-eps ~ N(0, 1) from the policy's own seeded generator). Actions are in the env's rescaled space [-1, 1] (the training
-envs wrap ``RescaleAction``).
+eps ~ N(0, 1) from the policy's own seeded generator); the deterministic one acts through the agent's
+``policy_snapshot()`` (on the host) where it has one, as the training loop's evaluation. Actions are in the env's
+rescaled space [-1, 1] (the training envs wrap ``RescaleAction``).
 
 ``evaluate_main`` is ``python -m agent_<framework>.evaluate <run dir or checkpoint> --episodes N [--video]``: N
 episodes on an evaluation env seeded as the run's (or ``--seed``), each episode's return printed, then the mean.
@@ -57,6 +58,10 @@ class Policy:
         self.action_dim = action_dim
         self.deterministic = deterministic
         self.rng = np.random.default_rng(seed)
+        # the deterministic actions come from the agent's host-side snapshot where it has one, as the training
+        # loop's evaluation does: a replayed evaluation acts with the same arithmetic as the run's
+        self._snapshot: Callable[[np.ndarray], np.ndarray] | None = (
+            agent.policy_snapshot() if deterministic and agent.capabilities.policy_snapshot else None)
 
     def __call__(self, observation: np.ndarray) -> np.ndarray:
         """(O,) or (E, O) observations -> (A,) or (E, A) float32 actions in [-1, 1].
@@ -72,9 +77,12 @@ class Policy:
                              f"{self.cfg.env.env_name}, got {obs.shape}")
         if not np.isfinite(batch).all():
             raise ValueError("observation holds a non-finite value")
-        noise = None if self.deterministic else self.rng.standard_normal(
-            (batch.shape[0], self.action_dim)).astype(np.float32)  # (E, A)
-        action = np.asarray(self.agent.act(batch, noise), dtype=np.float32)  # (E, A)
+        if self._snapshot is not None:
+            action = np.asarray(self._snapshot(batch), dtype=np.float32)  # (E, A)
+        else:
+            noise = None if self.deterministic else self.rng.standard_normal(
+                (batch.shape[0], self.action_dim)).astype(np.float32)  # (E, A)
+            action = np.asarray(self.agent.act(batch, noise), dtype=np.float32)  # (E, A)
         return action[0] if single else action
 
 

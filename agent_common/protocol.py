@@ -7,7 +7,8 @@ capability's methods only when the agent declares it:
 
     device_replay    ``replay_storage``, ``step``, ``take_metrics`` (``DeviceReplayAgent``): the replay rows on the
                      agent's device and one agent call per env step (store, updates, next action)
-    policy_snapshot  ``policy_snapshot`` (``SnapshotAgent``): the step-0 evaluation runs alongside the updates
+    policy_snapshot  ``policy_snapshot`` (``SnapshotAgent``): evaluations act with a fresh snapshot, and the step-0
+                     evaluation runs alongside the updates
     precompile_step  ``precompile_step`` (``PrecompilingAgent``): compilation starts before the initial evaluation
 """
 

@@ -197,16 +197,24 @@ class FlashSACAgent:
         return _act_on_leaves(self._actor_def, leaves, treedef, observation, noise)
 
     def policy_snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
-        """The deterministic policy as it is now: an ``observation -> act(observation, None)`` function bound to a
-        copy of the actor's current params and BN statistics.
+        """The deterministic policy as it is now, on the host: an ``observation -> (E, A) actions`` function bound to
+        copies of the actor's current params and BN statistics on the host CPU device.
+
+        The evaluation steps its envs on the host, so its actions are computed there too: a call is the jitted
+        policy of ``act`` (``policy_on_leaves``) run by XLA on the CPU, with no device round trip per action (on a
+        GPU ``act`` pays a host-to-device copy, a launch and a device-to-host read per env step). Where the agent
+        itself runs on the CPU, its actions are bitwise those of ``act(observation, None)`` at the time of the
+        snapshot; on a GPU they are the fp32 CPU rounding of the same policy. The training loop evaluates with a
+        fresh snapshot at each evaluation, and ``agent_common.policy.Policy`` acts with one, so a replayed
+        evaluation gives the run's returns on any machine.
 
         Later updates do not change it (they donate the state's buffers, so the copy is what keeps these values), and
         it reads no agent state, so another thread may call it while training goes on: the training loop runs the
-        initial evaluation with it in the background. Its actions are bitwise those of ``act(observation, None)``
-        at the time of the snapshot.
+        initial evaluation with it in the background.
         """
         leaves, treedef = self.actor_leaves()
-        copies = tuple(jax.device_put(leaf, leaf.sharding, may_alias=False) for leaf in leaves)
+        host = jax.devices("cpu")[0]
+        copies = tuple(jax.device_put(leaf, host, may_alias=False) for leaf in leaves)
         actor_def = self._actor_def
 
         def policy(observation: np.ndarray) -> np.ndarray:

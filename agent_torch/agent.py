@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
 import logging
@@ -84,7 +85,7 @@ class FlashSACAgent:
         action_space: Box (A,), [-1, 1] after RescaleAction.
     """
 
-    capabilities = Capabilities(device_replay=True)  # what the loop may call (agent_common.protocol)
+    capabilities = Capabilities(device_replay=True, policy_snapshot=True)  # what the loop may call (protocol)
 
     def __init__(self, cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> None:
         a = cfg.agent
@@ -187,6 +188,27 @@ class FlashSACAgent:
         obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
         eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
         return self.act_device(obs, eps).float().cpu().numpy()
+
+    def policy_snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
+        """The deterministic policy as it is now, on the host: an ``observation -> (E, A) actions`` function bound to
+        an fp32 copy of the actor on the CPU, run under ``torch.inference_mode``.
+
+        The evaluation steps its envs on the host, so its actions are computed there too, with no device round trip
+        per action and none of ``act``'s per-call work (device placement, the CUDA-graph lookup, autograd state).
+        Where the agent runs on the CPU in fp32, its actions are bitwise those of ``act(observation, None)`` at the
+        time of the snapshot; on a GPU they are the CPU fp32 rounding of the same policy. The copy is the agent's
+        own, so later updates (in place) do not change it and another thread may call it while training goes on.
+        """
+        actor = copy.deepcopy(self.actor.module).to("cpu", torch.float32).eval()
+        actor.requires_grad_(False)
+
+        def policy(observation: np.ndarray) -> np.ndarray:
+            obs = torch.from_numpy(np.ascontiguousarray(observation, dtype=np.float32))  # (E, O)
+            with torch.inference_mode():
+                mean, _ = actor.get_mean_and_std(obs, training=False)  # (E, A)
+                return actor.scale_action(torch.tanh(mean)).numpy()  # (E, A)
+
+        return policy
 
     @torch.no_grad()
     def act_device(self, obs: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:

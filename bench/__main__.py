@@ -21,6 +21,7 @@ JOBS = {
     "kernel-speed": "bench.kernel_speed",
     "gpu-recipe": "bench.gpu_recipe",
     "rliable-report": "bench.rliable_report",
+    "breakdown": "bench.breakdown",
 }
 
 

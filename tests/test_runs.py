@@ -456,15 +456,15 @@ def _held_evaluation(monkeypatch, release_at_step: int) -> dict[str, object]:
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_background_initial_evaluation_equals_the_sequential_run(tmp_path, monkeypatch, framework):
-    """The step-0 evaluation on its background thread, held until training is under way (JAX: after 5 updates,
-    which donate the state its policy snapshot was copied from; torch, without a snapshot: during the warm-up, and
-    waited for before the first update), gives the run of the evaluation first: the same evaluations, eval.csv
-    (the step-0 row first), TensorBoard scalars, checkpoints and loop state."""
+    """The step-0 evaluation on its background thread, held until training is under way (after 5 updates, which
+    change the actor its host-side policy snapshot was copied from: JAX donates the state's buffers, torch updates
+    in place), gives the run of the evaluation first: the same evaluations, eval.csv (the step-0 row first),
+    TensorBoard scalars, checkpoints and loop state."""
     from agent_common import loop as loop_module
     from tests.agent_test_utils import assert_nested_equal
 
     if framework == "torch":
-        overrides, factory, release_at = list(TINY), make_agent, 10
+        overrides, factory, release_at = list(TINY), make_agent, 20
         load = functools.partial(torch.load, weights_only=False)
     else:
         from agent_jax.agent import make_agent as factory  # type: ignore[assignment]
@@ -480,8 +480,6 @@ def test_background_initial_evaluation_equals_the_sequential_run(tmp_path, monke
     seen = _held_evaluation(monkeypatch, release_at)
     result = train(load_config([*overrides, f"save_path={background}"], framework), factory)
     assert seen["background"] and seen["began"] >= release_at
-    if framework == "torch":
-        assert seen["ended"] <= 15  # the first update (step 15) waited for it
     assert result.evaluations == expected.evaluations and [s for s, _ in result.evaluations] == [0, 30, 60]
     assert (result.last_eval_return, result.last_eval_step) == (expected.last_eval_return, expected.last_eval_step)
     assert (background / "eval.csv").read_text() == (first / "eval.csv").read_text()
