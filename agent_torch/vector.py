@@ -136,7 +136,7 @@ class TorchVectorTrainer:
         self.obs = self.train_env.observation()  # (E, O) view
         self._precompiling: threading.Thread | None = None
         self._eval_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # evaluate's accumulators
-        self._recorder: TorchEnv | None = None  # the recording rounds' env state (record_round), built on first use
+        self._recorder: Any = None  # a TorchEnv; the recording rounds' env state (record_round), built on first use
 
     def precompile(self) -> None:
         """Starts compiling the training envs' jitted step on a background thread (the driver calls it before the
@@ -276,6 +276,8 @@ class TorchVectorTrainer:
             ``returns`` (n,) float64 up to each env's first end, ``finished`` (n,) bool.
         """
         if self._recorder is None:
+            from mjx_envs.torch_view import TorchEnv  # MJX / Playground only (mjlab refuses recording)
+
             self._recorder = TorchEnv(self.eval_env.env, self.device, int(self.cfg.seed), stream=_RECORD_KEY_STREAM)
         env = self._recorder
         obs = env.reset_round(index)
