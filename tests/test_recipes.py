@@ -15,6 +15,7 @@ from agent_common.schema import ConfigError, build_config
 @pytest.fixture
 def extra_installed(monkeypatch):
     monkeypatch.setattr(schema, "mjx_missing", lambda: [])
+    monkeypatch.setattr(schema, "myosuite_missing", lambda: [])  # the myosuite recipe validates without the extra
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
