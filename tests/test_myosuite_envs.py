@@ -128,26 +128,41 @@ TINY = [
 ]
 
 
-@needs_myosuite
-@pytest.mark.parametrize("framework", ["torch", "jax"])
-def test_tiny_run_resumes_exactly(tmp_path, framework):
-    """60 env steps with updates from step 15, evaluated every 30 steps; the run resumed from its step-30 checkpoint
-    ends with the same evaluations and the same replay rows (the MyoSuite env state travels in the checkpoint)."""
-    from agent_common import checkpoint as checkpoint_module
+def _tiny_run(framework: str, save_path):
     from agent_common.loop import train
-    from tests.agent_test_utils import assert_nested_equal
 
     if framework == "torch":
         from agent_torch.agent import make_agent
     else:
         from agent_jax.agent import make_agent  # type: ignore[assignment]
     overrides = [*TINY, f"agent.categorical_target_backend={framework}"]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    result = train(load_config([*overrides, f"save_path={straight}"], framework), make_agent)
+    result = train(load_config([*overrides, f"save_path={save_path}"], framework), make_agent)
     assert result.status == "completed" and result.env_step == 60
     evaluations = [m for _, m in result.evaluations]
     assert len(evaluations) == 3 and all(np.isfinite(m["avg_return"]) for m in evaluations)
     assert all(m["avg_success_once"] in (0.0, 1.0) for m in evaluations)
+    return result, make_agent
+
+
+@needs_myosuite
+def test_tiny_jax_run(tmp_path):
+    """The JAX agent: 60 env steps with updates from step 15, evaluated every 30 steps (its resume is the torch
+    agent's gymnasium loop and env snapshots, tested below; a second JAX run would only compile again)."""
+    _tiny_run("jax", tmp_path / "run")
+    assert (tmp_path / "run" / "checkpoints" / "step60").is_dir()
+
+
+@needs_myosuite
+def test_tiny_torch_run_resumes_exactly(tmp_path):
+    """The torch agent, as the JAX one; the run resumed from its step-30 checkpoint ends with the same evaluations
+    and the same replay rows (the MyoSuite env state travels in the checkpoint)."""
+    from agent_common import checkpoint as checkpoint_module
+    from agent_common.loop import train
+    from tests.agent_test_utils import assert_nested_equal
+
+    framework = "torch"
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    result, make_agent = _tiny_run(framework, straight)
     cfg = load_config([f"agent_load_path={straight / 'checkpoints' / 'step30'}", f"save_path={resumed}"], framework)
     assert cfg.env.env_type == "myosuite" and cfg.env.env_name == TASK
     again = train(cfg, make_agent)
