@@ -19,7 +19,7 @@ Modules
     checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``,
                 checkpoint discovery by scanning, crash recovery, pruning, ``CheckpointError``, ``DiskFullError``.
     recipes     standard library only: the named recipes (``--recipe smoke | gym | mjx | dmc | playground |
-                mjlab``).
+                myosuite | mjlab``).
     run         what both drivers share: ``TrainResult``, ``StopFlag``, ``prepare_run_dir``, ``kept_on_resume``.
     protocol    ``Agent`` (what the loop calls), ``Capabilities`` (its optional parts), ``check_agent``.
     loop        ``train(cfg, make_agent) -> TrainResult`` and ``run_cli(argv, framework, factory_loader)``.

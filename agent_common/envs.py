@@ -4,10 +4,14 @@
 (``<domain>-<task>``, ``agent_common.schema.DMC_TASKS``) through shimmy, as upstream's ``make_dmc_env``: the dict
 observation flattened and cast to float32, episodes of 1000 steps unless ``max_episode_steps`` says otherwise, no
 action repeat. DMC needs the ``dmc`` extra (dm-control, shimmy); it is imported only when a DMC env is built.
+``env.env_type=myosuite``: MyoSuite's hand tasks (upstream's names, ``agent_common.schema.MYOSUITE_TASKS``) as
+upstream's ``make_myosuite_env``: the registered MyoSuite env with its own episode limit, ``info["success"]`` from
+MyoSuite's ``solved``. It needs the ``myosuite`` extra, imported only when a MyoSuite env is built.
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +22,7 @@ import mujoco
 import numpy as np
 from gymnasium.wrappers import RescaleAction, TimeLimit
 
-from agent_common.schema import DMC_EPISODE_STEPS, ENV_TYPES, dmc_missing
+from agent_common.schema import DMC_EPISODE_STEPS, ENV_TYPES, MYOSUITE_TASKS, dmc_missing, myosuite_missing
 
 __all__ = [
     "EnvSnapshot",
@@ -32,6 +36,13 @@ __all__ = [
     "step_env",
 ]
 
+MYOSUITE_MODEL_FIELDS: tuple[str, ...] = (
+    "body_pos", "body_quat", "dof_length", "geom_aabb", "geom_rbound", "geom_size", "site_pos", "site_size",
+)
+"""The ``MjModel`` arrays MyoSuite's tasks rewrite when an episode starts (targets, the key's and the pen's pose, the
+held object's size and what MuJoCo derives from it); a MyoSuite env's snapshot holds them and the bodies' bounding
+volumes (the first ``body_bvhnum.sum()`` rows of ``bvh_aabb``; the meshes' own follow and never change)."""
+
 # gymnasium 1.x warns that -v4 ids are out of date; upstream's recipe uses -v4 on purpose (docs/flashsac.md).
 warnings.filterwarnings("ignore", message=r".*The environment .* is out of date", category=DeprecationWarning)
 
@@ -41,7 +52,8 @@ class EnvSnapshot(gym.Wrapper):
 
     The state is the MuJoCo integration state (``mj_getState`` with ``mjSTATE_INTEGRATION``: time, qpos, qvel,
     act, warm-start, controls, ...), the env's random-generator state (gymnasium's ``np_random`` generator; for a
-    DMC task its ``RandomState`` and the dm_control environment's step counter) and every ``TimeLimit``'s
+    DMC task its ``RandomState`` and the dm_control environment's step counter), for a MyoSuite task its episode's
+    task state and the model arrays its reset rewrites (``MYOSUITE_MODEL_FIELDS``), and every ``TimeLimit``'s
     elapsed-step counter. Exposed as methods so ``VectorEnv.call`` reaches them for sync and async vector envs.
     """
 
@@ -66,6 +78,10 @@ class EnvSnapshot(gym.Wrapper):
         else:  # shimmy over dm_control: the task's legacy RandomState and the environment's own episode counter
             snapshot["np_random"] = base.np_random.get_state()
             snapshot["dm_step"] = [dm_env._step_count, dm_env._reset_next_step]
+        if _is_myosuite(base):
+            snapshot["myo_task_state"] = copy.deepcopy(base._task_state)
+            snapshot["myo_model"] = {name: getattr(model, name).copy() for name in MYOSUITE_MODEL_FIELDS}
+            snapshot["myo_model"]["bvh_aabb"] = model.bvh_aabb[: int(model.body_bvhnum.sum())].copy()
         return snapshot
 
     def set_snapshot(self, snapshot: dict[str, Any]) -> None:
@@ -76,6 +92,17 @@ class EnvSnapshot(gym.Wrapper):
         if (dm_env is None) != ("dm_step" not in snapshot):
             raise ValueError("env snapshot does not match the env (a gymnasium MuJoCo snapshot for a DMC env or the "
                              "reverse)")
+        if _is_myosuite(base) != ("myo_model" in snapshot):
+            raise ValueError("env snapshot does not match the env (a MyoSuite snapshot for another env or the reverse)")
+        if "myo_model" in snapshot:  # the episode's model arrays first: mj_forward below reads them
+            for name, value in snapshot["myo_model"].items():
+                target = getattr(model, name)
+                rows = target[: len(value)] if name == "bvh_aabb" else target
+                if rows.shape != np.shape(value):
+                    raise ValueError(f"env snapshot does not match the env: MjModel.{name} has shape {rows.shape}, "
+                                     f"the snapshot's {np.shape(value)}")
+                rows[...] = value
+            base._task_state = copy.deepcopy(snapshot["myo_task_state"])
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
         mujoco.mj_setState(model, data, np.asarray(snapshot["mj_state"], dtype=np.float64), spec)
         mujoco.mj_forward(model, data)
@@ -93,6 +120,11 @@ class EnvSnapshot(gym.Wrapper):
     def set_snapshots(self, snapshots: list[dict[str, Any]]) -> None:
         """Restores this env's entry of a vector env's list of snapshots."""
         self.set_snapshot(snapshots[self.index])
+
+
+def _is_myosuite(base: gym.Env) -> bool:
+    """Whether ``base`` is a MyoSuite env (its episode's task state lives in ``_task_state``)."""
+    return type(base).__module__.startswith("myosuite.")
 
 
 def mj_model_data(base: gym.Env) -> tuple[Any, Any]:
@@ -140,6 +172,30 @@ def _make_dmc(env_name: str, seed: int) -> gym.Env:
     return Float32Observation(env)
 
 
+class MyoSuiteSuccess(gym.Wrapper):
+    """``info["success"]`` from MyoSuite's ``solved`` (as upstream's wrapper); the info's per-step dicts of
+    observations and reward terms (``obs_dict``, ``rwd_dict``) are left out, so a vector env's workers send only
+    numbers."""
+
+    def step(self, action: np.ndarray) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        info = {key: value for key, value in info.items() if key not in ("obs_dict", "rwd_dict")}
+        info["success"] = bool(np.asarray(info["solved"]).item())
+        return obs, reward, terminated, truncated, info
+
+
+def _make_myosuite(env_name: str) -> gym.Env:
+    """A MyoSuite task as upstream ``make_myosuite_env``: the registered env (with its own TimeLimit), success from
+    ``solved``, both spaces float32."""
+    missing = myosuite_missing()
+    if missing:
+        raise ImportError(f"env.env_type=myosuite needs the myosuite extra (pip install -e \".[myosuite]\"); not "
+                          f"installed: {', '.join(missing)}")
+    import myosuite  # noqa: F401  (registers MyoSuite's envs with gymnasium)
+
+    return Float32Observation(MyoSuiteSuccess(gym.make(MYOSUITE_TASKS[env_name])))
+
+
 def _time_limits(env: gym.Env) -> list[TimeLimit]:
     out = []
     while isinstance(env, gym.Wrapper):
@@ -158,25 +214,27 @@ def make_env(
     env_type: str = "mujoco",
     render_size: int | None = None,
 ) -> gym.Env:
-    """One CPU-simulator env, wrapped as upstream's ``make_mujoco_env`` / ``make_dmc_env`` and ``create_vec_env``.
+    """One CPU-simulator env, wrapped as upstream's ``make_mujoco_env`` / ``make_dmc_env`` / ``make_myosuite_env``
+    and ``create_vec_env``.
 
     Args:
-        env_name: one of ``ENV_TYPES[env_type]`` (e.g. ``"HalfCheetah-v4"``, ``"cheetah-run"``).
+        env_name: one of ``ENV_TYPES[env_type]`` (e.g. ``"HalfCheetah-v4"``, ``"cheetah-run"``, ``"myo-reach"``).
         seed: seeds the observation and action spaces (the env itself is seeded by ``reset(seed=...)``); a DMC
             task's random state is also created from it (``task_kwargs={"random": seed}``, as upstream).
         rescale_action: wrap ``RescaleAction`` to [-1, 1] with float32 bounds.
         max_episode_steps: a positive value overrides the task's TimeLimit; ``None`` or <= 0 keeps it (gymnasium:
-            the registered limit, 1000; DMC: ``DMC_EPISODE_STEPS`` = 1000, upstream's ``configs/env/dmc.yaml``).
+            the registered limit, 1000; DMC: ``DMC_EPISODE_STEPS`` = 1000, upstream's ``configs/env/dmc.yaml``;
+            MyoSuite: the registered limit, 50 to 200 steps).
         index: position of this env in its vector env.
-        env_type: ``"mujoco"`` (gymnasium) or ``"dmc"`` (dm_control through shimmy).
+        env_type: ``"mujoco"`` (gymnasium), ``"dmc"`` (dm_control through shimmy) or ``"myosuite"``.
         render_size: build the env with ``render_mode="rgb_array"`` at this width and height (None: no renderer;
             gymnasium tasks only: ``agent_common.video`` films a DMC task with ``mujoco.Renderer``).
 
     Returns:
         The wrapped env; its outermost wrapper is ``EnvSnapshot``.
     """
-    if env_type not in ("mujoco", "dmc"):
-        raise ValueError(f"env_type: expected 'mujoco' or 'dmc' (the CPU simulators), got {env_type!r}")
+    if env_type not in ("mujoco", "dmc", "myosuite"):
+        raise ValueError(f"env_type: expected 'mujoco', 'dmc' or 'myosuite' (the CPU simulators), got {env_type!r}")
     if env_name not in ENV_TYPES[env_type]:
         raise ValueError(f"unsupported env {env_name!r} for env_type {env_type!r}; supported: "
                          f"{', '.join(ENV_TYPES[env_type])}")
@@ -187,6 +245,10 @@ def make_env(
         env = _make_dmc(env_name, seed)
         if max_episode_steps is None or max_episode_steps <= 0:
             max_episode_steps = DMC_EPISODE_STEPS
+    elif env_type == "myosuite":
+        if render_size is not None:
+            raise ValueError("render_size: evaluation videos are recorded for gymnasium tasks (env_type mujoco) only")
+        env = _make_myosuite(env_name)
     elif render_size is None:
         env = gym.make(env_name)
     else:

@@ -8,6 +8,8 @@ MJX environments (``mjx_envs.recipe``) and the benchmarks take their recipes fro
     gym    upstream's gymnasium MuJoCo recipe: HalfCheetah-v4, 1M env steps, batch 512 (the config's defaults)
     mjx    upstream's GPU-simulator recipe on MJX: 1024 envs, batch 2048, 2 updates per interaction step, the
            replay rows on the GPU (10M rows, updates after 100k), AMP for the torch agent
+    dmc, playground, myosuite
+           upstream's recipes for DeepMind Control, MuJoCo Playground and MyoSuite (its scripts/run_*.sh)
     mjlab  upstream's mjlab recipe (the torch agent, MuJoCo Warp): the GPU-simulator values on
            Mjlab-Velocity-Flat-Unitree-G1
 
@@ -84,6 +86,13 @@ RECIPES: dict[str, Recipe] = {
          "agent.buffer_min_length=10_000", "agent.buffer_device_type=cpu", "agent.sample_batch_size=512",
          "updates_per_interaction_step=1", "gamma=0.99", "n_step=1"),
     ),
+    "myosuite": Recipe(
+        "upstream's MyoSuite recipe (scripts/run_myosuite.sh; myo-reach): 1 env, batch 512, 1M env steps, gamma 0.95",
+        ("env.env_type=myosuite", "env.env_name=myo-reach", "num_env_steps=1_000_000", "num_train_envs=1",
+         "num_eval_envs=1", "num_eval_episodes=50", "agent.buffer_max_length=1_000_000",
+         "agent.buffer_min_length=10_000", "agent.buffer_device_type=cpu", "agent.sample_batch_size=512",
+         "updates_per_interaction_step=1", "gamma=0.95", "n_step=1"),
+    ),
     "playground": Recipe(
         "upstream's MuJoCo Playground recipe (scripts/run_mujoco_playground.sh; CheetahRun): 1024 envs, batch 2048, "
         "UTD 2, gamma 0.97, AMP (torch)",
@@ -103,9 +112,10 @@ RECIPES: dict[str, Recipe] = {
         {"torch": (TORCH_AMP,)},
     ),
 }
-"""Recipe name -> recipe. The ``--help`` of both training CLIs lists them. ``dmc`` and ``playground`` take another
-task with ``--overrides env.env_name=<task>``; upstream's Playground recipe also feeds the critic Playground's
-``privileged_state`` (``agent.asymmetric_observation``), which these agents do not have: both train on ``state``.
+"""Recipe name -> recipe. The ``--help`` of both training CLIs lists them. ``dmc``, ``myosuite`` and ``playground``
+take another task with ``--overrides env.env_name=<task>``; upstream's Playground recipe also feeds the critic
+Playground's ``privileged_state`` (``agent.asymmetric_observation``), which these agents do not have: both train on
+``state``.
 ``mjlab`` is upstream's recipe but for n-step returns: upstream uses n = 3, the device replay of the vector loop
 stores one-step transitions (n = 1); its evaluation runs 1024 episodes on 1024 evaluation envs of their own
 (upstream evaluates on the training envs and resets them afterwards)."""

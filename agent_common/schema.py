@@ -37,6 +37,8 @@ __all__ = [
     "MENAGERIE_ENV",
     "MJLAB_EXTRA_MODULES",
     "MJLAB_TASKS",
+    "MYOSUITE_EXTRA_MODULES",
+    "MYOSUITE_TASKS",
     "PLAYGROUND_DM_TASKS",
     "PLAYGROUND_EXTRA_MODULES",
     "PLAYGROUND_LOCOMOTION_TASKS",
@@ -59,6 +61,7 @@ __all__ = [
     "menagerie_problem",
     "mjlab_missing",
     "mjx_missing",
+    "myosuite_missing",
     "playground_missing",
     "config_to_dict",
     "flatten",
@@ -93,6 +96,24 @@ DMC_EPISODE_STEPS = 1000
 
 DMC_EXTRA_MODULES: tuple[str, ...] = ("dm_control", "shimmy")
 """What ``env.env_type=dmc`` needs (the ``dmc`` extra)."""
+
+MYOSUITE_TASKS: dict[str, str] = {
+    "myo-reach": "myoHandReachFixed-v0",
+    "myo-reach-hard": "myoHandReachRandom-v0",
+    "myo-pose": "myoHandPoseFixed-v0",
+    "myo-pose-hard": "myoHandPoseRandom-v0",
+    "myo-obj-hold": "myoHandObjHoldFixed-v0",
+    "myo-obj-hold-hard": "myoHandObjHoldRandom-v0",
+    "myo-key-turn": "myoHandKeyTurnFixed-v0",
+    "myo-key-turn-hard": "myoHandKeyTurnRandom-v0",
+    "myo-pen-twirl": "myoHandPenTwirlFixed-v0",
+    "myo-pen-twirl-hard": "myoHandPenTwirlRandom-v0",
+}
+"""MyoSuite tasks (``env.env_type=myosuite``) as upstream names them (its ``MYOSUITE_TASKS_DICT``: the ten hand tasks
+of its published results), with the MyoSuite environment id each one makes."""
+
+MYOSUITE_EXTRA_MODULES: tuple[str, ...] = ("myosuite",)
+"""What ``env.env_type=myosuite`` needs (the ``myosuite`` extra)."""
 
 PLAYGROUND_DM_TASKS: tuple[str, ...] = (
     "AcrobotSwingup", "AcrobotSwingupSparse", "BallInCup", "CartpoleBalance", "CartpoleBalanceSparse",
@@ -135,6 +156,7 @@ ENV_TYPES: dict[str, tuple[str, ...]] = {
     "dmc": DMC_TASKS,
     "mujoco_playground": PLAYGROUND_TASKS,
     "mjlab": MJLAB_TASKS,
+    "myosuite": tuple(MYOSUITE_TASKS),
 }
 """``env.env_type`` values and the ``env.env_name`` values each allows."""
 
@@ -198,10 +220,10 @@ class _Freezable:
 class EnvConfig(_Freezable):
     """``env.*`` keys (upstream ``configs/env/mujoco.yaml``)."""
 
-    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx | mujoco_playground | mjlab (vector_loop) | dmc (dm_control)
+    env_type: str = "mujoco"  # mujoco (gymnasium) | mjx | mujoco_playground | mjlab (vector_loop) | dmc | myosuite
     env_name: str = "HalfCheetah-v4"  # one of ENV_TYPES[env_type]
     rescale_action: bool = True  # RescaleAction to [-1, 1] (the paper-era actor assumes [-1, 1])
-    max_episode_steps: int | None = None  # null or <= 0 keeps the task's TimeLimit (1000; DMC: 1000)
+    max_episode_steps: int | None = None  # null or <= 0 keeps the task's TimeLimit (1000; DMC: 1000; MyoSuite: 50-200)
     num_train_envs: int | None = None  # null -> top-level num_train_envs (upstream interpolation)
     num_eval_envs: int | None = None  # null -> top-level num_eval_envs
     menagerie_path: str | None = None  # Menagerie checkout (Playground locomotion); null: $MUJOCO_MENAGERIE_PATH
@@ -728,6 +750,8 @@ def _validate(cfg: Config, framework: str) -> None:
                   and cfg.num_record_envs > cfg.num_eval_envs), "num_record_envs", cfg.num_record_envs,
              f"must be <= num_eval_envs={cfg.num_eval_envs} with env.env_type={cfg.env.env_type}: the filmed envs are "
              "copies of the first evaluation envs")
+    _require(not (cfg.record_video and cfg.env.env_type == "myosuite"), "record_video", cfg.record_video,
+             "must be false with env.env_type=myosuite: MyoSuite's evaluation videos are not recorded")
     if cfg.env.env_type == "mjx":
         _validate_mjx(cfg)
     if cfg.env.env_type == "mujoco_playground":
@@ -744,11 +768,23 @@ def _validate(cfg: Config, framework: str) -> None:
                 f"invalid value 'dmc' for 'env.env_type': the DeepMind Control tasks need the dmc extra "
                 f"(pip install -e \".[dmc]\"); not installed: {', '.join(missing)}"
             )
+    if cfg.env.env_type == "myosuite":
+        missing = myosuite_missing()
+        if missing:
+            raise ConfigError(
+                f"invalid value 'myosuite' for 'env.env_type': the MyoSuite tasks need the myosuite extra "
+                f"(pip install -e \".[myosuite]\"); not installed: {', '.join(missing)}"
+            )
 
 
 def dmc_missing() -> list[str]:
     """The modules of ``DMC_EXTRA_MODULES`` that are not installed (found without importing them)."""
     return [name for name in DMC_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+
+
+def myosuite_missing() -> list[str]:
+    """The modules of ``MYOSUITE_EXTRA_MODULES`` that are not installed (found without importing them)."""
+    return [name for name in MYOSUITE_EXTRA_MODULES if importlib.util.find_spec(name) is None]
 
 
 def _physical_memory() -> int | None:

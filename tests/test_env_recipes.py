@@ -1,4 +1,5 @@
-"""The DMC and MuJoCo Playground recipes (``agent_common.recipes``) are valid configs with upstream's values."""
+"""The DMC, MuJoCo Playground and MyoSuite recipes (``agent_common.recipes``) are valid configs with upstream's
+values."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from agent_common.schema import build_config
 def extras(monkeypatch):
     monkeypatch.setattr(schema, "dmc_missing", lambda: [])
     monkeypatch.setattr(schema, "playground_missing", lambda: [])
+    monkeypatch.setattr(schema, "myosuite_missing", lambda: [])
 
 
 def _with_task(name: str, task: str, framework: str) -> list[str]:
@@ -38,7 +40,19 @@ def test_playground_recipe(framework, extras):
     assert cfg.agent.use_amp is (framework == "torch")
 
 
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_myosuite_recipe(framework, extras):
+    cfg = build_config(parse_overrides(_with_task("myosuite", "myo-pen-twirl-hard", framework)), framework)
+    assert (cfg.env.env_type, cfg.env.env_name, cfg.env.rescale_action) == ("myosuite", "myo-pen-twirl-hard", True)
+    assert (cfg.num_train_envs, cfg.num_eval_envs, cfg.num_eval_episodes, cfg.num_env_steps) == (1, 1, 50, 1_000_000)
+    assert (cfg.agent.sample_batch_size, cfg.agent.buffer_min_length, cfg.agent.buffer_max_length) == (
+        512, 10_000, 1_000_000)
+    assert (cfg.gamma, cfg.n_step, cfg.updates_per_interaction_step, cfg.agent.buffer_device_type) == (
+        0.95, 1, 1, "cpu")
+    assert cfg.agent.use_amp is False and cfg.env.max_episode_steps is None  # null: the task's own limit
+
+
 def test_default_tasks_are_valid(extras):
-    for name, task in (("dmc", "humanoid-walk"), ("playground", "CheetahRun")):
+    for name, task in (("dmc", "humanoid-walk"), ("playground", "CheetahRun"), ("myosuite", "myo-reach")):
         cfg = build_config(parse_overrides(recipe_overrides(name, "jax")), "jax")
         assert cfg.env.env_name == task and task in schema.ENV_TYPES[cfg.env.env_type]

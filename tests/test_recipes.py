@@ -16,6 +16,7 @@ from agent_common.schema import ConfigError, build_config
 def extra_installed(monkeypatch):
     monkeypatch.setattr(schema, "mjx_missing", lambda: [])
     monkeypatch.setattr(schema, "mjlab_missing", lambda: [])
+    monkeypatch.setattr(schema, "myosuite_missing", lambda: [])  # the myosuite recipe validates without the extra
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
