@@ -750,8 +750,9 @@ def _validate(cfg: Config, framework: str) -> None:
                   and cfg.num_record_envs > cfg.num_eval_envs), "num_record_envs", cfg.num_record_envs,
              f"must be <= num_eval_envs={cfg.num_eval_envs} with env.env_type={cfg.env.env_type}: the filmed envs are "
              "copies of the first evaluation envs")
-    _require(not (cfg.record_video and cfg.env.env_type == "myosuite"), "record_video", cfg.record_video,
-             "must be false with env.env_type=myosuite: MyoSuite's evaluation videos are not recorded")
+    _require(not (cfg.record_video and cfg.env.env_type == "mjlab"), "record_video", cfg.record_video,
+             "must be false with env.env_type=mjlab: its evaluation videos are not recorded (MuJoCo Warp's state is "
+             "not rendered here)")
     if cfg.env.env_type == "mjx":
         _validate_mjx(cfg)
     if cfg.env.env_type == "mujoco_playground":

@@ -8,10 +8,10 @@ Each video holds ``max(num_record_episodes // num_record_envs, 1)`` rounds; in a
 ``num_record_envs`` envs plays one episode, side by side (an env that has finished keeps its last frame until all
 have). A frame is rendered before each action (upstream's ``record_video``), so an episode of L steps gives L frames,
 and a video is capped at ``MAX_FRAMES`` frames. A gymnasium task is filmed through its own ``render`` from its
-tracking camera (``track``); a DMC task (dm_control through shimmy) with ``MujocoCamera`` (gymnasium's offscreen
-renderer on the task's physics) from ``tracking_camera``: the first camera that follows a body's centre of mass,
-else the task's first camera. Headless rendering needs ``MUJOCO_GL=egl`` (a GPU) or ``MUJOCO_GL=osmesa`` (Debian:
-``libosmesa6``).
+tracking camera (``track``); a DMC task (dm_control through shimmy) or a MyoSuite task with ``MujocoCamera``
+(gymnasium's offscreen renderer on the task's physics) from ``tracking_camera``: the first camera that follows a
+body's centre of mass, else the task's first camera. Headless rendering needs ``MUJOCO_GL=egl`` (a GPU) or
+``MUJOCO_GL=osmesa`` (Debian: ``libosmesa6``).
 
 The recorder's schedule and its envs' states are part of a run's checkpoint (``RunVideos.state_dict``), so a resumed
 run records at the same interaction steps, from the same env states, as the run that was not interrupted.
@@ -38,7 +38,7 @@ MAX_FRAMES = 1000
 TRACKING_CAMERA = "track"
 """The camera gym-MuJoCo models define to follow the agent's torso."""
 
-RECORDING_ENV_TYPES: tuple[str, ...] = ("mujoco", "dmc")
+RECORDING_ENV_TYPES: tuple[str, ...] = ("mujoco", "dmc", "myosuite")
 """The env types ``VideoRecorder`` films (gymnasium's MuJoCo tasks, the DMC suite)."""
 
 

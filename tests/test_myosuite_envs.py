@@ -1,11 +1,14 @@
 """MyoSuite tasks (``env.env_type=myosuite``): upstream's task names, the env as upstream builds it (float32
 observations, the task's own episode limit, ``success`` from MyoSuite's ``solved``), exact snapshots of the tasks
-that rewrite their model at every reset, config validation, and a tiny training run of each agent with its
-checkpoint resumed exactly. The env and training tests need the myosuite extra (skipped without it)."""
+that rewrite their model at every reset, config validation, a tiny training run of each agent with its
+checkpoint resumed exactly, and evaluation videos. The env and training tests need the myosuite extra (skipped
+without it)."""
 
 from __future__ import annotations
 
+import ctypes.util
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -101,10 +104,6 @@ def test_config_without_the_extra_names_it(monkeypatch):
         load_config(["env.env_type=myosuite", f"env.env_name={TASK}"], "jax")
 
 
-def test_config_refuses_videos(monkeypatch):
-    monkeypatch.setattr(schema, "myosuite_missing", lambda: [])
-    with pytest.raises(ConfigError, match="record_video"):
-        load_config(["env.env_type=myosuite", f"env.env_name={TASK}", "record_video=true"], "torch")
 
 
 TINY = [
@@ -172,3 +171,24 @@ def test_tiny_torch_run_resumes_exactly(tmp_path):
     loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
     for key in ("observation", "train_envs", "eval_envs"):
         assert_nested_equal(loop_a[key], loop_b[key], key)
+
+
+@needs_myosuite
+@pytest.mark.skipif(ctypes.util.find_library("OSMesa") is None,
+                    reason="needs libOSMesa (apt-get install libosmesa6) for MUJOCO_GL=osmesa")
+def test_tiny_run_records_evaluation_videos(tmp_path, monkeypatch):
+    """record_video=true films MyoSuite's evaluation episodes from the model's first camera: videos at steps 0 and
+    30 of a 30-step torch run, each one 20-step episode (20 frames, not blank)."""
+    from agent_common.loop import train
+    from agent_common.video import read_video_frames
+    from agent_torch.agent import make_agent
+
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    record = ["record_video=true", "record_size=32", "recording_per_interaction_step=30", "num_env_steps=30",
+              "agent.categorical_target_backend=torch", f"save_path={tmp_path}"]
+    assert train(load_config([*TINY, *record], "torch"), make_agent).status == "completed"
+    names = sorted(os.listdir(tmp_path / "videos"))
+    assert names == ["eval_step000000000.mp4", "eval_step000000030.mp4"]
+    for name in names:
+        frames = read_video_frames(str(tmp_path / "videos" / name))
+        assert frames.shape == (20, 32, 32, 3) and frames.std() > 0, name
