@@ -246,3 +246,26 @@ def test_fp16_agent_checkpoint_keeps_the_loss_scale(tmp_path):
     fp32 = _agent()
     fp32.load(str(tmp_path))  # the weights are fp32 either way: an fp32 agent loads an fp16 checkpoint
     assert fp32.state.loss_scale is None
+
+
+def test_fp16_in_the_fused_env_step_with_the_packed_state():
+    """The device-replay path (``agent.step``: store, sampled updates and the action in one jitted program on the
+    packed state) carries the loss scale: it counts the finite steps and comes back with the state."""
+    from tests.agent_test_utils import ACT_DIM, ACT_SPACE, NUM_ENVS, OBS_SPACE, random_transition, replay_buffer
+
+    agent = make_agent(load_config([*OVERRIDES, "agent.sample_batch_size=8", *AMP["fp16"]], "jax"), OBS_SPACE,
+                       ACT_SPACE)
+    buffer = replay_buffer(64, agent.replay_storage(64))
+    rng = np.random.default_rng(3)
+    for _ in range(4):  # warm-up rows
+        t = random_transition(rng)
+        buffer.add(*t)
+        agent.step(t[5], None, 0, 1.0)
+    for _ in range(2):  # an actor + critic update, then a critic-only one
+        t = random_transition(rng)
+        buffer.add(*t)
+        action = agent.step(t[5], rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32), 1, 1.0)
+        assert action.shape == (NUM_ENVS, ACT_DIM) and np.isfinite(action).all()
+    ls = agent.state.loss_scale  # unpacked from the step's packed state
+    assert (float(ls.scale), int(ls.growth_tracker), float(ls.found_inf)) == (2.0**16, 3, 0.0)
+    assert all(np.isfinite(total) for total, _ in agent.take_metrics().values())
