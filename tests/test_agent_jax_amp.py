@@ -116,15 +116,15 @@ def test_amp_against_fp32_on_fixed_batches(golden, fp32_grads, dtype):
         assert rel > 0, (dtype, net)  # the compute dtype did change the arithmetic
     if dtype == "fp16":
         assert [bool(f) for f in found] == [False, False]
-    for step, batch in enumerate(fixed_batches()):
-        agent.update(batch)
-        metrics = agent.flush_metrics()
-        ref = {k.removeprefix("metric/"): float(v) for k, v in records[step].items() if k.startswith("metric/")}
-        assert metrics.keys() == ref.keys()
-        for name, value in ref.items():
-            assert metrics[name] == pytest.approx(value, rel=tol["loss"], abs=1e-4), (dtype, step, name)
-    if dtype == "fp16":  # two finite steps per actor update, one per critic-only update
-        assert (float(agent.state.loss_scale.scale), int(agent.state.loss_scale.growth_tracker)) == (2.0**16, 3)
+    # the first update (actor, temperature, critic; the golden's critic-only second update adds no other metric)
+    agent.update(fixed_batches()[0])
+    metrics = agent.flush_metrics()
+    ref = {k.removeprefix("metric/"): float(v) for k, v in records[0].items() if k.startswith("metric/")}
+    assert metrics.keys() == ref.keys()
+    for name, value in ref.items():
+        assert metrics[name] == pytest.approx(value, rel=tol["loss"], abs=1e-4), (dtype, name)
+    if dtype == "fp16":  # two finite scaled steps: the actor's and the critic's
+        assert (float(agent.state.loss_scale.scale), int(agent.state.loss_scale.growth_tracker)) == (2.0**16, 2)
 
 
 def _primitives(jaxpr) -> set[str]:
@@ -261,11 +261,10 @@ def test_fp16_in_the_fused_env_step_with_the_packed_state():
         t = random_transition(rng)
         buffer.add(*t)
         agent.step(t[5], None, 0, 1.0)
-    for _ in range(2):  # an actor + critic update, then a critic-only one
-        t = random_transition(rng)
-        buffer.add(*t)
-        action = agent.step(t[5], rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32), 1, 1.0)
-        assert action.shape == (NUM_ENVS, ACT_DIM) and np.isfinite(action).all()
+    t = random_transition(rng)
+    buffer.add(*t)
+    action = agent.step(t[5], rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32), 1, 1.0)  # actor + critic
+    assert action.shape == (NUM_ENVS, ACT_DIM) and np.isfinite(action).all()
     ls = agent.state.loss_scale  # unpacked from the step's packed state
-    assert (float(ls.scale), int(ls.growth_tracker), float(ls.found_inf)) == (2.0**16, 3, 0.0)
+    assert (float(ls.scale), int(ls.growth_tracker), float(ls.found_inf)) == (2.0**16, 2, 0.0)
     assert all(np.isfinite(total) for total, _ in agent.take_metrics().values())
