@@ -69,12 +69,14 @@ def test_fp32_update_matches_golden_outputs_of_2b3c4af(golden):
 # the batch of per-row results each a few roundings away from fp32: tolerances 10x the unit roundoff of several
 # layers (bf16 2%, fp16 0.2%; measured at most 0.1% for both). Gradients pass batch-norm backwards, which subtract
 # batch means and amplify the relative error of inner layers, so whole-network gradients are compared by the
-# relative error of the flat vector and its cosine with fp32 (the torch agent's tolerances,
-# tests/test_agent_torch_amp.py): a wrong gradient (sign, missing unscale, another batch) has relative error >= 1
-# and a cosine near 0 or negative.
+# relative error of the flat vector and its cosine with fp32. Measured on this test's batch (relative error /
+# cosine): bf16 actor 2.9% / 0.99959, critic 2.4% / 0.99971; fp16 actor 0.65% / 0.99998, critic 0.23% / 0.999997
+# (smaller than the torch agent's, tests/test_agent_torch_amp.py: normalisation statistics run in fp32 here). The
+# bounds are ~5x that; a wrong gradient (sign, missing unscale, another batch) has relative error >= 1 and a cosine
+# near 0 or negative.
 TOLERANCES = {
-    "bf16": {"loss": 2e-2, "grad_rel": 0.5, "grad_cos": 0.9},
-    "fp16": {"loss": 2e-3, "grad_rel": 0.05, "grad_cos": 0.999},
+    "bf16": {"loss": 2e-2, "grad_rel": 0.15, "grad_cos": 0.99},
+    "fp16": {"loss": 2e-3, "grad_rel": 0.03, "grad_cos": 0.9995},
 }
 
 
