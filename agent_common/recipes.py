@@ -14,7 +14,8 @@ MJX environments (``mjx_envs.recipe``) and the benchmarks take their recipes fro
            Mjlab-Velocity-Flat-Unitree-G1
 
 The GPU-simulator recipe keeps the gymnasium recipe's γ = 0.99 and n-step 1 (the Brax locomotion tasks are the
-gym-MuJoCo ones); AMP applies to the torch agent only (the JAX agent has none and rejects it).
+gym-MuJoCo ones); they turn AMP on for the torch agent only (the JAX agent's recipe runs fp32; it takes
+``agent.use_amp=true`` on the command line).
 """
 
 from __future__ import annotations

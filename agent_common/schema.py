@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_common.recipes import RECIPES, unknown_recipe
+from shared_spec.dispatch import backend_names
 
 __all__ = [
     "BACKENDS",
@@ -171,8 +172,9 @@ MJX_EXTRA_MODULES: tuple[str, ...] = ("jax", "brax", "mujoco_mjx")
 
 FRAMEWORKS: tuple[str, ...] = ("torch", "jax")
 
-BACKENDS: dict[str, tuple[str, ...]] = {"torch": ("auto", "torch", "triton"), "jax": ("auto", "jax", "pallas")}
-"""Allowed ``agent.categorical_target_backend`` values per framework."""
+BACKENDS: dict[str, tuple[str, ...]] = {framework: backend_names(framework) for framework in FRAMEWORKS}
+"""Allowed ``agent.categorical_target_backend`` values per framework: every backend its dispatcher knows
+(``shared_spec.dispatch.backend_names``; torch: auto, torch, triton; jax: auto, jax, triton, pallas)."""
 
 COMPILE_MODES: tuple[str, ...] = (
     "auto",
@@ -275,8 +277,8 @@ class AgentConfig(_Freezable):
     buffer_min_length: int = 10_000  # uniform random actions and no updates until this many transitions
     buffer_device_type: str = "auto"  # auto | cpu | cuda: where the replay rows live (docs/flashsac.md)
     # precision and compilation
-    use_amp: bool = False  # fp16 autocast + GradScaler (torch) / bf16 matmuls (jax)
-    amp_dtype: str = "auto"  # auto | bf16 | fp16 (torch, with use_amp): auto = fp16 + loss scale on CUDA, bf16 on CPU
+    use_amp: bool = False  # mixed-precision update: torch autocast / jax bf16 or fp16 compute dtype (agent.amp_dtype)
+    amp_dtype: str = "auto"  # auto | bf16 | fp16 (with use_amp): auto = fp16 + loss scale on a GPU, bf16 on the CPU
     use_compile: bool = True  # torch.compile the networks (torch); ignored by jax (always jit)
     compile_mode: str = "auto"  # auto | off | torch.compile modes; auto -> off (on CUDA: CUDA graphs instead)
     use_cuda_graph: bool = True  # project key (torch): capture update + acting in CUDA graphs; jax ignores it
@@ -286,7 +288,7 @@ class AgentConfig(_Freezable):
     load_optimizer: bool = True  # restore optimizer/scheduler/scaler state on load
     load_reward_normalizer: bool = True  # restore reward normaliser on load
     # project keys
-    categorical_target_backend: str = "auto"  # torch: auto|torch|triton; jax: auto|jax|pallas
+    categorical_target_backend: str = "auto"  # auto, the reference or a kernel of the framework (BACKENDS)
     categorical_target_strict: bool = False  # any backend fallback becomes an error
 
 

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     common = [*kept, "agent.device_type=cpu"]
     torch_agent = TorchAgent(load_config([*common, "agent.categorical_target_backend=torch"], "torch"), *spaces)
     jax_overrides = [*common, "agent.categorical_target_backend=jax"]
-    if torch_agent.cfg.agent.use_amp:  # the JAX agent has no AMP; the weights are fp32 either way
+    if torch_agent.cfg.agent.use_amp:  # the converter's JAX agent runs fp32; the weights are fp32 either way
         jax_overrides.append("agent.use_amp=false")
     jax_agent = JaxAgent(load_config(jax_overrides, "jax"), *spaces)
     check = not args.no_check_hyperparameters

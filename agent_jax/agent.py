@@ -21,6 +21,7 @@ from agent_common.protocol import Capabilities
 from agent_common.schema import Config, target_entropy
 from agent_common.seeding import BUFFER_STREAM
 from agent_jax import parallel
+from agent_jax.amp import resolve_amp_dtype
 from agent_jax.compilation_cache import compute_path
 from agent_jax.packing import PackedTree, host_unpack, packed, unpacked
 from agent_jax.state import AgentState, build_networks, create_agent_state
@@ -95,8 +96,10 @@ class FlashSACAgent:
         observation_space: Box (O,).
         action_space: Box (A,), [-1, 1] after RescaleAction.
 
+    With ``agent.use_amp=true`` the update runs the actor and critic in bf16 or fp16 (``agent.amp_dtype``;
+    ``agent_jax.amp``); acting and evaluation stay fp32.
+
     Raises:
-        ValueError: ``agent.use_amp=true`` (not implemented by the JAX agent).
         jax_impl.BackendUnavailable: strict backend selection that cannot be met (at construction).
     """
 
@@ -105,12 +108,11 @@ class FlashSACAgent:
 
     def __init__(self, cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> None:
         a = cfg.agent
-        if a.use_amp:
-            raise ValueError("agent.use_amp=true is not supported by the JAX agent (the CPU-sim recipe is fp32); "
-                             "set agent.use_amp=false")
         assert a.critic_min_v is not None and a.critic_max_v is not None
         self.cfg = cfg
         self.device = resolve_device(a.device_type)
+        # The update's compute dtype (None: fp32); fp16 adds a loss scale to the state (agent_jax.amp).
+        self.amp_dtype, self.amp_reason = resolve_amp_dtype(a.use_amp, a.amp_dtype, self.device.platform)
         # Decide the TD-target backend once, outside jit (strict mode raises here, at construction).
         self.backend_decision = resolve_backend(a.categorical_target_backend, strict=a.categorical_target_strict,
                                                 num_bins=a.critic_num_bins, platform=self.device.platform)
@@ -127,9 +129,10 @@ class FlashSACAgent:
             backend=backend,
         )
         bounds = (action_space.low, action_space.high)
-        self._actor_def, _, _ = build_networks(a, observation_dim, action_dim, *bounds)
+        self._actor_def, _, _ = build_networks(a, observation_dim, action_dim, *bounds)  # fp32: acting
         with jax.default_device(self.device):
-            state = create_agent_state(a, observation_dim, action_dim, int(cfg.seed), *bounds)
+            state = create_agent_state(a, observation_dim, action_dim, int(cfg.seed), *bounds,
+                                       compute_dtype=self.amp_dtype)
         # Commit everything to the device: uncommitted and committed inputs are different jit cache entries, so an
         # uncommitted initial state would compile each update variant twice.
         self.mesh = parallel.make_mesh(int(cfg.num_devices), self.device)  # None: one device
@@ -152,6 +155,8 @@ class FlashSACAgent:
         # ``env_step`` programs being compiled in the background (``precompile_step``): static key -> done event
         self._precompiling: dict[tuple[Any, ...], threading.Event] = {}
         log.info("categorical_td_target backend: %s", self.info()["backend/selected"])
+        if a.use_amp:
+            log.info("mixed precision: %s", self.amp_reason)
 
     @property
     def state(self) -> AgentState:
@@ -287,12 +292,14 @@ class FlashSACAgent:
 
     def info(self) -> dict[str, float | str]:
         """``backend/fallback_count``, ``backend/selected`` (backend that runs, what was requested and why) and
-        ``compile/path`` (jit and the compilation cache: ``agent_jax.compilation_cache.compute_path``)."""
+        ``compile/path`` (jit and the compilation cache: ``agent_jax.compilation_cache.compute_path``; with
+        ``agent.use_amp`` the update's precision and why)."""
         d = self.backend_decision
+        path = compute_path(self.device, () if self.mesh is None else list(self.mesh.devices.flat))
         return {
             "backend/fallback_count": float(dispatch_stats()["fallback_count"]),
             "backend/selected": f"{self.ctx.backend} (requested {d.requested}: {d.reason})",
-            "compile/path": compute_path(self.device, () if self.mesh is None else list(self.mesh.devices.flat)),
+            "compile/path": path + (f"; {self.amp_reason}" if self.cfg.agent.use_amp else ""),
         }
 
     # ------------------------------------------------------------------------------------------------ fused step
@@ -453,8 +460,9 @@ class FlashSACAgent:
         """Writes actor.pkl, critic.pkl, target_critic.pkl, temperature.pkl and agent_state.pkl atomically.
 
         Each network file holds numpy ``params``, ``batch_stats`` and (trained networks) the Adam state and its
-        step count, which drives the LR schedule. agent_state.pkl holds the update counter, the PRNG key and the
-        pending metrics.
+        step count, which drives the LR schedule. agent_state.pkl holds the update counter, the PRNG key, the
+        pending metrics and the fp16 loss scale (``grad_scaler_state_dict``, ``torch.amp.GradScaler``'s keys; None
+        in fp32 and bf16).
         """
         os.makedirs(directory, exist_ok=True)
         host = self._host_state()
@@ -471,13 +479,15 @@ class FlashSACAgent:
             sums, counts = sums + device_sums, counts + device_counts
         state = {"update_step": self.update_step, "rng": np.asarray(host.rng),
                  "pending_metrics": pending, "backend": self.ctx.backend,
+                 "grad_scaler_state_dict": None if host.loss_scale is None else host.loss_scale.state_dict(),
                  "replay_key": np.asarray(replay_key, np.uint32),
                  "step_metrics": {"names": METRIC_NAMES, "sums": np.asarray(sums, np.float32),
                                   "counts": np.asarray(counts, np.float32)}}
         atomic_pickle(os.path.join(directory, AGENT_STATE_FILE), state)
 
     def load(self, directory: str, load_optimizer: bool = True) -> None:
-        """Restores ``save`` output (Adam states and step counts only if ``load_optimizer``).
+        """Restores ``save`` output (Adam states, step counts and the fp16 loss scale only if ``load_optimizer``; an
+        fp16 agent keeps its fresh loss scale when the checkpoint has none).
 
         Raises:
             ValueError: a checkpoint whose structure or shapes do not match the current config, naming the leaf.
@@ -503,8 +513,13 @@ class FlashSACAgent:
         critic = net(s.critic, "critic").replace(target_params=restored["target_critic"]["params"],
                                                  target_batch_stats=restored["target_critic"]["batch_stats"])
         rng = np.asarray(agent_state["rng"], dtype=np.uint32)
+        loss_scale = s.loss_scale
+        scaler_state = agent_state.get("grad_scaler_state_dict")
+        if loss_scale is not None and load_optimizer and scaler_state is not None:
+            loss_scale = loss_scale.load_state_dict(scaler_state)
         self.state = self._place(AgentState(actor=net(s.actor, "actor"), critic=critic,
-                                            temperature=net(s.temperature, "temperature"), rng=rng))
+                                            temperature=net(s.temperature, "temperature"), rng=rng,
+                                            loss_scale=loss_scale))
         self.update_step = int(agent_state["update_step"])
         pending = agent_state["pending_metrics"]
         self._pending = None if pending is None else (
@@ -547,7 +562,7 @@ class FlashSACAgent:
 
         s = self.state
         self.state = self._place(AgentState(actor=restart(s.actor), critic=restart(s.critic),
-                                            temperature=restart(s.temperature), rng=rng))
+                                            temperature=restart(s.temperature), rng=rng, loss_scale=s.loss_scale))
         self._replay_key = replay_key
         self.update_step = 0
         self._pending = None

@@ -92,6 +92,13 @@ def _sqrt_d_scale(*vectors: Array) -> tuple[Array, ...]:
     return tuple(v * factor for v in vectors)
 
 
+def _matmul_inputs(x: Array, weight: Array, dtype: Any) -> tuple[Array, Array]:
+    """``x`` and ``weight`` cast to the compute dtype (mixed precision), or as they are when ``dtype`` is None."""
+    if dtype is None:
+        return x, weight
+    return x.astype(dtype), weight.astype(dtype)
+
+
 def safe_tanh_log_det_jacobian(u: Array) -> Array:
     """log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable for large |u| (upstream distribution.py)."""
     return 2.0 * (math.log(2.0) - u - jax.nn.softplus(-2.0 * u))
@@ -108,17 +115,20 @@ class UnitLinear(nn.Module):
     Attributes:
         in_features: input width.
         out_features: output width. The weight is (out_features, in_features), PyTorch layout.
+        dtype: compute dtype of the matmul (None: the input's; the weight stays float32).
     """
 
     in_features: int
     out_features: int
+    dtype: Any = None
 
     def setup(self) -> None:
         self.weight = self.param("weight", _orthogonal, (self.out_features, self.in_features))  # (out, in)
 
     def __call__(self, x: Array) -> Array:
-        """(B, in) -> (B, out)."""
-        return x @ self.weight.T  # (B, out)
+        """(B, in) -> (B, out), in ``dtype`` when set."""
+        x, weight = _matmul_inputs(x, self.weight, self.dtype)
+        return x @ weight.T  # (B, out)
 
     def normalize_parameters(self) -> None:
         self.put_variable("params", "weight", _unit_rows(self.weight))
@@ -143,7 +153,8 @@ class UnitBatchNorm(nn.Module):
         self.running_var = self.variable("batch_stats", "running_var", jnp.ones, (self.dim,))  # (d,)
 
     def __call__(self, x: Array, training: bool) -> Array:
-        """(B, d) -> (B, d). With training=True, apply with mutable=["batch_stats"]."""
+        """(B, d) -> (B, d) in x's dtype, computed in float32. Training=True needs mutable=["batch_stats"]."""
+        dtype, x = x.dtype, x.astype(jnp.float32)
         if training:
             mean = jnp.mean(x, axis=0)  # (d,)
             var = jnp.mean(jnp.square(x - mean), axis=0)  # (d,) biased
@@ -155,7 +166,7 @@ class UnitBatchNorm(nn.Module):
         else:
             mean, var = self.running_mean.value, self.running_var.value  # (d,), (d,)
         y = (x - mean) * jax.lax.rsqrt(var + BN_EPS)  # (B, d)
-        return y * self.weight + self.bias  # (B, d)
+        return (y * self.weight + self.bias).astype(dtype)  # (B, d)
 
     def normalize_parameters(self) -> None:
         weight, bias = _sqrt_d_scale(self.weight, self.bias)
@@ -172,9 +183,10 @@ class UnitRMSNorm(nn.Module):
         self.weight = self.param("weight", nn.initializers.ones_init(), (self.dim,))  # (d,)
 
     def __call__(self, x: Array) -> Array:
-        """(..., d) -> (..., d)."""
+        """(..., d) -> (..., d) in x's dtype, computed in float32."""
+        dtype, x = x.dtype, x.astype(jnp.float32)
         y = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + RMS_EPS)  # (..., d)
-        return y * self.weight  # (..., d)
+        return (y * self.weight).astype(dtype)  # (..., d)
 
     def normalize_parameters(self) -> None:
         (weight,) = _sqrt_d_scale(self.weight)
@@ -185,11 +197,12 @@ class ResidualBlock(nn.Module):
     """Inverted residual block y = x + ReLU(BN2(W2 ReLU(BN1(W1 x)))), W1: d -> 4d, W2: 4d -> d."""
 
     dim: int
+    dtype: Any = None  # compute dtype of the matmuls (None: float32)
 
     def setup(self) -> None:
-        self.fc1 = UnitLinear(self.dim, 4 * self.dim)
+        self.fc1 = UnitLinear(self.dim, 4 * self.dim, self.dtype)
         self.bn1 = UnitBatchNorm(4 * self.dim)
-        self.fc2 = UnitLinear(4 * self.dim, self.dim)
+        self.fc2 = UnitLinear(4 * self.dim, self.dim, self.dtype)
         self.bn2 = UnitBatchNorm(self.dim)
 
     def __call__(self, x: Array, training: bool) -> Array:
@@ -209,19 +222,22 @@ class HeadLinear(nn.Module):
         in_features: input width.
         out_features: output width.
         init_std: weight ~ N(0, init_std^2); 0 gives a zero weight.
+        dtype: compute dtype of the matmul (None: the input's; the weight stays float32).
     """
 
     in_features: int
     out_features: int
     init_std: float
+    dtype: Any = None
 
     def setup(self) -> None:
         init = nn.initializers.normal(self.init_std) if self.init_std > 0 else nn.initializers.zeros_init()
         self.weight = self.param("weight", init, (self.out_features, self.in_features))  # (out, in)
 
     def __call__(self, x: Array) -> Array:
-        """(B, in) -> (B, out)."""
-        return x @ self.weight.T  # (B, out)
+        """(B, in) -> (B, out), in ``dtype`` when set."""
+        x, weight = _matmul_inputs(x, self.weight, self.dtype)
+        return x @ weight.T  # (B, out)
 
 
 def actor_bounds(actor_def: Any) -> tuple[Array, Array]:
@@ -257,6 +273,8 @@ class FlashSACActor(nn.Module):
         head: "paper" or "upstream".
         action_bias: (A,) (high + low) / 2 for the upstream head; empty: 0.
         action_range: (A,) (high - low) / 2 for the upstream head; empty: 1.
+        dtype: compute dtype of the linear layers and the activations between them (mixed precision,
+            ``agent_jax.amp``); None: float32. Normalisation, the heads' outputs and the log-probability are float32.
     """
 
     observation_dim: int
@@ -266,20 +284,21 @@ class FlashSACActor(nn.Module):
     head: str = "paper"
     action_bias: tuple[float, ...] = ()
     action_range: tuple[float, ...] = ()
+    dtype: Any = None
 
     def setup(self) -> None:
         if self.head not in ACTOR_HEADS:
             raise ValueError(f"actor head: expected one of {sorted(ACTOR_HEADS)}, got {self.head!r}")
         self.input_bn = UnitBatchNorm(self.observation_dim)
-        self.embed = UnitLinear(self.observation_dim, self.hidden_dim)
-        self.blocks = [ResidualBlock(self.hidden_dim) for _ in range(self.num_blocks)]
+        self.embed = UnitLinear(self.observation_dim, self.hidden_dim, self.dtype)
+        self.blocks = [ResidualBlock(self.hidden_dim, self.dtype) for _ in range(self.num_blocks)]
         self.final_norm = UnitRMSNorm(self.hidden_dim)
         if self.head == "paper":
-            self.mean_head: Any = UnitLinear(self.hidden_dim, self.action_dim)
-            self.log_std_head: Any = UnitLinear(self.hidden_dim, self.action_dim)
+            self.mean_head: Any = UnitLinear(self.hidden_dim, self.action_dim, self.dtype)
+            self.log_std_head: Any = UnitLinear(self.hidden_dim, self.action_dim, self.dtype)
         else:
-            self.mean_head = HeadLinear(self.hidden_dim, self.action_dim, 1e-3)
-            self.log_std_head = HeadLinear(self.hidden_dim, self.action_dim, 0.0)
+            self.mean_head = HeadLinear(self.hidden_dim, self.action_dim, 1e-3, self.dtype)
+            self.log_std_head = HeadLinear(self.hidden_dim, self.action_dim, 0.0, self.dtype)
         self.mean_bias = self.param("mean_bias", nn.initializers.zeros_init(), (self.action_dim,))  # (A,)
         self.log_std_bias = self.param("log_std_bias", nn.initializers.zeros_init(), (self.action_dim,))  # (A,)
 
@@ -300,8 +319,8 @@ class FlashSACActor(nn.Module):
     def get_mean_and_std(self, obs: Array, training: bool) -> tuple[Array, Array]:
         """Pre-tanh Gaussian mean (B, A) and std (B, A), std = exp(log_std) with log_std in the head's range."""
         h = self.trunk(obs, training)  # (B, d)
-        mean = self.mean_head(h) + self.mean_bias  # (B, A)
-        raw = self.log_std_head(h) + self.log_std_bias  # (B, A)
+        mean = self.mean_head(h).astype(jnp.float32) + self.mean_bias  # (B, A) float32
+        raw = self.log_std_head(h).astype(jnp.float32) + self.log_std_bias  # (B, A) float32
         lo, hi = ACTOR_HEADS[self.head]
         log_std = lo + (hi - lo) * 0.5 * (1.0 + jnp.tanh(raw))  # (B, A)
         return mean, jnp.exp(log_std)  # (B, A), (B, A)
@@ -349,14 +368,16 @@ class EnsembleUnitLinear(nn.Module):
     num_members: int
     in_features: int
     out_features: int
+    dtype: Any = None  # compute dtype of the matmul (None: the input's; the weight stays float32)
 
     def setup(self) -> None:
         shape = (self.num_members, self.out_features, self.in_features)
         self.weight = self.param("weight", _orthogonal, shape)  # (N, out, in) orthogonal per member
 
     def __call__(self, x: Array) -> Array:
-        """(N, B, in) -> (N, B, out)."""
-        return jnp.einsum("nbi,noi->nbo", x, self.weight)  # (N, B, out)
+        """(N, B, in) -> (N, B, out), in ``dtype`` when set."""
+        x, weight = _matmul_inputs(x, self.weight, self.dtype)
+        return jnp.einsum("nbi,noi->nbo", x, weight)  # (N, B, out)
 
     def normalize_parameters(self) -> None:
         self.put_variable("params", "weight", _unit_rows(self.weight))
@@ -376,7 +397,8 @@ class EnsembleUnitBatchNorm(nn.Module):
         self.running_var = self.variable("batch_stats", "running_var", jnp.ones, shape)  # (N, d)
 
     def __call__(self, x: Array, training: bool) -> Array:
-        """(N, B, d) -> (N, B, d)."""
+        """(N, B, d) -> (N, B, d) in x's dtype, computed in float32."""
+        dtype, x = x.dtype, x.astype(jnp.float32)
         if training:
             mean = jnp.mean(x, axis=1, keepdims=True)  # (N, 1, d)
             var = jnp.mean(jnp.square(x - mean), axis=1, keepdims=True)  # (N, 1, d) biased
@@ -389,7 +411,7 @@ class EnsembleUnitBatchNorm(nn.Module):
             mean = self.running_mean.value[:, None]  # (N, 1, d)
             var = self.running_var.value[:, None]  # (N, 1, d)
         y = (x - mean) * jax.lax.rsqrt(var + BN_EPS)  # (N, B, d)
-        return y * self.weight[:, None] + self.bias[:, None]  # (N, B, d)
+        return (y * self.weight[:, None] + self.bias[:, None]).astype(dtype)  # (N, B, d)
 
     def normalize_parameters(self) -> None:
         weight, bias = _sqrt_d_scale(self.weight, self.bias)
@@ -407,9 +429,10 @@ class EnsembleUnitRMSNorm(nn.Module):
         self.weight = self.param("weight", nn.initializers.ones_init(), (self.num_members, self.dim))  # (N, d)
 
     def __call__(self, x: Array) -> Array:
-        """(N, B, d) -> (N, B, d)."""
+        """(N, B, d) -> (N, B, d) in x's dtype, computed in float32."""
+        dtype, x = x.dtype, x.astype(jnp.float32)
         y = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + RMS_EPS)  # (N, B, d)
-        return y * self.weight[:, None]  # (N, B, d)
+        return (y * self.weight[:, None]).astype(dtype)  # (N, B, d)
 
     def normalize_parameters(self) -> None:
         (weight,) = _sqrt_d_scale(self.weight)
@@ -421,11 +444,12 @@ class EnsembleResidualBlock(nn.Module):
 
     num_members: int
     dim: int
+    dtype: Any = None  # compute dtype of the matmuls (None: float32)
 
     def setup(self) -> None:
-        self.fc1 = EnsembleUnitLinear(self.num_members, self.dim, 4 * self.dim)
+        self.fc1 = EnsembleUnitLinear(self.num_members, self.dim, 4 * self.dim, self.dtype)
         self.bn1 = EnsembleUnitBatchNorm(self.num_members, 4 * self.dim)
-        self.fc2 = EnsembleUnitLinear(self.num_members, 4 * self.dim, self.dim)
+        self.fc2 = EnsembleUnitLinear(self.num_members, 4 * self.dim, self.dim, self.dtype)
         self.bn2 = EnsembleUnitBatchNorm(self.num_members, self.dim)
 
     def __call__(self, x: Array, training: bool) -> Array:
@@ -448,6 +472,8 @@ class FlashSACDoubleCritic(nn.Module):
         atoms: (K,) support as a tuple of floats (hashable, so the module can be a static jit argument); build it
             with ``tuple(CategoricalSupport(...).atoms().tolist())`` -- the one place the support is defined.
         num_members: N = 2.
+        dtype: compute dtype of the linear layers and the activations between them (mixed precision,
+            ``agent_jax.amp``); None: float32. Normalisation, the logits, log-softmax and Q are float32.
     """
 
     input_dim: int
@@ -455,14 +481,16 @@ class FlashSACDoubleCritic(nn.Module):
     hidden_dim: int
     atoms: tuple[float, ...]
     num_members: int = 2
+    dtype: Any = None
 
     def setup(self) -> None:
         num_bins = len(self.atoms)
-        self.input_bn = EnsembleUnitBatchNorm(self.num_members, self.input_dim)
-        self.embed = EnsembleUnitLinear(self.num_members, self.input_dim, self.hidden_dim)
-        self.blocks = [EnsembleResidualBlock(self.num_members, self.hidden_dim) for _ in range(self.num_blocks)]
-        self.final_norm = EnsembleUnitRMSNorm(self.num_members, self.hidden_dim)
-        self.head = EnsembleUnitLinear(self.num_members, self.hidden_dim, num_bins)
+        n = self.num_members
+        self.input_bn = EnsembleUnitBatchNorm(n, self.input_dim)
+        self.embed = EnsembleUnitLinear(n, self.input_dim, self.hidden_dim, self.dtype)
+        self.blocks = [EnsembleResidualBlock(n, self.hidden_dim, self.dtype) for _ in range(self.num_blocks)]
+        self.final_norm = EnsembleUnitRMSNorm(n, self.hidden_dim)
+        self.head = EnsembleUnitLinear(n, self.hidden_dim, num_bins, self.dtype)
         self.head_bias = self.param("head_bias", nn.initializers.zeros_init(), (self.num_members, num_bins))  # (N, K)
 
     def __call__(self, obs: Array, action: Array, training: bool) -> tuple[Array, Array]:
@@ -482,7 +510,7 @@ class FlashSACDoubleCritic(nn.Module):
         for block in self.blocks:
             x = block(x, training)  # (N, B, d)
         x = self.final_norm(x)  # (N, B, d)
-        logits = self.head(x) + self.head_bias[:, None, :]  # (N, B, K)
+        logits = self.head(x).astype(jnp.float32) + self.head_bias[:, None, :]  # (N, B, K) float32
         log_probs = jax.nn.log_softmax(logits, axis=-1)  # (N, B, K)
         atoms = jnp.asarray(np.asarray(self.atoms, dtype=np.float32))  # (K,)
         q = jnp.sum(jnp.exp(log_probs) * atoms, axis=-1)  # (N, B)

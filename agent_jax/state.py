@@ -12,6 +12,7 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
+from agent_jax.amp import LossScale
 from agent_jax.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature, normalize_parameters
 from shared_spec.support import CategoricalSupport
 
@@ -49,12 +50,14 @@ class AgentState:
         critic: critic RLTrainState (with target_params).
         temperature: temperature RLTrainState (params {"log_temp": (1,)}).
         rng: (2,) uint32 raw PRNG key, split once per update step; saved in checkpoints.
+        loss_scale: the fp16 loss scale (``agent_jax.amp.LossScale``; saved in checkpoints), None in fp32 and bf16.
     """
 
     actor: RLTrainState
     critic: RLTrainState
     temperature: RLTrainState
     rng: jax.Array
+    loss_scale: LossScale | None = None
 
 
 def learning_rate_schedule(
@@ -98,11 +101,14 @@ def _adam(init_value: float, peak_value: float, end_value: float, warmup_steps: 
 
 
 def build_networks(
-    agent_cfg: Any, observation_dim: int, action_dim: int, action_low: Any = None, action_high: Any = None
+    agent_cfg: Any, observation_dim: int, action_dim: int, action_low: Any = None, action_high: Any = None,
+    compute_dtype: Any = None,
 ) -> tuple[FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature]:
     """The three flax modules from the (resolved) ``agent`` config section, as agent_torch builds them.
 
     ``action_low`` / ``action_high`` (A,) are the env's bounds, used by ``agent.actor_head=upstream`` (None: [-1, 1]).
+    ``compute_dtype`` (bfloat16 / float16, from ``agent_jax.amp.resolve_amp_dtype``) is the actor's and critic's
+    compute dtype under mixed precision; None: float32. Parameters are float32 either way.
 
     Cached by their hyper-parameters: a TrainState's ``apply_fn`` is the bound ``module.apply``, and bound methods
     compare equal only for the same module *object*, so sharing the objects lets agents with equal configs share
@@ -119,7 +125,8 @@ def build_networks(
     return _modules(int(observation_dim), int(action_dim), int(agent_cfg.actor_num_blocks),
                     int(agent_cfg.actor_hidden_dim), int(agent_cfg.critic_num_blocks),
                     int(agent_cfg.critic_hidden_dim), tuple(support.atoms().tolist()),
-                    float(agent_cfg.temp_initial_value), head, bias, scale)
+                    float(agent_cfg.temp_initial_value), head, bias, scale,
+                    None if compute_dtype is None else jnp.dtype(compute_dtype).name)
 
 
 def action_bounds(action_dim: int, action_low: Any, action_high: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -144,15 +151,18 @@ def action_bounds(action_dim: int, action_low: Any, action_high: Any) -> tuple[n
 def _modules(observation_dim: int, action_dim: int, actor_num_blocks: int, actor_hidden_dim: int,
              critic_num_blocks: int, critic_hidden_dim: int, atoms: tuple[float, ...],
              temp_initial_value: float, head: str = "paper", action_bias: tuple[float, ...] = (),
-             action_range: tuple[float, ...] = ()) -> tuple[FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature]:
+             action_range: tuple[float, ...] = (),
+             dtype_name: str | None = None) -> tuple[FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature]:
+    dtype = None if dtype_name is None else jnp.dtype(dtype_name)
     actor = FlashSACActor(observation_dim, action_dim, actor_num_blocks, actor_hidden_dim, head, action_bias,
-                          action_range)
-    critic = FlashSACDoubleCritic(observation_dim + action_dim, critic_num_blocks, critic_hidden_dim, atoms)
+                          action_range, dtype)
+    critic = FlashSACDoubleCritic(observation_dim + action_dim, critic_num_blocks, critic_hidden_dim, atoms,
+                                  dtype=dtype)
     return actor, critic, FlashSACTemperature(temp_initial_value)
 
 
 def create_agent_state(agent_cfg: Any, observation_dim: int, action_dim: int, seed: int, action_low: Any = None,
-                       action_high: Any = None) -> AgentState:
+                       action_high: Any = None, compute_dtype: Any = None) -> AgentState:
     """Initialise all networks, project them once (docs/flashsac.md) and build their optimisers.
 
     Args:
@@ -162,14 +172,20 @@ def create_agent_state(agent_cfg: Any, observation_dim: int, action_dim: int, se
         seed: the run seed; all randomness of the agent derives from ``jax.random.PRNGKey(seed)``.
         action_low: (A,) env bounds for ``agent.actor_head=upstream`` (None: [-1, 1]).
         action_high: (A,).
+        compute_dtype: None (float32), bfloat16 or float16 (mixed precision: ``build_networks``); float16 adds a
+            loss scale (``agent_jax.amp.LossScale``) to the state.
 
     Returns:
-        AgentState with the target critic equal to the projected online critic.
+        AgentState with the target critic equal to the projected online critic. The parameters do not depend on
+        ``compute_dtype``.
     """
     actor_def, critic_def, temperature_def = build_networks(agent_cfg, observation_dim, action_dim, action_low,
-                                                            action_high)
-    return _init_state(actor_def, critic_def, temperature_def, make_optimizer(agent_cfg), int(observation_dim),
-                       int(action_dim), jax.random.PRNGKey(seed))
+                                                            action_high, compute_dtype)
+    state = _init_state(actor_def, critic_def, temperature_def, make_optimizer(agent_cfg), int(observation_dim),
+                        int(action_dim), jax.random.PRNGKey(seed))
+    if compute_dtype is not None and jnp.dtype(compute_dtype) == jnp.float16:
+        state = state.replace(loss_scale=LossScale.create())
+    return state
 
 
 # One jit instead of op-by-op dispatch (seconds of tiny compilations on CPU), cached across agents by the (cached,

@@ -2,6 +2,11 @@
 
 The twin of agent_torch/update.py (same function names, arguments in the same order, same info keys); here every
 function takes and returns explicit state, and ``update_networks`` chains them inside one ``jax.jit``.
+
+Under fp16 mixed precision (``agent_jax.amp``) the actor's and the critic's steps take the state's loss scale: the
+gradients are those of the scaled loss, unscaled, and a step whose gradients are not finite is skipped on the device
+(``select_finite``); the temperature's step is never scaled. With no loss scale (fp32, bf16) these functions are the
+plain steps.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 
 from agent_common.buffer import flat_widths
 from agent_jax import parallel
+from agent_jax.amp import LossScale, select_finite
 from agent_jax.networks import normalize_parameters
 from agent_jax.state import AgentState, RLTrainState
 from jax_impl import categorical_td_target
@@ -23,6 +29,8 @@ from jax_impl import categorical_td_target
 __all__ = [
     "Batch",
     "UpdateContext",
+    "actor_grads",
+    "critic_grads",
     "critic_target",
     "metric_names",
     "update_actor",
@@ -113,13 +121,45 @@ def _step(state: RLTrainState, grads: Any, batch_stats: Any, project: bool = Tru
     return state
 
 
+def _value_and_grad(loss_fn: Any, params: Any,
+                    loss_scale: LossScale | None) -> tuple[Array, Any, Any, Array | None]:
+    """(loss, aux, gradients, found_inf) of ``loss_fn(params) -> (loss, aux)``.
+
+    With a loss scale the gradients are those of ``loss * scale``, divided by the scale, and ``found_inf`` is a () bool
+    (any gradient not finite); without one, plain gradients and None."""
+    if loss_scale is None:
+        (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        return loss, aux, grads, None
+
+    def scaled(p: Any) -> tuple[Array, tuple[Array, Any]]:
+        loss, aux = loss_fn(p)
+        return loss_scale.scale_loss(loss), (loss, aux)
+
+    (_, (loss, aux)), grads = jax.value_and_grad(scaled, has_aux=True)(params)
+    grads, found_inf = loss_scale.unscale(grads)
+    return loss, aux, grads, found_inf
+
+
+def _scaled_step(state: RLTrainState, grads: Any, batch_stats: Any, loss_scale: LossScale | None,
+                 found_inf: Array | None) -> tuple[RLTrainState, LossScale | None]:
+    """``_step``, then under a loss scale: the old state back where ``found_inf`` (the whole network: parameters,
+    BN statistics, Adam moments and step count) and the scale updated."""
+    new = _step(state, grads, batch_stats)
+    if loss_scale is None:
+        return new, None
+    assert found_inf is not None
+    return select_finite(found_inf, new, state), loss_scale.update(found_inf)
+
+
 def _alpha(temperature: RLTrainState, params: Any = None) -> Array:
     return temperature.apply_fn({"params": temperature.params if params is None else params})  # (1,)
 
 
-def update_actor(actor: RLTrainState, critic: RLTrainState, temperature: RLTrainState, batch: Batch,
-                 ctx: UpdateContext, key: Array) -> tuple[RLTrainState, dict[str, Array]]:
-    """Actor step: BN-training forward on [s; s'], Q from the online critic in BN-eval mode, loss alpha log pi - min Q.
+def actor_grads(actor: RLTrainState, critic: RLTrainState, temperature: RLTrainState, batch: Batch,
+                ctx: UpdateContext, key: Array,
+                loss_scale: LossScale | None = None) -> tuple[Any, Any, dict[str, Array], Array | None]:
+    """The actor's gradients: BN-training forward on [s; s'], Q from the online critic in BN-eval mode, loss
+    alpha log pi - min Q.
 
     Args:
         actor: actor state.
@@ -128,9 +168,11 @@ def update_actor(actor: RLTrainState, critic: RLTrainState, temperature: RLTrain
         batch: replay batch.
         ctx: update constants.
         key: PRNG key of the reparametrised sample.
+        loss_scale: fp16 loss scale, or None.
 
     Returns:
-        (new actor state, ``actor/loss``, ``actor/entropy`` (-mean log pi), ``actor/mean_action``: f32 scalars).
+        (gradients (unscaled), the actor's new batch_stats, info: ``actor/loss``, ``actor/entropy`` (-mean log pi),
+        ``actor/mean_action`` f32 scalars, found_inf: () bool under a loss scale, else None).
     """
     batch_size = batch.observation.shape[0]
     obs_all = jnp.concatenate([batch.observation, batch.next_observation], axis=0)  # (2B, O)
@@ -153,8 +195,22 @@ def update_actor(actor: RLTrainState, critic: RLTrainState, temperature: RLTrain
         info = {"actor/loss": loss, "actor/entropy": -jnp.mean(log_probs), "actor/mean_action": jnp.mean(actions)}
         return loss, (updates["batch_stats"], info)
 
-    grads, (batch_stats, info) = jax.grad(loss_fn, has_aux=True)(actor.params)
-    return _step(actor, grads, batch_stats), info
+    _, (batch_stats, info), grads, found_inf = _value_and_grad(loss_fn, actor.params, loss_scale)
+    return grads, batch_stats, info, found_inf
+
+
+def update_actor(actor: RLTrainState, critic: RLTrainState, temperature: RLTrainState, batch: Batch,
+                 ctx: UpdateContext, key: Array,
+                 loss_scale: LossScale | None = None) -> tuple[RLTrainState, dict[str, Array], LossScale | None]:
+    """Actor step on ``actor_grads`` (arguments as there), then the weight projection.
+
+    Returns:
+        (new actor state, ``actor_grads``' info, the updated loss scale or None). Under a loss scale, a step with
+        non-finite gradients leaves the actor as it was.
+    """
+    grads, batch_stats, info, found_inf = actor_grads(actor, critic, temperature, batch, ctx, key, loss_scale)
+    actor, loss_scale = _scaled_step(actor, grads, batch_stats, loss_scale, found_inf)
+    return actor, info, loss_scale
 
 
 def update_temperature(temperature: RLTrainState, entropy: Array,
@@ -230,9 +286,10 @@ def critic_target(actor: RLTrainState, critic: RLTrainState, temperature: RLTrai
     return (*outputs, updates["batch_stats"])
 
 
-def update_critic(actor: RLTrainState, critic: RLTrainState, temperature: RLTrainState, batch: Batch,
-                  ctx: UpdateContext, key: Array) -> tuple[RLTrainState, dict[str, Array]]:
-    """Critic step: cross-entropy of both members against the min-mean target distribution.
+def critic_grads(actor: RLTrainState, critic: RLTrainState, temperature: RLTrainState, batch: Batch,
+                 ctx: UpdateContext, key: Array,
+                 loss_scale: LossScale | None = None) -> tuple[Any, Any, dict[str, Array], Array | None, Any]:
+    """The critic's gradients: cross-entropy of both members against the min-mean target distribution.
 
     Args:
         actor: actor state (already updated this step if it was an actor step).
@@ -241,9 +298,12 @@ def update_critic(actor: RLTrainState, critic: RLTrainState, temperature: RLTrai
         batch: replay batch.
         ctx: update constants.
         key: PRNG key of a' ~ pi(s').
+        loss_scale: fp16 loss scale, or None.
 
     Returns:
-        (new critic state, ``critic/loss`` and ``critic/max_entropy_bonus`` (max alpha log pi(a'|s'))).
+        (gradients (unscaled), the critic's new batch_stats, info: ``critic/loss`` and ``critic/max_entropy_bonus``
+        (max alpha log pi(a'|s')), found_inf: () bool under a loss scale, else None, the target critic's new
+        batch_stats).
     """
     batch_size = batch.observation.shape[0]
     target_probs, next_alpha_log_pi, next_actions, target_batch_stats = critic_target(
@@ -260,9 +320,24 @@ def update_critic(actor: RLTrainState, critic: RLTrainState, temperature: RLTrai
         ce = -jnp.sum(target_probs[None] * log_probs, axis=-1)  # (2, B)
         return jnp.mean(ce), updates["batch_stats"]
 
-    (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(critic.params)
-    critic = _step(critic, grads, batch_stats).replace(target_batch_stats=target_batch_stats)
-    return critic, {"critic/loss": loss, "critic/max_entropy_bonus": jnp.max(next_alpha_log_pi)}
+    loss, batch_stats, grads, found_inf = _value_and_grad(loss_fn, critic.params, loss_scale)
+    info = {"critic/loss": loss, "critic/max_entropy_bonus": jnp.max(next_alpha_log_pi)}
+    return grads, batch_stats, info, found_inf, target_batch_stats
+
+
+def update_critic(actor: RLTrainState, critic: RLTrainState, temperature: RLTrainState, batch: Batch,
+                  ctx: UpdateContext, key: Array,
+                  loss_scale: LossScale | None = None) -> tuple[RLTrainState, dict[str, Array], LossScale | None]:
+    """Critic step on ``critic_grads`` (arguments as there), then the weight projection.
+
+    Returns:
+        (new critic state, ``critic_grads``' info, the updated loss scale or None). Under a loss scale, a step with
+        non-finite gradients leaves the online critic as it was.
+    """
+    grads, batch_stats, info, found_inf, target_batch_stats = critic_grads(actor, critic, temperature, batch, ctx,
+                                                                           key, loss_scale)
+    critic, loss_scale = _scaled_step(critic, grads, batch_stats, loss_scale, found_inf)
+    return critic.replace(target_batch_stats=target_batch_stats), info, loss_scale
 
 
 def update_target(critic: RLTrainState, tau: Array) -> RLTrainState:
@@ -294,17 +369,20 @@ def update_networks(state: AgentState, batch: Batch, ctx: UpdateContext, *,
     """
     batch = parallel.constrain_batch(batch)  # under agent_jax.parallel.data_parallel: rows split over the devices
     rng, actor_key, critic_key = jax.random.split(state.rng, 3)
-    actor, temperature = state.actor, state.temperature
+    actor, temperature, loss_scale = state.actor, state.temperature, state.loss_scale
     info: dict[str, Array] = {}
     if do_actor_update:
-        actor, actor_info = update_actor(actor, state.critic, temperature, batch, ctx, actor_key)
+        actor, actor_info, loss_scale = update_actor(actor, state.critic, temperature, batch, ctx, actor_key,
+                                                     loss_scale)
         temperature, temperature_info = update_temperature(temperature, actor_info["actor/entropy"], ctx)
         info.update(actor_info)
         info.update(temperature_info)
-    critic, critic_info = update_critic(actor, state.critic, temperature, batch, ctx, critic_key)
+    critic, critic_info, loss_scale = update_critic(actor, state.critic, temperature, batch, ctx, critic_key,
+                                                    loss_scale)
     info.update(critic_info)
     critic = update_target(critic, ctx.tau)
-    state = parallel.constrain_replicated(AgentState(actor=actor, critic=critic, temperature=temperature, rng=rng))
+    state = parallel.constrain_replicated(AgentState(actor=actor, critic=critic, temperature=temperature, rng=rng,
+                                                     loss_scale=loss_scale))
     return state, info
 
 

@@ -1,5 +1,5 @@
 """The GPU-simulator recipe measured part by part: training through both agents' CLIs on MJX at several env counts
-(the torch agent with AMP off / bf16 / fp16), the batched env step alone, the update alone, the MJX evaluation, the
+(each agent with AMP off / bf16 / fp16), the batched env step alone, the update alone, the MJX evaluation, the
 time to a return of 3,000, and upstream FlashSAC's own agent at the recipe's sizes, one process at a time.
 
 The H200 run (a checkout of upstream's public repository at ``~/FlashSAC``, e.g. ``git clone
@@ -14,12 +14,12 @@ and a few update steps (warm-up calls and graph capture), then ``--capture-steps
 ``torch.cuda.set_sync_debug_mode("error")`` (any synchronising CUDA call raises), and records the captured graphs,
 the loss scale and the metrics (on the CPU: no graphs and no sync mode, the steps only); ``train`` runs
 ``bench.mjx`` (``python -m agent_<framework>.train`` on ``mjx_envs.recipe.gpu_recipe`` at each
-``--envs`` count: steady env steps/s and updates/s) for jax and for torch with ``agent.use_amp=false``, bf16 and
-fp16; ``env-step`` runs ``bench.mjx_env_speed`` (the jitted batched step alone, random actions, same env
+``--envs`` count: steady env steps/s and updates/s) for jax and for torch, each with ``agent.use_amp=false``, bf16
+and fp16; ``env-step`` runs ``bench.mjx_env_speed`` (the jitted batched step alone, random actions, same env
 counts); ``update`` times the update alone on batches sampled from a device replay of random rows, as the MJX loop
 runs it (``updates_per_interaction_step`` updates per call: torch ``device_updates``, CUDA-graph replays; JAX
 ``step`` without an action, one jitted program), at the recipe's batch (the update does not depend on the env
-count), per AMP variant for torch; ``eval`` times ``evaluate(num_eval_episodes)`` of each agent's MJX trainer
+count), per agent and AMP variant; ``eval`` times ``evaluate(num_eval_episodes)`` of each agent's MJX trainer
 (first call with its compilation, then a second call); ``learn`` trains each agent through its CLI on the recipe
 (torch: ``--learn-amp``), evaluating every ``--learn-eval-every`` interaction steps, until ``--learn-seconds``, and
 reports the wall time of the first evaluation whose return reaches ``--target-return``; ``upstream`` builds upstream's
@@ -53,7 +53,9 @@ __all__ = ["PHASES", "main"]
 
 PHASES = ("capture", "train", "env-step", "update", "eval", "learn", "upstream")
 TORCH_AMP = {"off": ["agent.use_amp=false"], "bf16": ["agent.use_amp=true", "agent.amp_dtype=bf16"],
-             "fp16": ["agent.use_amp=true", "agent.amp_dtype=fp16"]}
+             "fp16": ["agent.use_amp=true", "agent.amp_dtype=fp16"]}  # the AMP variants (the JAX agent's keys too)
+VARIANTS = [(framework, amp) for framework in ("jax", "torch") for amp in TORCH_AMP]
+"""(agent, AMP variant) pairs of the train and update phases."""
 UPSTREAM_MODES = ("eager", "default", "reduce-overhead")
 OBS_DIM, ACT_DIM = 18, 6  # MJX halfcheetah (brax): 18 observations, 6 actions
 TINY = ["agent.sample_batch_size=8", "agent.actor_hidden_dim=8", "agent.critic_hidden_dim=8",
@@ -136,7 +138,7 @@ def child_update(framework: str, amp: str, extra: list[str], warmup: int, repeat
     else:
         from agent_jax.agent import make_agent
 
-        cfg = _recipe_cfg("jax", extra)
+        cfg = _recipe_cfg("jax", [*TORCH_AMP[amp], *extra])
         agent = make_agent(cfg, *make_spaces(OBS_DIM, ACT_DIM))
         import numpy as np
 
@@ -515,10 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     if "train" in a.phases:
         res["train"] = []
         warmup, log_every = (4, 4) if a.tiny else (10, 5)
-        for framework, amp in [("jax", "off"), ("torch", "off"), ("torch", "bf16"), ("torch", "fp16")]:
+        for framework, amp in VARIANTS:
             tag = f"train-{framework}-{amp}"
             sub = os.path.join(out, tag)
-            overrides = [*(TORCH_AMP[amp] if framework == "torch" else []), *(_tiny(framework) if a.tiny else [])]
+            overrides = [*TORCH_AMP[amp], *(_tiny(framework) if a.tiny else [])]
             cmd = ["-m", "bench.mjx", "--out", sub, "--framework", framework, "--envs",
                    *map(str, a.envs), "--steps", str(a.train_steps), "--warmup-steps", str(warmup), "--log-every",
                    str(log_every), "--timeout-s", str(a.timeout_s), "--cache-dir", os.path.join(out, "jax_cache"),
@@ -550,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
     if "update" in a.phases:
         res["update"] = []
-        for framework, amp in [("jax", "off"), ("torch", "off"), ("torch", "bf16"), ("torch", "fp16")]:
+        for framework, amp in VARIANTS:
             tag = f"update-{framework}-{amp}"
             rec = _child_json("update", ["--framework", framework, "--amp", amp, *extra_args(framework)], out, tag,
                               a.timeout_s, env)

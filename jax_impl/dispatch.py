@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl.reference import categorical_td_target_reference
-from shared_spec.dispatch import BackendUnavailable, Decision, Dispatcher
+from shared_spec.dispatch import KERNEL_BACKENDS, REFERENCE_BACKENDS, BackendUnavailable, Decision, Dispatcher
 from shared_spec.reference import check_gamma, check_shapes
 from shared_spec.support import validate_support
 
@@ -49,11 +49,11 @@ def _describe(config: tuple) -> str:
     return f"platform={platform}, dtype={dtype_name}, E={E}, N={N}"
 
 
-KERNELS = ("triton", "pallas", "mosaic")
+KERNELS = KERNEL_BACKENDS["jax"]  # ("triton", "pallas", "mosaic")
 AUTO_ORDER = ("pallas", "triton", "mosaic")  # auto's preference among validated kernels that can run (see above)
 
 # A configuration is (platform, log-prob dtype name, E, N): what the kernels' gates decide on.
-DISPATCHER = Dispatcher(framework="jax", reference="jax", kernels=KERNELS, auto_order=AUTO_ORDER,
+DISPATCHER = Dispatcher(framework="jax", reference=REFERENCE_BACKENDS["jax"], kernels=KERNELS, auto_order=AUTO_ORDER,
                         reference_impl=categorical_td_target_reference, logger="flashsac.jax_impl",
                         describe=_describe)
 BACKENDS = DISPATCHER.backends

@@ -22,7 +22,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VALIDATION_ENV", "VALIDATION_FILE", "BackendUnavailable", "Decision", "Dispatcher", "load_validation"]
+__all__ = ["KERNEL_BACKENDS", "REFERENCE_BACKENDS", "VALIDATION_ENV", "VALIDATION_FILE", "BackendUnavailable",
+           "Decision", "Dispatcher", "backend_names", "load_validation"]
+
+# The backend names of each framework's dispatcher (torch_impl.dispatch and jax_impl.dispatch build theirs from these,
+# and agent_common.schema takes the allowed ``agent.categorical_target_backend`` values from ``backend_names``): the
+# one list, readable without importing either framework.
+REFERENCE_BACKENDS: dict[str, str] = {"torch": "torch", "jax": "jax"}
+KERNEL_BACKENDS: dict[str, tuple[str, ...]] = {"torch": ("triton",), "jax": ("triton", "pallas", "mosaic")}
+
+
+def backend_names(framework: str) -> tuple[str, ...]:
+    """``("auto", reference, *kernels)`` of ``framework``'s dispatcher ("torch" or "jax"): every name its
+    ``backend=`` accepts."""
+    return ("auto", REFERENCE_BACKENDS[framework], *KERNEL_BACKENDS[framework])
 
 # The committed GPU validation results (one entry per "framework/backend"); FLASHSAC_KERNEL_VALIDATION=<path> reads
 # another file (tests, or a site's own validation run).
@@ -118,6 +131,11 @@ class Dispatcher:
                  reference_impl: Callable[..., Any], logger: str, describe: Callable[[tuple], str]) -> None:
         if not set(auto_order) <= set(kernels):
             raise ValueError(f"auto_order {auto_order} must name kernels of {kernels}")
+        if framework in KERNEL_BACKENDS and (reference, tuple(kernels)) != (REFERENCE_BACKENDS[framework],
+                                                                            KERNEL_BACKENDS[framework]):
+            raise ValueError(f"the {framework} dispatcher's backends ({reference!r}, {tuple(kernels)}) differ from "
+                             f"shared_spec.dispatch.REFERENCE_BACKENDS / KERNEL_BACKENDS "
+                             f"({REFERENCE_BACKENDS[framework]!r}, {KERNEL_BACKENDS[framework]}): name a backend there")
         self.framework = framework
         self.reference = reference
         self.kernels = tuple(kernels)

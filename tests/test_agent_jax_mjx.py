@@ -1,6 +1,6 @@
 """The JAX agent on MJX environments (``env.env_type=mjx``): the CLI end to end through ``agent_common.vector_loop``
-and ``agent_jax.vector``, exact resume after a shorter run and after a wall-clock stop, config errors, the device
-reward normaliser against the host one, and SIGTERM.
+and ``agent_jax.vector``, exact resume after a shorter run and after a wall-clock stop, an fp16
+mixed-precision run, config errors, the device reward normaliser against the host one, and SIGTERM.
 
 MJX compiles take tens of seconds on a CPU, so every run here is in this process with one configuration (4
 halfcheetah envs, 50-step episodes, tiny networks): the training scan and the evaluation loop compile once (the
@@ -128,6 +128,23 @@ def test_resume_is_bitwise(full_run, tmp_path, capsys):
     for resumed in (short, stopped):
         assert_nested_equal(_checkpoint(resumed, STEPS), expected)
         assert read_eval_csv(os.path.join(resumed, "eval.csv")) == read_eval_csv(os.path.join(run, "eval.csv"))
+
+
+def test_fp16_mixed_precision_run(tmp_path, capsys):
+    """A tiny MJX run with ``agent.use_amp=true`` (fp16, the loss scale inside the training scan): it trains and
+    evaluates with finite returns, says its precision, and its checkpoint holds the loss scale, which counted every
+    scaled step as finite (33 interaction steps, updates from step 16: 36 updates, 18 of them with the actor)."""
+    run = str(tmp_path / "amp")
+    code = main(_argv(*COMMON, "agent.use_amp=true", "agent.amp_dtype=fp16", "num_env_steps=132",
+                      f"save_path={run}"))
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    assert "agent.use_amp=true, agent.amp_dtype=fp16" in err
+    assert all(np.isfinite(value) for _, value in read_eval_csv(os.path.join(run, "eval.csv")))
+    final = _checkpoint(run, 132)
+    assert final["loop_state.pkl"]["num_updates"] == 36
+    scaler = final[os.path.join("agent", "agent_state.pkl")]["grad_scaler_state_dict"]
+    assert (scaler["scale"], scaler["_growth_tracker"]) == (2.0**16, 54)
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from agent_common.config import load_config
+from agent_common.schema import BACKENDS
 from agent_jax.agent import FlashSACAgent
 from agent_jax.compilation_cache import jax_cache_env
 from agent_jax.train import main
@@ -122,7 +123,7 @@ def test_config_error_exits_nonzero_naming_the_key():
     ("override", "expected"),
     [
         ("agent.sample_batch_size=abc", "agent.sample_batch_size"),
-        ("agent.categorical_target_backend=triton", "agent.categorical_target_backend"),
+        ("agent.categorical_target_backend=torch", "agent.categorical_target_backend"),
         ("agent.critic_hidden_dim=0", "agent.critic_hidden_dim"),
         ("envv.env_name=Hopper-v4", "envv.env_name"),
         ("gamma=1.5", "gamma"),
@@ -137,10 +138,19 @@ def test_config_errors(override, expected, capsys):
     assert "config error" in err and expected in err
 
 
-def test_use_amp_is_rejected_by_name():
-    cfg = load_config([*TINY, "agent.use_amp=true"], framework="jax")
-    with pytest.raises(ValueError, match="agent.use_amp"):
-        FlashSACAgent(cfg, OBS_SPACE, ACT_SPACE)
+def test_every_backend_of_the_dispatcher_is_a_valid_config_value():
+    """``agent.categorical_target_backend`` takes every name jax_impl's dispatcher knows (the kernels by name fall back
+    to the jnp reference where they cannot run, as the dispatcher decides)."""
+    from jax_impl import dispatch
+
+    assert BACKENDS["jax"] == dispatch.DISPATCHER.backends
+    assert "triton" in BACKENDS["jax"]
+    for name in dispatch.DISPATCHER.backends:
+        cfg = load_config([*TINY, f"agent.categorical_target_backend={name}"], "jax")
+        assert cfg.agent.categorical_target_backend == name
+    agent = FlashSACAgent(load_config([*TINY, "agent.categorical_target_backend=triton"], "jax"), OBS_SPACE, ACT_SPACE)
+    selected = agent.info()["backend/selected"]
+    assert "requested triton" in selected and selected.split()[0] in dispatch.DISPATCHER.backends
 
 
 # ------------------------------------------------------------------------------------------------- in process

@@ -1,4 +1,4 @@
-"""bench/gpu_recipe.py: ``--tiny`` runs the update phase of both agents (AMP off / bf16 / fp16 for torch) and records
+"""bench/gpu_recipe.py: ``--tiny`` runs the update phase of both agents (each with AMP off / bf16 / fp16) and records
 the upstream phase as skipped without a checkout; arguments are checked; the report puts the loop against its parts.
 (The MJX phases' tiny run compiles MJX programs for minutes on a 2-core CPU: the agents' MJX tests cover the code they
 call, and the job's CPU run of every phase is in its closing note.)"""
@@ -18,15 +18,18 @@ def test_tiny_update_and_upstream_phases(tmp_path):
     assert rc == 0
     res = json.loads((tmp_path / "results.json").read_text())
     got = {(u["framework"], u["amp"]): u for u in res["update"]}
-    assert set(got) == {("jax", "off"), ("torch", "off"), ("torch", "bf16"), ("torch", "fp16")}
+    assert set(got) == {(framework, amp) for framework in ("jax", "torch") for amp in ("off", "bf16", "fp16")}
     for u in got.values():
         assert u["returncode"] == 0 and u["updates_per_second"] > 0 and u["batch_size"] == 8, u
         assert u["updates_per_call"] == 2  # the recipe's updates per interaction step
     assert "amp_dtype=fp16" in got[("torch", "fp16")]["compute_path"]
     assert "amp_dtype=bf16" in got[("torch", "bf16")]["compute_path"]
+    assert "amp_dtype=bf16" in got[("jax", "bf16")]["compute_path"]
+    assert "amp_dtype=fp16" in got[("jax", "fp16")]["compute_path"]
+    assert "use_amp" not in got[("jax", "off")]["compute_path"]
     assert "skipped" in res["upstream"] and "--upstream" in res["upstream"]["skipped"]
     md = (tmp_path / "results.md").read_text()
-    assert "| torch:fp16 | 0 | 8 |" in md and "No GPU" in md
+    assert "| torch:fp16 | 0 | 8 |" in md and "| jax:bf16 | 0 | 8 |" in md and "No GPU" in md
     assert JOBS["gpu-recipe"] == "bench.gpu_recipe"
 
 

@@ -245,6 +245,20 @@ def test_dispatcher_decides_once_logs_by_request_and_counts(caplog, tmp_path, mo
     assert d.stats() == {"fallback_count": 0, "runtime_failures": 0} and d.info("cpu", ("cpu",))["decisions"] == []
 
 
+def test_framework_dispatchers_take_their_backend_names_from_the_one_registry():
+    """``shared_spec.dispatch`` names each framework's backends once: the config's allowed values
+    (``agent_common.schema.BACKENDS``) are these, and a framework dispatcher built with other kernels fails at once."""
+    from agent_common.schema import BACKENDS
+    from shared_spec.dispatch import KERNEL_BACKENDS, Dispatcher, backend_names
+
+    assert backend_names("jax") == ("auto", "jax", "triton", "pallas", "mosaic")
+    assert backend_names("torch") == ("auto", "torch", "triton")
+    assert BACKENDS == {framework: backend_names(framework) for framework in ("torch", "jax")}
+    with pytest.raises(ValueError, match="KERNEL_BACKENDS"):
+        Dispatcher(framework="jax", reference="jax", kernels=(*KERNEL_BACKENDS["jax"], "new"), auto_order=(),
+                   reference_impl=lambda: 0, logger="x", describe=str)
+
+
 def test_auto_takes_the_first_validated_kernel_that_can_run_in_its_order(tmp_path, monkeypatch, caplog):
     import logging
 
