@@ -186,7 +186,8 @@ def test_steps_per_call_and_sigterm():
 def test_n_step_rows_of_the_scan_and_their_resume():
     """n_step=3 in the scan: the stored rows are the 3-step sums of the one-step rows (each step's own rows are the
     newest of the in-flight window, which ``buffer_state`` holds), two steps behind; a trainer restored from a
-    checkpoint's state and buffer (window included) stores exactly the rows of the uninterrupted one."""
+    checkpoint's state and buffer (window included) stores exactly the rows of the uninterrupted one; updates start
+    once 64 rows are stored, two steps later than with n_step=1."""
     from agent_common.config import load_config
     from agent_jax.vector import make_vector_trainer
 
@@ -216,3 +217,7 @@ def test_n_step_rows_of_the_scan_and_their_resume():
     resumed.advance(6)
     np.testing.assert_array_equal(resumed.buffer_state()["rows"], multi)
     np.testing.assert_array_equal(resumed.buffer_state()["window"], three.buffer_state()["window"])
+    three.advance(10)  # 64 rows after the 18th step: updates on steps 18..20, 2 each
+    metrics = three.take_metrics()
+    assert metrics["critic/loss"][1] == 6 and np.isfinite(metrics["critic/loss"][0])
+    assert int(three.carry.update_step) == 6 and three.window_fill() == 2

@@ -317,3 +317,18 @@ def test_n_step_window_restarts_when_the_envs_start_new_episodes(capsys):
     assert len(second.replay) == 4 and second.window_fill() == 2
     second.advance(1)
     assert len(second.replay) == 6
+
+
+def test_cli_run_with_n_step_3(tmp_path, capsys):
+    """``python -m agent_torch.train`` with n_step=3: rows are stored from the 3rd interaction step, so the first
+    update is at step 6 (8 rows); the driver's count of rows and updates equals the trainer's, and the checkpoint
+    holds the in-flight window."""
+    run = tmp_path / "run"
+    assert _main(_cli_overrides(num_env_steps=40, n_step=3, save_path=run)) == 0
+    assert "[completed] env_step=40" in capsys.readouterr().out
+    final = run / "checkpoints" / "step40"
+    state = pickle.loads((final / "loop_state.pkl").read_bytes())
+    assert (state["replay_rows"], state["num_updates"]) == (30, 15)  # 18 stored steps (the ring holds 30); 6..20
+    buffer = pickle.loads((final / "replay_buffer.pkl").read_bytes())
+    assert buffer["rows"].shape == (30, 2 * 17 + 6 + 3) and buffer["window"].shape == (2, 2, 2 * 17 + 6 + 3)
+    assert torch.load(final / "agent" / "agent_state.pt", weights_only=False)["update_step"] == 15  # the trainer's
