@@ -105,11 +105,11 @@ RECIPES: dict[str, Recipe] = {
     ),
     "mjlab": Recipe(
         "upstream's mjlab recipe (scripts/run_mjlab.sh; Mjlab-Velocity-Flat-Unitree-G1, torch agent): 1024 envs, "
-        "batch 2048, UTD 2, AMP, n-step 1 (upstream 3)",
+        "batch 2048, UTD 2, AMP, n-step 3",
         ("env.env_type=mjlab", "env.env_name=Mjlab-Velocity-Flat-Unitree-G1", "env.rescale_action=false",
          "num_train_envs=1024", "num_eval_envs=1024", "num_eval_episodes=1024", "num_env_steps=50_000_896",
          "updates_per_interaction_step=2", "agent.sample_batch_size=2048", "agent.buffer_max_length=10_000_000",
-         "agent.buffer_min_length=100_000", "agent.buffer_device_type=cuda", "gamma=0.99", "n_step=1"),
+         "agent.buffer_min_length=100_000", "agent.buffer_device_type=cuda", "gamma=0.99", "n_step=3"),
         {"torch": (TORCH_AMP,)},
     ),
 }
@@ -117,9 +117,9 @@ RECIPES: dict[str, Recipe] = {
 take another task with ``--overrides env.env_name=<task>``; upstream's Playground recipe also feeds the critic
 Playground's ``privileged_state`` (``agent.asymmetric_observation``), which these agents do not have: both train on
 ``state``.
-``mjlab`` is upstream's recipe but for n-step returns: upstream uses n = 3, the device replay of the vector loop
-stores one-step transitions (n = 1); its evaluation runs 1024 episodes on 1024 evaluation envs of their own
-(upstream evaluates on the training envs and resets them afterwards)."""
+``mjlab`` is upstream's recipe, n-step returns with n = 3 included (the device replay keeps the in-flight n-step
+window on the device); its evaluation runs 1024 episodes on 1024 evaluation envs of their own (upstream evaluates on
+the training envs and resets them afterwards)."""
 
 
 def unknown_recipe(name: object) -> str:

@@ -1005,8 +1005,6 @@ def _validate_vector(cfg: Config) -> None:
         utd,
         "must be a whole number with env.env_type=mjx (every interaction step runs the same number of updates)",
     )
-    _require(cfg.n_step == 1, "n_step", cfg.n_step, "must be 1 with env.env_type=mjx (the device replay stores "
-             "one-step transitions)")
     _require(cfg.num_devices == 1, "num_devices", cfg.num_devices, "must be 1 with env.env_type=mjx (the envs, the "
              "replay and the update run on one device)")
 

@@ -90,8 +90,10 @@ class VectorTrainer(Protocol):
         """Runs ``num_steps`` interaction steps (1 <= num_steps <= ``interaction_steps_per_call(cfg)``) and returns
         when they are done. Each step: the action (uniform random in the action bounds while the replay holds fewer
         than ``agent.buffer_min_length`` rows before this step's rows, else the policy with zeta-repeated noise),
-        the env step, the E one-step rows stored (``agent_common.buffer.ROW_KEYS``: the true final observation as
-        the successor), the reward normaliser updated (per-env running return, ``agent_common.normalizer``), then,
+        the env step, the E rows stored (``agent_common.buffer.ROW_KEYS``: the true final observation as the
+        successor; with ``n_step`` n > 1 the n-step rows of the step n − 1 steps back, once n steps were taken, with
+        ``agent_common.buffer.ReplayBuffer``'s rule, the n − 1 newest steps in flight), the reward normaliser
+        updated (per-env running return, ``agent_common.normalizer``), then,
         once the replay holds ``buffer_min_length`` rows, ``updates_per_interaction_step`` updates on batches
         sampled on the device (rewards divided by the normaliser's scale; actor and temperature every
         ``actor_update_period``-th update of the run)."""
@@ -146,6 +148,8 @@ class VectorTrainer(Protocol):
         """Releases what the trainer holds (called once, also after an error)."""
         ...
 
+    # Needed with ``n_step`` > 1: ``window_fill() -> int``, the steps in flight in the n-step window (0 .. n − 1;
+    # read after ``load_buffer_state``, which may restart the window empty).
     # Optional: ``precompile() -> None``, called once before the initial evaluation of a run that has steps left:
     # starts compiling the training program in the background (the first ``advance`` waits for it).
     # Needed by ``record_video``: ``recording_model() -> (MjModel, seconds per step)`` and
@@ -206,6 +210,8 @@ class _VectorRun:
         self.num_interaction_steps = max(1, cfg.num_env_steps // self.num_envs)
         self.interaction_step = 0
         self.replay_rows = 0  # rows the trainer's replay holds (host mirror)
+        self.n_step = int(cfg.n_step)
+        self.window_fill = 0  # steps in the trainer's n-step window, not stored yet (host mirror, <= n_step - 1)
         self.num_updates = 0
         self.last_eval_step = -1
         self.last_eval_return = float("nan")
@@ -236,13 +242,16 @@ class _VectorRun:
 
     def advance(self, end: int) -> int:
         """Runs the steps up to ``end`` and returns how many updates they ran."""
-        rows, updates = self.replay_rows, 0
+        rows, updates, fill = self.replay_rows, 0, self.window_fill
         for _ in range(end - self.interaction_step):
-            rows = min(self.capacity, rows + self.num_envs)
+            if fill < self.n_step - 1:  # the step enters the n-step window; nothing is stored yet
+                fill += 1
+            else:
+                rows = min(self.capacity, rows + self.num_envs)
             if rows >= self.min_rows:
                 updates += self.updates_per_step
         self.trainer.advance(end - self.interaction_step)
-        self.interaction_step, self.replay_rows = end, rows
+        self.interaction_step, self.replay_rows, self.window_fill = end, rows, fill
         self.num_updates += updates
         return updates
 
@@ -326,6 +335,7 @@ class _VectorRun:
             self.trainer.load_buffer_state(buffer_state)
             self.interaction_step = int(state["interaction_step"])
             self.replay_rows = int(state["replay_rows"]) if buffer_state is not None else 0
+            self.window_fill = int(self.trainer.window_fill()) if self.n_step > 1 else 0  # type: ignore[attr-defined]
             self.num_updates = int(state["num_updates"])
             self.last_eval_step = int(state["last_eval_step"])
             self.last_eval_return = float(state["last_eval_return"])

@@ -9,7 +9,9 @@ in one dispatch, donating it. One step of the scan, in the order of the gymnasiu
    rows, else ``tanh(mean + std * noise)`` with the truncated-zeta repeated noise of ``agent_common.noise``
    (advanced only on policy steps, as ``ZetaNoise.sample`` is called only then);
 2. the MJX step of every env (finished envs reset inside it; the true final observation is the successor);
-3. the E one-step rows stored at the ring index (``agent_common.buffer.ROW_KEYS`` columns);
+3. the E rows of the step (``agent_common.buffer.ROW_KEYS`` columns) stored at the ring index; with ``n_step``
+   n > 1 they go into a device window of the last n − 1 steps first, and once the window is full each step stores
+   the n-step rows of the oldest step (``n_step_window``: ``agent_common.buffer.ReplayBuffer``'s rule);
 4. the reward normaliser updated with the step's rewards and ends (``agent_common.normalizer``'s rule: per-env
    running discounted return G, its largest |G|, upstream's running moments; here in float32 on the device, the
    host normaliser keeps float64);
@@ -67,8 +69,8 @@ from agent_jax.update import UpdateContext, update_networks
 from mjx_envs.env import MjxEnvState, MjxVecEnv, compiler_options
 from mjx_envs.playground import cached_vector_env
 
-__all__ = ["JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer",
-           "normalizer_update", "programs", "record_program", "train_steps"]
+__all__ = ["JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer", "n_step_rows",
+           "n_step_window", "normalizer_update", "programs", "record_program", "train_steps"]
 
 Array = jax.Array
 
@@ -97,6 +99,9 @@ class VectorState:
         ret_var: () float32 running variance of G.
         ret_count: () float32 returns seen.
         update_step: () int32 updates done.
+        window: (n − 1, E, W) float32 the last n − 1 steps' rows, oldest first (the n-step window; (0, E, W) with
+            n = 1).
+        window_fill: () int32 how many of the window's newest slots hold steps (<= n − 1).
     """
 
     agent: AgentState
@@ -112,6 +117,8 @@ class VectorState:
     ret_var: Array
     ret_count: Array
     update_step: Array
+    window: Array
+    window_fill: Array
 
 
 _NORMALIZER_FIELDS = ("ret", "ret_max", "ret_mean", "ret_var", "ret_count")
@@ -133,6 +140,7 @@ class ScanSpec:
         normalized_G_max: the normaliser's bound.
         normalize_reward: divide sampled rewards by the scale.
         zeta_cdf: the noise repetition length's CDF (``agent_common.noise.truncated_zeta_cdf``).
+        n_step: n of the n-step rows.
     """
 
     env: MjxVecEnv
@@ -146,6 +154,7 @@ class ScanSpec:
     normalized_G_max: float
     normalize_reward: bool
     zeta_cdf: tuple[float, ...]
+    n_step: int = 1
 
 
 def _select(pred: Array, yes: Any, no: Any) -> Any:
@@ -156,6 +165,58 @@ def _select(pred: Array, yes: Any, no: Any) -> Any:
 def _insert_if(replay: DeviceReplay, rows: Array, active: Array) -> DeviceReplay:
     """``agent_jax.step.insert_rows`` when ``active``; otherwise the rows are dropped and nothing changes."""
     return insert_first(replay, rows, jnp.where(active, rows.shape[0], 0).astype(jnp.int32))
+
+
+def n_step_rows(window: Array, gamma: float, observation_dim: int, action_dim: int) -> Array:
+    """The n-step rows of the oldest step of a full window, as ``agent_common.buffer.ReplayBuffer`` stores them.
+
+    Args:
+        window: (n, E, W) float32 rows (``ROW_KEYS`` columns), oldest first.
+        gamma: γ.
+        observation_dim: O.
+        action_dim: A.
+
+    Returns:
+        (E, W): the oldest step's observation and action, reward Σ_{k<n} γᵏ r_{t+k} cut at the first done
+        (terminated or truncated) of the window, and that step's terminated, next observation and truncated flags
+        (the last step's when no step is done).
+    """
+    reward_col = observation_dim + action_dim
+    terminated_col, truncated_col = reward_col + 1, window.shape[2] - 1
+    out = window[0]  # (E, W)
+    alive = jnp.ones(window.shape[1], bool)  # (E,)
+    for k in range(1, window.shape[0]):
+        step = window[k]  # (E, W)
+        alive = alive & ~((out[:, terminated_col] > 0) | (out[:, truncated_col] > 0))  # the previous step ended
+        reward = out[:, reward_col] + jnp.float32(gamma**k) * step[:, reward_col]  # (E,)
+        tail = jnp.where(alive[:, None], step[:, reward_col:], out[:, reward_col:])  # (E, W - O - A)
+        tail = tail.at[:, 0].set(jnp.where(alive, reward, out[:, reward_col]))
+        out = jnp.concatenate([out[:, :reward_col], tail], axis=1)
+    return out
+
+
+def n_step_window(window: Array, fill: Array, rows: Array, gamma: float, observation_dim: int,
+                  action_dim: int) -> tuple[Array, Array, Array, Array]:
+    """Pushes one step's rows into the n-step window (traceable; n − 1 = ``window.shape[0]``).
+
+    Args:
+        window: (n − 1, E, W) the last n − 1 steps' rows, oldest first; its ``fill`` newest slots hold steps.
+        fill: () int32.
+        rows: (E, W) the new step's rows.
+        gamma: γ.
+        observation_dim: O.
+        action_dim: A.
+
+    Returns:
+        (the new window, the new fill, (E, W) n-step rows of the oldest step, () bool: the window was full so
+        those rows are to be stored). With n = 1: (window, fill, rows, True).
+    """
+    if window.shape[0] == 0:
+        return window, fill, rows, jnp.ones((), bool)
+    full = jnp.concatenate([window, rows[None]], axis=0)  # (n, E, W)
+    ready = fill >= window.shape[0]
+    out = n_step_rows(full, gamma, observation_dim, action_dim)
+    return full[1:], jnp.minimum(fill + 1, window.shape[0]).astype(jnp.int32), out, ready
 
 
 def _metric_vector(info: dict[str, Array]) -> tuple[Array, Array]:
@@ -230,10 +291,12 @@ def _interaction_step(c: VectorState, ctx: UpdateContext, active: Array, spec: S
     out = env.step(c.env, action)
     rows = jnp.concatenate([observation, action, out.reward[:, None], out.terminated[:, None], out.final_obs,
                             out.truncated[:, None]], axis=1)  # (E, W), ROW_KEYS columns
-    replay = _insert_if(c.replay, rows, active)
+    window, fill, rows, ready = n_step_window(c.window, c.window_fill, rows, spec.gamma, env.observation_size,
+                                              action_dim)
+    replay = _insert_if(c.replay, rows, active & ready)
     done = jnp.maximum(out.terminated, out.truncated)  # (E,) in {0, 1}
     stepped = c.replace(env=out.state, key=key, noise_eps=noise[0], noise_repeat=noise[1], noise_count=noise[2],
-                        **normalizer_update(c, out.reward, done, spec))
+                        window=window, window_fill=fill, **normalizer_update(c, out.reward, done, spec))
     agent, updated = _updates(stepped, replay, _reward_scale(stepped, spec), ctx, spec)
     learn = replay.size >= spec.min_rows
     agent = _select(learn, agent, c.agent)
@@ -399,7 +462,8 @@ class JaxVectorTrainer:
             updates_per_step=int(cfg.updates_per_interaction_step), actor_update_period=int(a.actor_update_period),
             batch_size=int(a.sample_batch_size), min_rows=int(a.buffer_min_length), gamma=float(cfg.gamma),
             normalized_G_max=float(a.normalized_G_max), normalize_reward=bool(a.normalize_reward),
-            zeta_cdf=tuple(float(v) for v in truncated_zeta_cdf(a.actor_noise_zeta_mu, a.actor_noise_zeta_max)))
+            zeta_cdf=tuple(float(v) for v in truncated_zeta_cdf(a.actor_noise_zeta_mu, a.actor_noise_zeta_max)),
+            n_step=int(cfg.n_step))
         self._train_steps, self._evaluate_round, reset = programs(compiler_options() is not None)
         root = jax.random.PRNGKey(int(cfg.seed))
         replay = create_device_replay(int(a.buffer_max_length), row_width(obs_dim, act_dim),
@@ -410,7 +474,9 @@ class JaxVectorTrainer:
             key=jax.random.fold_in(root, _EXPLORE_STREAM), noise_eps=jnp.zeros((self.num_envs, act_dim), f32),
             noise_count=jnp.zeros((), i32), noise_repeat=jnp.ones((), i32), ret=jnp.zeros(self.num_envs, f32),
             ret_max=jnp.zeros((), f32), ret_mean=jnp.zeros((), f32), ret_var=jnp.ones((), f32),
-            ret_count=jnp.zeros((), f32), update_step=jnp.zeros((), i32))
+            ret_count=jnp.zeros((), f32), update_step=jnp.zeros((), i32),
+            window=jnp.zeros((int(cfg.n_step) - 1, self.num_envs, row_width(obs_dim, act_dim)), f32),
+            window_fill=jnp.zeros((), i32))
         self.carry: VectorState = jax.device_put(carry, self.device)
         self.eval_key = np.asarray(jax.random.fold_in(root, _EVAL_STREAM))
         self._compiling: threading.Thread | None = None
@@ -558,11 +624,21 @@ class JaxVectorTrainer:
         self.eval_key = np.asarray(state["eval_key"], np.uint32)
 
     def buffer_state(self) -> dict[str, Any]:
-        """``rows``: the stored (size, 2O + A + 3) float32 rows (``ROW_KEYS`` columns), with ``index`` and ``size``."""
+        """``rows``: the stored (size, 2O + A + 3) float32 rows (``ROW_KEYS`` columns), with ``index`` and ``size``;
+        with n > 1 ``window``: the in-flight n-step window's (<= n - 1, E, 2O + A + 3) steps, oldest first."""
         replay = self.carry.replay
         size = int(replay.size)
-        return {"rows": np.asarray(jax.device_get(replay.rows[:size]), np.float32), "index": int(replay.index),
-                "size": size}
+        state = {"rows": np.asarray(jax.device_get(replay.rows[:size]), np.float32), "index": int(replay.index),
+                 "size": size}
+        if self.spec.n_step > 1:
+            fill = int(self.carry.window_fill)
+            window = np.asarray(jax.device_get(self.carry.window), np.float32)
+            state["window"] = window[window.shape[0] - fill:].copy()
+        return state
+
+    def window_fill(self) -> int:
+        """The steps in flight in the n-step window (0 with n = 1; one device read)."""
+        return int(self.carry.window_fill)
 
     def load_buffer_state(self, state: dict[str, Any] | None) -> None:
         """Restores ``buffer_state`` output; None empties the replay (index and size 0).
@@ -582,7 +658,20 @@ class JaxVectorTrainer:
             index, size = int(state["index"]), rows.shape[0]
         replay = replay.replace(rows=jnp.asarray(data), index=jnp.asarray(index, jnp.int32),
                                 size=jnp.asarray(size, jnp.int32))
-        self.carry = jax.device_put(self.carry.replace(replay=replay), self.device)
+        window = np.zeros(self.carry.window.shape, np.float32)  # (n - 1, E, W)
+        saved = None if state is None else state.get("window")
+        if saved is not None and (np.ndim(saved) != 3 or np.shape(saved)[0] > window.shape[0]
+                                  or np.shape(saved)[1:] != window.shape[1:]):
+            log.warning("the saved n-step window %s is not resumed (n_step=%d, num_train_envs=%d): it restarts empty",
+                        np.shape(saved), self.spec.n_step, self.num_envs)
+            saved = None
+        elif state is not None and saved is None and self.spec.n_step > 1:
+            log.warning("the checkpoint has no n-step window (n_step=%d): it restarts empty", self.spec.n_step)
+        fill = 0 if saved is None else int(np.shape(saved)[0])
+        if fill:
+            window[window.shape[0] - fill:] = np.asarray(saved, np.float32)
+        self.carry = jax.device_put(self.carry.replace(replay=replay, window=jnp.asarray(window),
+                                                       window_fill=jnp.asarray(fill, jnp.int32)), self.device)
 
     def close(self) -> None:
         """Waits for a background compilation still running (the envs are cached per process)."""

@@ -7,8 +7,8 @@ per env step moves to the agent's device, so an interaction step needs no host r
   rule and divisor) as device tensors; its divisor is a device scalar the batch sampler divides by.
 * ``DeviceZetaNoise``: ``agent_common.noise.ZetaNoise``'s truncated-zeta repetition, drawn from a torch generator;
   the "draw a new length?" decision is a ``torch.where``, not a host branch.
-* ``DeviceReplay``: ``agent_common.buffer.ReplayBuffer``'s ring (one-step transitions) on a ``TensorRowStorage``;
-  the counters (size, ring index) stay host integers, since they depend only on how many rows were added.
+* ``DeviceReplay``: ``agent_common.buffer.ReplayBuffer``'s ring and n-step window on a ``TensorRowStorage``; the
+  counters (size, ring index, window fill) stay host integers, since they depend only on how many steps were added.
 
 Each one's ``state_dict`` holds plain numpy / Python values (generators as their byte states; the normaliser in
 ``RewardNormalizer``'s layout), so a checkpoint restores them exactly (bitwise on a CPU).
@@ -26,7 +26,8 @@ from agent_common.noise import truncated_zeta_cdf
 from agent_common.seeding import stream_seed
 from agent_torch.replay import TensorRowStorage, ring_segments
 
-__all__ = ["DeviceReplay", "DeviceRewardNormalizer", "DeviceZetaNoise", "stream_seed", "torch_generator"]
+__all__ = ["DeviceReplay", "DeviceRewardNormalizer", "DeviceZetaNoise", "n_step_rows", "stream_seed",
+           "torch_generator"]
 
 
 def torch_generator(device: torch.device, seed: int, stream: int) -> torch.Generator:
@@ -155,28 +156,71 @@ class DeviceZetaNoise:
         self.generator.set_state(state["generator"])
 
 
-class DeviceReplay:
-    """One-step transitions written to a ``TensorRowStorage`` from device tensors (``ReplayBuffer`` with n = 1).
+def n_step_rows(window: torch.Tensor, gamma: float, observation_dim: int, action_dim: int) -> torch.Tensor:
+    """The n-step rows of the oldest step of a full window, as ``agent_common.buffer.ReplayBuffer`` stores them.
 
-    ``add`` takes one vector step as device tensors (the MJX step's DLPack views) and writes its E rows into the ring
-    (the one copy). The size and the ring index are host integers. Non-finite values are not checked per step (that
-    would read the device back): a device flag collects them and ``check_finite`` raises at the next read-back.
+    Args:
+        window: (n, E, W) float32 rows (``ROW_KEYS`` columns), oldest first.
+        gamma: γ.
+        observation_dim: O.
+        action_dim: A.
+
+    Returns:
+        (E, W): the oldest step's observation and action, reward Σ_{k<n} γᵏ r_{t+k} cut at the first done
+        (terminated or truncated) of the window, and that step's terminated, next observation and truncated flags
+        (the last step's when no step is done).
+    """
+    reward_col = observation_dim + action_dim
+    terminated_col, truncated_col = reward_col + 1, window.shape[2] - 1
+    out = window[0].clone()  # (E, W)
+    alive = torch.ones(window.shape[1], dtype=torch.bool, device=window.device)  # (E,)
+    for k in range(1, window.shape[0]):
+        step = window[k]  # (E, W)
+        done = (out[:, terminated_col] > 0) | (out[:, truncated_col] > 0)  # (E,) the previous step ended
+        alive &= ~done
+        weight = torch.tensor(np.float32(gamma**k), device=window.device)
+        reward = out[:, reward_col] + weight * step[:, reward_col]  # (E,)
+        tail = torch.where(alive[:, None], step[:, reward_col:], out[:, reward_col:])  # (E, W - O - A)
+        tail[:, 0] = torch.where(alive, reward, out[:, reward_col])
+        out[:, reward_col:] = tail
+    return out
+
+
+class DeviceReplay:
+    """``ReplayBuffer``'s ring on a ``TensorRowStorage``, filled from device tensors, with its n-step window.
+
+    ``add`` takes one vector step as device tensors (the MJX step's DLPack views). With n = 1 it writes its E rows
+    into the ring (the one copy). With n > 1 the step's (E, W) rows go into a device window of the last n steps
+    (a ring of n slots); once it holds n steps, each ``add`` writes the n-step rows of the oldest one
+    (``n_step_rows``: ``ReplayBuffer``'s rule), so the n − 1 newest steps are in flight. The size, the ring index
+    and the window's fill and slot are host integers. Non-finite values are not checked per step (that would read
+    the device back): a device flag collects them and ``check_finite`` raises at the next read-back.
 
     Args:
         storage: the rows (``TensorRowStorage``; its generator is the sampler's).
         observation_dim: O.
         action_dim: A.
         min_length: sampling is allowed once this many rows are stored.
+        n_step: n.
+        gamma: γ of the n-step reward.
     """
 
-    def __init__(self, storage: TensorRowStorage, observation_dim: int, action_dim: int, min_length: int) -> None:
+    def __init__(self, storage: TensorRowStorage, observation_dim: int, action_dim: int, min_length: int,
+                 n_step: int = 1, gamma: float = 0.99) -> None:
+        if int(n_step) < 1:
+            raise ValueError(f"n_step must be >= 1, got {n_step}")
         self.storage = storage
+        self.observation_dim, self.action_dim = int(observation_dim), int(action_dim)
         widths = [*flat_widths(int(observation_dim), int(action_dim)), 1]  # ROW_KEYS columns
         self.bounds = np.cumsum([0, *widths]).tolist()
         self.max_length = storage.capacity
         self.min_length = int(min_length)
+        self.n_step, self.gamma = int(n_step), float(gamma)
         self.size = 0
         self.index = 0
+        self.window: torch.Tensor | None = None  # (n, E, W) ring of the last steps, built on the first add
+        self.window_fill = 0  # steps in the window (<= n)
+        self.window_slot = 0  # the slot the next step goes to
         self.nonfinite = torch.zeros((), dtype=torch.bool, device=storage.device)
 
     def __len__(self) -> int:
@@ -190,20 +234,75 @@ class DeviceReplay:
         """One vector step: (E, O), (E, A), (E,), (E,), (E,), (E, O) device tensors (only read)."""
         transition = {"observation": observation, "action": action, "reward": reward, "terminated": terminated,
                       "next_observation": next_observation, "truncated": truncated}
-        rows = self.storage.rows
         num_rows = int(reward.shape[0])
-        capacity = self.max_length
-        segments = ring_segments(self.index, num_rows, capacity)  # (ring position, first env, count)
+        if self.n_step > 1:
+            self._add_to_window(transition, num_rows)
+            return
+        rows = self.storage.rows
+        segments = ring_segments(self.index, num_rows, self.max_length)  # (ring position, first env, count)
         for column, key in enumerate(ROW_KEYS):
             value = transition[key].reshape(num_rows, -1)  # (E, width)
             lo, hi = self.bounds[column], self.bounds[column + 1]
             for position, first, count in segments:
                 rows[position : position + count, lo:hi] = value[first : first + count]
+        self._advance(segments, num_rows)
+
+    def _advance(self, segments: list[tuple[int, int, int]], num_rows: int) -> None:
+        rows = self.storage.rows
         for position, _, count in segments:
             self.nonfinite |= ~torch.isfinite(rows[position : position + count]).all()
-        self.index = int((self.index + num_rows) % capacity)
-        self.size = min(self.size + num_rows, capacity)
+        self.index = int((self.index + num_rows) % self.max_length)
+        self.size = min(self.size + num_rows, self.max_length)
         self.storage.size = self.size
+
+    def _empty_window(self, num_rows: int) -> torch.Tensor:
+        return torch.zeros((self.n_step, num_rows, self.storage.width), dtype=torch.float32,
+                           device=self.storage.device)  # (n, E, W)
+
+    def _add_to_window(self, transition: dict[str, torch.Tensor], num_rows: int) -> None:
+        if self.window is None or self.window.shape[1] != num_rows:
+            self.window = self._empty_window(num_rows)
+            self.window_fill = self.window_slot = 0
+        slot = self.window[self.window_slot]  # (E, W) view
+        for column, key in enumerate(ROW_KEYS):
+            slot[:, self.bounds[column] : self.bounds[column + 1]] = transition[key].reshape(num_rows, -1)
+        self.window_slot = (self.window_slot + 1) % self.n_step
+        self.window_fill = min(self.window_fill + 1, self.n_step)
+        if self.window_fill < self.n_step:
+            self.nonfinite |= ~torch.isfinite(slot).all()  # checked here: these rows are not stored yet
+            return
+        oldest = self.window_slot  # a full ring's next slot holds its oldest step
+        order = [(oldest + k) % self.n_step for k in range(self.n_step)]
+        ordered = self.window if oldest == 0 else self.window[order]  # (n, E, W)
+        self.nonfinite |= ~torch.isfinite(ordered[-1]).all()
+        out = n_step_rows(ordered, self.gamma, self.observation_dim, self.action_dim)  # (E, W)
+        segments = ring_segments(self.index, num_rows, self.max_length)
+        for position, first, count in segments:
+            self.storage.rows[position : position + count] = out[first : first + count]
+        self._advance(segments, num_rows)
+
+    def window_steps(self) -> np.ndarray | None:
+        """The in-flight window's steps, oldest first, as (fill, E, W) float32 numpy (one device read); None with
+        n = 1 or before the first add."""
+        if self.window is None:
+            return None
+        fill = min(self.window_fill, self.n_step - 1)  # a full window's oldest step is already stored
+        first = (self.window_slot - fill) % self.n_step
+        order = [(first + k) % self.n_step for k in range(fill)]
+        return self.window[order].cpu().numpy().copy()
+
+    def load_window(self, steps: np.ndarray | None) -> None:
+        """Puts ``window_steps`` output back; None (or a window of another n) restarts the window empty."""
+        self.window, self.window_fill, self.window_slot = None, 0, 0
+        if steps is None or self.n_step == 1:
+            return
+        steps = np.asarray(steps, dtype=np.float32)
+        if steps.ndim != 3 or steps.shape[0] > self.n_step - 1 or steps.shape[2] != self.storage.width:
+            raise ValueError(f"n-step window must be (<= {self.n_step - 1}, E, {self.storage.width}), "
+                             f"got {steps.shape}")
+        self.window = self._empty_window(steps.shape[1])
+        self.window[: steps.shape[0]] = torch.from_numpy(steps).to(self.storage.device)
+        self.window_fill = self.window_slot = steps.shape[0]
 
     def sample(self, batch_size: int, reward_scale: torch.Tensor) -> torch.Tensor:
         """(B, 2O + A + 2) device batch (``UPDATE_KEYS`` columns), rewards divided by ``reward_scale``."""
@@ -216,8 +315,9 @@ class DeviceReplay:
                                      "observations and rewards)")
 
     def state_dict(self) -> dict[str, Any]:
-        """Size, ring index and the sampler generator's state (the rows: ``rows``)."""
-        return {"size": self.size, "index": self.index, "sampler": self.storage.state_dict()}
+        """Size, ring index, n and the sampler generator's state (the rows: ``rows``; the window:
+        ``window_steps``)."""
+        return {"size": self.size, "index": self.index, "n_step": self.n_step, "sampler": self.storage.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores ``state_dict`` output; the rows follow with ``load_rows``."""
@@ -233,6 +333,7 @@ class DeviceReplay:
         if rows is None:
             self.storage.load(np.zeros((0, self.storage.width), np.float32), 0)
             self.size = self.index = 0
+            self.load_window(None)
         else:
             rows = np.asarray(rows, dtype=np.float32)
             if rows.shape[0] != self.size:

@@ -122,7 +122,7 @@ class TorchVectorTrainer:
         self.num_envs = train_env.num_envs
         obs_dim, act_dim = train_env.observation_size, train_env.action_size
         storage = TensorRowStorage(a.buffer_max_length, 2 * obs_dim + act_dim + 3, obs_dim, self.device, seed)
-        self.replay = DeviceReplay(storage, obs_dim, act_dim, a.buffer_min_length)
+        self.replay = DeviceReplay(storage, obs_dim, act_dim, a.buffer_min_length, int(cfg.n_step), float(cfg.gamma))
         self.normalizer = DeviceRewardNormalizer(cfg.gamma, a.normalized_G_max, a.normalize_reward, self.num_envs,
                                                  self.device)
         self.noise = DeviceZetaNoise(self.num_envs, act_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max,
@@ -137,6 +137,7 @@ class TorchVectorTrainer:
         self._precompiling: threading.Thread | None = None
         self._eval_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # evaluate's accumulators
         self._recorder: Any = None  # a TorchEnv; the recording rounds' env state (record_round), built on first use
+        self._restart_window = False  # a resume starts new episodes: the saved n-step window is not continued
 
     def precompile(self) -> None:
         """Starts compiling the training envs' jitted step on a background thread (the driver calls it before the
@@ -337,17 +338,43 @@ class TorchVectorTrainer:
             self.normalizer.G.zero_()
             print(f"warning: {self.cfg.env.env_type} envs: the simulator state is not saved in checkpoints, so the "
                   "resumed run starts new episodes in every env (the agent, replay rows, reward statistics, noise "
-                  "and counters are restored)", file=sys.stderr, flush=True)
+                  "and counters are restored; an in-flight n-step window starts empty)", file=sys.stderr, flush=True)
+        self._restart_window = not self.train_env.exact_state
         self.noise.load_state_dict(state["noise"])
         self.warmup.set_state(state["warmup_generator"])
 
     def buffer_state(self) -> dict[str, Any]:
-        """``{"rows": (size, 2O + A + 3) float32}``, ``ROW_KEYS`` columns (one device read)."""
-        return {"rows": self.replay.rows()}
+        """``{"rows": (size, 2O + A + 3) float32}``, ``ROW_KEYS`` columns (one device read), and with n > 1
+        ``"window"``: the in-flight n-step window's (<= n - 1, E, 2O + A + 3) steps, oldest first."""
+        state: dict[str, Any] = {"rows": self.replay.rows()}
+        window = self.replay.window_steps()
+        if window is not None:
+            state["window"] = window
+        return state
+
+    def window_fill(self) -> int:
+        """The steps in flight in the n-step window (0 with n = 1)."""
+        return min(self.replay.window_fill, self.replay.n_step - 1)
 
     def load_buffer_state(self, state: dict[str, Any] | None) -> None:
-        """The saved rows (after ``load_state_dict``), or None: an empty replay (a new warm-up follows)."""
+        """The saved rows and n-step window (after ``load_state_dict``), or None: an empty replay (a new warm-up
+        follows). A window of another n or env count, a missing one, or one whose envs start new episodes on
+        resume restarts empty (with a warning when it drops saved steps)."""
         self.replay.load_rows(None if state is None else state["rows"])
+        if state is None:
+            return
+        window = state.get("window")
+        restart = self._restart_window
+        if window is not None and (restart or self.replay.n_step == 1 or np.shape(window)[0] > self.replay.n_step - 1
+                                   or np.shape(window)[1] != self.num_envs):
+            print(f"warning: the saved n-step window {np.shape(window)} is not resumed (n_step={self.replay.n_step}, "
+                  f"num_train_envs={self.num_envs}{', new episodes' if restart else ''}): it restarts empty",
+                  file=sys.stderr, flush=True)
+            window = None
+        elif window is None and self.replay.n_step > 1:
+            print(f"warning: the checkpoint has no n-step window (n_step={self.replay.n_step}): it restarts empty",
+                  file=sys.stderr, flush=True)
+        self.replay.load_window(window)
 
     def close(self) -> None:
         """Waits for a background compilation and the device (MJX envs are cached per process and stay; mjlab envs

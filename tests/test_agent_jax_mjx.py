@@ -197,3 +197,44 @@ def test_steps_per_call_and_sigterm():
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.requested
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+
+def test_n_step_rows_of_the_scan_and_their_resume():
+    """n_step=3 in the scan: the stored rows are the 3-step sums of the one-step rows (each step's own rows are the
+    newest of the in-flight window, which ``buffer_state`` holds), two steps behind; a trainer restored from a
+    checkpoint's state and buffer (window included) stores exactly the rows of the uninterrupted one; updates start
+    once 64 rows are stored, two steps later than with n_step=1."""
+    from agent_common.config import load_config
+    from agent_jax.vector import make_vector_trainer
+
+    def trainer():
+        return make_vector_trainer(load_config([*COMMON, f"num_env_steps={STEPS}", "n_step=3"], "jax"))
+
+    three, single = trainer(), []
+    for step in range(10):  # one step per call (the same executable): each step's one-step rows
+        three.advance(1)
+        state = three.buffer_state()
+        single.append(state["window"][-1])
+        if step == 3:
+            saved_state, saved_rows = three.state_dict(), state
+    assert saved_rows["window"].shape == (2, ENVS, 2 * 17 + 6 + 3)  # the 2 newest steps are in flight
+    multi = three.buffer_state()["rows"]
+    assert multi.shape == ((10 - 2) * ENVS, 2 * 17 + 6 + 3)
+    gamma, reward = 0.99, 17 + 6
+    for t in range(8):  # no episode ends in 10 steps (the time limit is 50)
+        want = single[t][:, reward] + gamma * single[t + 1][:, reward] + gamma**2 * single[t + 2][:, reward]
+        got = multi[t * ENVS:(t + 1) * ENVS]
+        np.testing.assert_allclose(got[:, reward], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got[:, :reward], single[t][:, :reward])  # observation, action
+        np.testing.assert_array_equal(got[:, reward + 2:-1], single[t + 2][:, reward + 2:-1])  # the 3rd next obs
+    resumed = trainer()
+    resumed.load_state_dict(saved_state)
+    resumed.load_buffer_state(saved_rows)
+    resumed.advance(6)
+    np.testing.assert_array_equal(resumed.buffer_state()["rows"], multi)
+    np.testing.assert_array_equal(resumed.buffer_state()["window"], three.buffer_state()["window"])
+    three.advance(10)  # 64 rows after the 18th step: updates on steps 18..20, 2 each
+    metrics = three.take_metrics()
+    assert metrics["critic/loss"][1] == 6 and np.isfinite(metrics["critic/loss"][0])
+    assert int(three.carry.update_step) == 6 and three.window_fill() == 2

@@ -232,7 +232,6 @@ def test_cli_trains_and_resumes_exactly(tmp_path, capsys):
 
 @pytest.mark.parametrize(("override", "message"), [
     ("agent.sample_batch_size=9", "'agent.sample_batch_size'"),  # 2 envs fill 8 rows by the first update
-    ("n_step=3", "invalid value 3 for 'n_step': must be 1 with env.env_type=mjx"),
     ("env.env_name=HalfCheetah-v4", "'env.env_name'"),
     ("num_eval_episodes=3", "'num_eval_episodes'"),
     ("agent.device_type=cuda" if not torch.cuda.is_available() else "agent.device_type=mps",
@@ -267,3 +266,69 @@ def test_cli_strict_backend_that_cannot_run_exits_2(monkeypatch, tmp_path, capsy
     assert "config error: agent.categorical_target_backend=triton with agent.categorical_target_strict=true cannot " \
            "run here: triton needs a CUDA device" in err
     assert not run.exists()
+
+
+def test_n_step_window_runs_without_host_syncs_and_resumes_bitwise():
+    """n_step=3: the interaction steps stay free of host synchronisations, two steps are in flight, and a trainer
+    restored from the state and the buffer (window included) continues exactly as the first one, across episode
+    ends (the time limit is 12) and the ring's wrap."""
+    import tempfile
+
+    first = _trainer(n_step=3)
+    with HostSyncCounter() as syncs:
+        first.advance(7)  # 5 stored steps (10 rows): updates from the 6th step
+    assert syncs.total == 0, dict(syncs.counts)
+    assert len(first.replay) == 10 and first.agent.update_step == 2
+    first.take_metrics()
+    with tempfile.TemporaryDirectory() as directory:
+        first.save_agent(directory)
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        rows = pickle.loads(pickle.dumps(first.buffer_state()))
+        assert rows["window"].shape == (2, 2, 2 * 17 + 6 + 3)
+        first.advance(15)
+        want = (first.take_metrics(), first.buffer_state(), first.obs.clone())
+        second = _trainer(n_step=3)
+        second.load_agent(directory, True)
+        second.load_state_dict(state)
+        second.load_buffer_state(rows)
+    second.advance(15)
+    got = (second.take_metrics(), second.buffer_state(), second.obs.clone())
+    assert got[0] == want[0]
+    np.testing.assert_array_equal(got[1]["rows"], want[1]["rows"])
+    np.testing.assert_array_equal(got[1]["window"], want[1]["window"])
+    assert torch.equal(got[2], want[2])
+    assert want[1]["rows"][:, -1].sum() > 0  # a truncation was stored
+    assert second.window_fill() == 2
+
+
+def test_n_step_window_restarts_when_the_envs_start_new_episodes(capsys):
+    """Envs whose state the checkpoint does not hold (mjlab) start new episodes on resume: the saved window's steps
+    would run into them, so it restarts empty, with a warning, and the next rows come 2 steps later."""
+    first = _trainer(n_step=3)
+    first.advance(4)
+    state, rows = first.state_dict(), first.buffer_state()
+    second = _trainer(n_step=3)
+    second.train_env.exact_state = False  # as agent_torch.mjlab_env's envs
+    second.load_state_dict(state)
+    second.load_buffer_state(rows)
+    assert "saved n-step window (2, 2, 43) is not resumed" in capsys.readouterr().err
+    assert second.window_fill() == 0 and len(second.replay) == 4
+    second.advance(2)
+    assert len(second.replay) == 4 and second.window_fill() == 2
+    second.advance(1)
+    assert len(second.replay) == 6
+
+
+def test_cli_run_with_n_step_3(tmp_path, capsys):
+    """``python -m agent_torch.train`` with n_step=3: rows are stored from the 3rd interaction step, so the first
+    update is at step 6 (8 rows); the driver's count of rows and updates equals the trainer's, and the checkpoint
+    holds the in-flight window."""
+    run = tmp_path / "run"
+    assert _main(_cli_overrides(num_env_steps=40, n_step=3, save_path=run)) == 0
+    assert "[completed] env_step=40" in capsys.readouterr().out
+    final = run / "checkpoints" / "step40"
+    state = pickle.loads((final / "loop_state.pkl").read_bytes())
+    assert (state["replay_rows"], state["num_updates"]) == (30, 15)  # 18 stored steps (the ring holds 30); 6..20
+    buffer = pickle.loads((final / "replay_buffer.pkl").read_bytes())
+    assert buffer["rows"].shape == (30, 2 * 17 + 6 + 3) and buffer["window"].shape == (2, 2, 2 * 17 + 6 + 3)
+    assert torch.load(final / "agent" / "agent_state.pt", weights_only=False)["update_step"] == 15  # the trainer's

@@ -43,7 +43,7 @@ def test_task_list_and_vector_driver():
 
 
 def test_recipe_is_upstreams_mjlab_recipe(extra):
-    """scripts/run_mjlab.sh of upstream FlashSAC, but n-step 1 (the device replay) and evaluation envs of its own."""
+    """scripts/run_mjlab.sh of upstream FlashSAC (n-step 3 included), but evaluation envs of its own."""
     cfg = build_config(parse_overrides(recipe_overrides("mjlab", "torch")), "torch")
     assert (cfg.env.env_type, cfg.env.env_name, cfg.env.rescale_action, cfg.env.device) == ("mjlab", TASK, False,
                                                                                              None)
@@ -51,7 +51,7 @@ def test_recipe_is_upstreams_mjlab_recipe(extra):
                                                                                                   50_000_896)
     assert (cfg.updates_per_interaction_step, cfg.agent.sample_batch_size, cfg.agent.buffer_max_length,
             cfg.agent.buffer_min_length, cfg.agent.buffer_device_type) == (2, 2048, 10_000_000, 100_000, "cuda")
-    assert (cfg.gamma, cfg.n_step, cfg.agent.use_amp, cfg.agent.asymmetric_observation) == (0.99, 1, True, False)
+    assert (cfg.gamma, cfg.n_step, cfg.agent.use_amp, cfg.agent.asymmetric_observation) == (0.99, 3, True, False)
     other = build_config(parse_overrides([*recipe_overrides("mjlab", "torch"),
                                           "env.env_name=Mjlab-Velocity-Rough-Unitree-Go1"]), "torch")
     assert other.env.env_name == "Mjlab-Velocity-Rough-Unitree-Go1"
@@ -68,7 +68,6 @@ def test_the_jax_agent_refuses_mjlab_in_one_line(extra):
                                                          "'env.env_name'. Allowed values: Mjlab-Velocity-Flat"),
     ({"env.rescale_action": True}, "set env.rescale_action=false"),
     ({"env.device": "gpu"}, "invalid value 'gpu' for 'env.device': must be null (the agent's device), cpu, cuda"),
-    ({"n_step": 3}, "invalid value 3 for 'n_step': must be 1"),
     ({"record_video": True}, "'record_video'"),
 ])
 def test_config_errors_name_the_key(override, message, extra):

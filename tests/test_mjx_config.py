@@ -85,12 +85,11 @@ def test_training_run_refuses_mjx_until_wired(extra_installed):
 
 
 def test_training_program_checks(extra_installed):
-    """The MJX training program runs the same updates every step, one-step rows, on one device."""
+    """The MJX training program runs the same updates every step, on one device; n-step rows are allowed."""
     with pytest.raises(ConfigError, match=r"invalid value 1.5 for 'updates_per_interaction_step': must be a whole "
                                           r"number with env.env_type=mjx"):
         build_config({**MJX, "updates_per_interaction_step": 1.5})
-    with pytest.raises(ConfigError, match=r"invalid value 3 for 'n_step': must be 1 with env.env_type=mjx"):
-        build_config({**MJX, "n_step": 3})
+    assert build_config({**MJX, "n_step": 3}).n_step == 3  # n-step rows from the device window
     with pytest.raises(ConfigError, match=r"invalid value 2 for 'num_devices': must be 1 with env.env_type=mjx"):
         build_config({**MJX, "num_devices": 2}, "jax")
     with pytest.raises(ConfigError, match=r"invalid value 0 for 'interaction_steps_per_call': must be null or an "

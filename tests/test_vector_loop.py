@@ -142,6 +142,49 @@ def test_budget_stop_checkpoints_with_rows(tmp_path):
     assert os.path.exists(tmp_path / "run" / "checkpoints" / "step21" / "replay_buffer.pkl")
 
 
+class NStepFakeTrainer(FakeTrainer):
+    """``FakeTrainer`` with an n-step window: a step's rows are stored n - 1 steps later; the window is saved with
+    the rows."""
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        self.fill = 0
+
+    def advance(self, num_steps: int) -> None:
+        for _ in range(num_steps):
+            if self.fill < self.cfg.n_step - 1:
+                self.fill += 1
+                self.steps += 1
+                self.calls.append(1)
+            else:
+                super().advance(1)
+
+    def window_fill(self) -> int:
+        return self.fill
+
+    def buffer_state(self) -> dict[str, Any]:
+        return {**super().buffer_state(), "window": self.fill}
+
+    def load_buffer_state(self, state: dict[str, Any] | None) -> None:
+        super().load_buffer_state(state)
+        self.fill = 0 if state is None else state["window"]
+
+
+def test_the_rows_mirror_counts_the_n_step_window(tmp_path):
+    """n_step=3: rows are stored from the 3rd step, so updates start 2 steps later (step 12); the loop's count of
+    rows and updates follows, also across a resume (the window is in the checkpoint)."""
+    cfg = build_config({**BASE, "save_path": str(tmp_path / "run"), "n_step": 3, "num_env_steps": 150}, "jax")
+    train_vector(cfg, NStepFakeTrainer, "jax")
+    first = FakeTrainer.instances[-1]
+    assert (first.steps, first.rows, first.updates) == (50, 3 * 48, 2 * 39)  # updates on steps 12..50
+    cfg = build_config({**BASE, "agent_load_path": str(tmp_path / "run"), "n_step": 3, "num_env_steps": 300}, "jax")
+    train_vector(cfg, NStepFakeTrainer, "jax")
+    resumed = FakeTrainer.instances[-1]
+    assert (resumed.steps, resumed.updates) == (100, 2 * 89)
+    state = load_pickle(str(tmp_path / "run" / "checkpoints" / "step300" / "loop_state.pkl"))
+    assert (state["replay_rows"], state["num_updates"]) == (3 * 98, 2 * 89)  # the mirror equals the trainer
+
+
 def test_several_processes_are_refused(tmp_path):
     from agent_common.replicas import Replicas
     from agent_common.schema import ConfigError
