@@ -188,3 +188,35 @@ def test_refused_with_several_replicas(tmp_path):
     with pytest.raises(ConfigError, match="agent.act_before_update=true is not supported with 2 data-parallel"):
         loop_module._Loop(cfg, _make_agent("torch"), Replicas(rank=0, world_size=2))
     assert not os.listdir(tmp_path)
+
+
+def test_jax_background_compilation_serves_the_steps_without_an_action(caplog):
+    """With the key, the JAX agent's fused steps run no action (it is ``act_async``'s own call), and
+    ``precompile_step`` compiles those programs: the first due steps compile no ``env_step``."""
+    import logging
+
+    import jax
+
+    from agent_jax.agent import FlashSACAgent
+    from tests.agent_test_utils import ACT_SPACE, NUM_ENVS, OBS_SPACE, random_transition, replay_buffer
+
+    cfg = load_config(["agent.actor_hidden_dim=16", "agent.critic_hidden_dim=16", "agent.actor_num_blocks=1",
+                       "agent.critic_num_blocks=1", "agent.sample_batch_size=16", "agent.buffer_min_length=8",
+                       "agent.categorical_target_backend=jax", "agent.act_before_update=true"], framework="jax")
+    agent = FlashSACAgent(cfg, OBS_SPACE, ACT_SPACE)
+    buffer = replay_buffer(48, agent.replay_storage(48))
+    thread = agent.precompile_step(NUM_ENVS)
+    assert thread is not None and len(agent._precompiling) == 2
+    thread.join()
+    rng = np.random.default_rng(7)
+    for step in range(6):
+        t = random_transition(rng)
+        buffer.add(*t)
+        if step < 4:
+            assert agent.step(t[5], None, 0, 1.0) is None  # warm-up
+            continue
+        caplog.clear()
+        with jax.log_compiles(True), caplog.at_level(logging.DEBUG):
+            assert agent.step(t[5], None, 1, 1.0) is None
+        assert not [r for r in caplog.records if "env_step" in r.getMessage()]
+    assert not agent._precompiling  # both programs were used
