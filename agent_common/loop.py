@@ -46,7 +46,15 @@ from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_st
 from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_time
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
-from agent_common.protocol import Agent, AgentFactory, DeviceReplayAgent, PrecompilingAgent, SnapshotAgent, check_agent
+from agent_common.protocol import (
+    Agent,
+    AgentFactory,
+    AsyncActingAgent,
+    DeviceReplayAgent,
+    PrecompilingAgent,
+    SnapshotAgent,
+    check_agent,
+)
 from agent_common.replicas import SINGLE, NullLogger, Replicas
 from agent_common.run import (
     StopFlag,
@@ -166,6 +174,9 @@ class _Loop:
     def __init__(self, cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) -> None:
         self.cfg = cfg
         self.replicas = replicas
+        if cfg.agent.act_before_update and replicas.world_size > 1:
+            raise ConfigError(f"agent.act_before_update=true is not supported with {replicas.world_size} "
+                              "data-parallel replicas: drop the override or train in one process")
         seed = replicas.seed(cfg.seed)  # this replica's env and host RNG seed (cfg.seed with one replica)
         _seed_globals(seed)
         env_cfg = cfg.env
@@ -196,6 +207,12 @@ class _Loop:
                    if self.agent.capabilities.device_replay else None)
         self.fused = storage is not None
         self.next_action: np.ndarray | None = None  # (E, A) computed by the previous ``agent.step``
+        self.act_before_update = bool(a.act_before_update)
+        if self.act_before_update and not self.agent.capabilities.act_async:
+            raise ConfigError(f"agent.act_before_update=true needs an agent with act_async; "
+                              f"{type(self.agent).__name__} has none: drop the override")
+        # agent.act_before_update: the next action, dispatched before this step's updates and not yet read
+        self.pending_action: Callable[[], np.ndarray] | None = None
         self.buffer = ReplayBuffer(
             int(obs_space.shape[0]),
             action_dim,
@@ -238,6 +255,7 @@ class _Loop:
         env_step = self.interaction_step * self.num_envs
         run_dir = self.cfg.save_path or "."
         final = checkpoint_dir(run_dir, env_step)
+        self.read_pending_action()  # the checkpoint holds it as ``next_action``
         self.take_metrics()  # the metrics summed on the device go into the meter, which the checkpoint holds
         if self.replicas.world_size > 1:
             return self._save_replicated(final + ".tmp", final, env_step, with_buffer)
@@ -412,13 +430,15 @@ class _Loop:
                 self.videos.load_state_dict(state["videos"])
         # The action the agent's step already computed for the next env step (its noise is drawn); without the
         # buffer the run starts its warm-up again and acts at random.
-        next_action = state.get("next_action") if self.fused and buffer_state is not None else None
+        next_action = (state.get("next_action") if (self.fused or self.act_before_update) and buffer_state is not None
+                       else None)
         self.next_action = None if next_action is None else np.asarray(next_action, dtype=np.float32)
 
     # ----------------------------------------------------------------------------------------- one step
     def act(self) -> np.ndarray:
         """Training action: the policy with zeta-repeated noise once the buffer can sample, else uniform random
-        (with ``agent.step``: the action it computed at the end of the previous step)."""
+        (with ``agent.step`` or ``agent.act_before_update``: the action computed in the previous step)."""
+        self.read_pending_action()
         if self.next_action is not None:
             action, self.next_action = self.next_action, None
             return action  # (E, A)
@@ -427,6 +447,17 @@ class _Loop:
         return self.warmup_rng.uniform(
             self.action_low, self.action_high, size=(self.local_envs, self.action_low.shape[0])
         ).astype(np.float32)  # (E, A)
+
+    def read_pending_action(self) -> None:
+        """Waits for the action ``dispatch_next_action`` dispatched (that action alone) and keeps it as
+        ``next_action``; nothing when none is pending."""
+        if self.pending_action is not None:
+            self.next_action, self.pending_action = self.pending_action(), None
+
+    def dispatch_next_action(self) -> None:
+        """``agent.act_before_update``: dispatches the policy action for ``self.observation`` (its noise drawn now)
+        with the parameters as they are before this step's updates; ``act`` reads it in the next step."""
+        self.pending_action = cast(AsyncActingAgent, self.agent).act_async(self.observation, self.noise.sample())
 
     def due_updates(self) -> int:
         """Updates due after this step's transition (0 until the buffer can sample; fractional UTD accumulates)."""
@@ -440,10 +471,17 @@ class _Loop:
 
     def step_agent(self, num_updates: int) -> None:
         """The agent's fused step (``agent.step``): store the rows just added, run ``num_updates`` updates, and
-        compute the next action on ``self.observation`` (its noise drawn now) once the buffer can sample."""
-        noise = self.noise.sample() if self.buffer.can_sample() else None
+        compute the next action on ``self.observation`` (its noise drawn now) once the buffer can sample; with
+        ``agent.act_before_update`` that action is dispatched before the step (``dispatch_next_action``)."""
+        if self.act_before_update and self.buffer.can_sample():
+            self.dispatch_next_action()
+            noise = None
+        else:
+            noise = self.noise.sample() if self.buffer.can_sample() else None
         scale = self.normalizer.scale() if self.normalizer.enabled else 1.0
-        self.next_action = cast(DeviceReplayAgent, self.agent).step(self.observation, noise, num_updates, scale)
+        action = cast(DeviceReplayAgent, self.agent).step(self.observation, noise, num_updates, scale)
+        if not self.act_before_update:
+            self.next_action = action
 
     def take_metrics(self) -> None:
         """Moves the metrics the agent's step summed on the device into the meter (a device read-back)."""
@@ -568,6 +606,8 @@ def train(cfg: Config, make_agent: AgentFactory, replicas: Replicas = SINGLE) ->
                     run.step_agent(env_step)  # one agent call: store, update(s), next action
                 if loop.buffer.can_sample():
                     if not loop.fused:
+                        if loop.act_before_update:
+                            loop.dispatch_next_action()  # the next action, before this step's updates
                         run.update(env_step)  # the due updates on batches sampled here
                     run.on_intervals(env_step)  # evaluation, logging and checkpoint when due
                 status = run.stop_status(stop, run.show_progress(env_step))

@@ -10,6 +10,8 @@ capability's methods only when the agent declares it:
     policy_snapshot  ``policy_snapshot`` (``SnapshotAgent``): evaluations act with a fresh snapshot, and the step-0
                      evaluation runs alongside the updates
     precompile_step  ``precompile_step`` (``PrecompilingAgent``): compilation starts before the initial evaluation
+    act_async        ``act_async`` (``AsyncActingAgent``): an action dispatched now and read later, which
+                     ``agent.act_before_update`` needs
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = [
     "NO_CAPABILITIES",
     "Agent",
     "AgentFactory",
+    "AsyncActingAgent",
     "Capabilities",
     "DeviceReplayAgent",
     "PrecompilingAgent",
@@ -45,6 +48,7 @@ class Capabilities:
     device_replay: bool = False  # DeviceReplayAgent: replay_storage, step, take_metrics
     policy_snapshot: bool = False  # SnapshotAgent: policy_snapshot
     precompile_step: bool = False  # PrecompilingAgent: precompile_step
+    act_async: bool = False  # AsyncActingAgent: act_async
 
 
 NO_CAPABILITIES = Capabilities()
@@ -111,6 +115,15 @@ class PrecompilingAgent(Agent, Protocol):
         ...
 
 
+class AsyncActingAgent(Agent, Protocol):
+    """``capabilities.act_async``: an action whose device work is dispatched now and whose value is read later."""
+
+    def act_async(self, observation: np.ndarray, noise: np.ndarray | None) -> Callable[[], np.ndarray]:
+        """``act``'s action computed with the parameters as they are now; the returned function waits for that
+        action alone and returns it (call it once). Later updates do not change it."""
+        ...
+
+
 AgentFactory = Callable[[Config, gym.spaces.Box, gym.spaces.Box], Agent]
 """``make_agent(cfg, observation_space, action_space) -> Agent``; seeds its framework RNG from ``cfg.seed``."""
 
@@ -118,6 +131,7 @@ _CAPABILITY_PROTOCOLS: dict[str, type] = {
     "device_replay": DeviceReplayAgent,
     "policy_snapshot": SnapshotAgent,
     "precompile_step": PrecompilingAgent,
+    "act_async": AsyncActingAgent,
 }
 
 

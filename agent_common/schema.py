@@ -276,6 +276,7 @@ class AgentConfig(_Freezable):
     buffer_max_length: int = 1_000_000  # replay capacity in transitions (oldest overwritten first)
     buffer_min_length: int = 10_000  # uniform random actions and no updates until this many transitions
     buffer_device_type: str = "auto"  # auto | cpu | cuda: where the replay rows live (docs/flashsac.md)
+    act_before_update: bool = False  # changes the algorithm: act before the step's update (policy 1 update old)
     # precision and compilation
     use_amp: bool = False  # mixed-precision update: torch autocast / jax bf16 or fp16 compute dtype (agent.amp_dtype)
     amp_dtype: str = "auto"  # auto | bf16 | fp16 (with use_amp): auto = fp16 + loss scale on a GPU, bf16 on the CPU
@@ -1033,6 +1034,12 @@ def check_training_run(cfg: Config, framework: str | None = None) -> None:
     if missing:
         raise ConfigError(f"logger_type={cfg.logger_type} record_video={cfg.record_video} needs packages that are not "
                           f"installed: {', '.join(missing)}")
+    _require(not (cfg.agent.act_before_update and cfg.env.env_type in VECTOR_ENV_TYPES), "agent.act_before_update",
+             cfg.agent.act_before_update, f"applies to the gymnasium loop (env.env_type=mujoco or dmc), not to "
+             f"env.env_type={cfg.env.env_type} (its envs step on the device): drop the override")
+    _require(not (cfg.agent.act_before_update and cfg.num_devices > 1), "agent.act_before_update",
+             cfg.agent.act_before_update, f"is not supported with num_devices={cfg.num_devices} (data parallel): "
+             "drop the override or set num_devices=1")
     if cfg.env.env_type in VECTOR_ENV_TYPES and cfg.agent_init_path is not None:
         raise ConfigError(f"agent_init_path={cfg.agent_init_path}: starting from weights is wired into the gymnasium "
                           f"loop (env.env_type=mujoco or dmc), not into the vector loop (env.env_type="

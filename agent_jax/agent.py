@@ -104,7 +104,7 @@ class FlashSACAgent:
     """
 
     # what the loop may call (agent_common.protocol)
-    capabilities = Capabilities(device_replay=True, policy_snapshot=True, precompile_step=True)
+    capabilities = Capabilities(device_replay=True, policy_snapshot=True, precompile_step=True, act_async=True)
 
     def __init__(self, cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> None:
         a = cfg.agent
@@ -200,6 +200,20 @@ class FlashSACAgent:
         # new state, and the deterministic call sends no noise.
         leaves, treedef = self.actor_leaves()
         return _act_on_leaves(self._actor_def, leaves, treedef, observation, noise)
+
+    def act_async(self, observation: np.ndarray, noise: np.ndarray | None) -> Callable[[], np.ndarray]:
+        """``act`` dispatched now and read later (``agent.act_before_update``): the jitted policy is dispatched on
+        the current parameters and its device-to-host copy started; an update dispatched afterwards does not change
+        it (it donates the state's buffers only once this action has read them). The returned function waits for
+        this action's buffer alone and returns it (call it once).
+        """
+        leaves, treedef = self.actor_leaves()
+        obs = np.asarray(observation, dtype=np.float32)  # (E, O)
+        eps = None if noise is None else np.asarray(noise, dtype=np.float32)  # (E, A)
+        action = policy_on_leaves(leaves, obs, eps, actor_def=self._actor_def, treedef=treedef,
+                                  deterministic=noise is None)  # (E, A) on the device
+        action.copy_to_host_async()
+        return lambda: np.asarray(action, dtype=np.float32)
 
     def policy_snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
         """The deterministic policy as it is now, on the host: an ``observation -> (E, A) actions`` function bound to
@@ -386,7 +400,7 @@ class FlashSACAgent:
         keys = []
         for first in (self.update_step, self.update_step + per_step):
             updates = tuple((first + i) % period == 0 for i in range(per_step))
-            key = self._step_key(num_envs, True, updates, True)
+            key = self._step_key(num_envs, True, updates, not self.cfg.agent.act_before_update)
             if key not in keys and key not in self._precompiling:
                 keys.append(key)
         if not keys:
@@ -397,7 +411,8 @@ class FlashSACAgent:
 
         state, replay, ctx = spec(self._step_state()), spec(storage.replay), self.ctx
         width = row_width(self.observation_dim, self.action_dim)
-        packed = jax.ShapeDtypeStruct((num_envs * (width + self.observation_dim + self.action_dim) + 1,),
+        act = not self.cfg.agent.act_before_update  # with act_before_update the action is its own call
+        packed = jax.ShapeDtypeStruct((num_envs * (width + act * (self.observation_dim + self.action_dim)) + 1,),
                                       jnp.float32)
         events = {key: threading.Event() for key in keys}
         self._precompiling.update(events)

@@ -85,7 +85,8 @@ class FlashSACAgent:
         action_space: Box (A,), [-1, 1] after RescaleAction.
     """
 
-    capabilities = Capabilities(device_replay=True, policy_snapshot=True)  # what the loop may call (protocol)
+    capabilities = Capabilities(device_replay=True, policy_snapshot=True,  # what the loop may call (protocol)
+                                act_async=True)
 
     def __init__(self, cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> None:
         a = cfg.agent
@@ -162,6 +163,7 @@ class FlashSACAgent:
         self._storage_state: dict[str, Any] | None = None  # its sampler state from a checkpoint, until it exists
         self._metric_sums: dict[tuple[str, ...], torch.Tensor] = {}  # ``step`` metrics per name tuple, on device
         self._metric_counts: dict[tuple[str, ...], int] = {}
+        self._action_host: dict[tuple[int, ...], torch.Tensor] = {}  # pinned host buffers of ``act_async`` (CUDA)
 
     def _replicate(self) -> None:
         """Under torchrun: every network starts from replica 0's weights, and each trained network averages its
@@ -188,6 +190,39 @@ class FlashSACAgent:
         obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
         eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
         return self.act_device(obs, eps).float().cpu().numpy()
+
+    @torch.no_grad()
+    def act_async(self, observation: np.ndarray, noise: np.ndarray | None) -> Callable[[], np.ndarray]:
+        """``act`` with its device work queued now and its result read later (``agent.act_before_update``).
+
+        On CUDA the action (the CUDA-graph path where captured) is copied with ``non_blocking`` into a pinned host
+        buffer and a CUDA event is recorded after the copy; the returned function waits for that event alone (not
+        for the stream or the device, so an update queued after it keeps running) and returns a copy of the
+        action. On the CPU the action is computed here and the function returns it.
+
+        Returns:
+            A function of no arguments returning the (E, A) float32 numpy action (``act(observation, noise)`` with
+            the parameters of this call); call it once.
+        """
+        obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
+        eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
+        action = self.act_device(obs, eps).float()  # (E, A); with CUDA graphs the graph's static output
+        if self.device.type != "cuda":
+            result = action.numpy().copy()  # computed already; copied so a later call cannot change it
+            return lambda: result
+        host = self._action_host.get(tuple(action.shape))
+        if host is None:
+            host = self._action_host[tuple(action.shape)] = torch.empty(action.shape, dtype=torch.float32,
+                                                                        pin_memory=True)
+        host.copy_(action, non_blocking=True)  # queued behind the action; the update queued next runs after it
+        event = torch.cuda.Event()
+        event.record()
+
+        def wait() -> np.ndarray:
+            event.synchronize()  # this action's copy alone
+            return host.numpy().copy()  # the pinned buffer is reused by the next call
+
+        return wait
 
     def policy_snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
         """The deterministic policy as it is now, on the host: an ``observation -> (E, A) actions`` function bound to

@@ -9,6 +9,7 @@ import pytest
 
 from agent_common.protocol import (
     NO_CAPABILITIES,
+    AsyncActingAgent,
     Capabilities,
     DeviceReplayAgent,
     PrecompilingAgent,
@@ -21,6 +22,7 @@ CAPABILITY_METHODS = {
     "device_replay": ("replay_storage", "step", "take_metrics"),
     "policy_snapshot": ("policy_snapshot",),
     "precompile_step": ("precompile_step",),
+    "act_async": ("act_async",),
 }
 
 
@@ -32,7 +34,8 @@ def _agent_classes():
 
 
 def test_capability_methods_are_the_protocols():
-    own = {"device_replay": DeviceReplayAgent, "policy_snapshot": SnapshotAgent, "precompile_step": PrecompilingAgent}
+    own = {"device_replay": DeviceReplayAgent, "policy_snapshot": SnapshotAgent, "precompile_step": PrecompilingAgent,
+           "act_async": AsyncActingAgent}
     assert [f.name for f in dataclasses.fields(Capabilities)] == list(CAPABILITY_METHODS)
     for field, methods in CAPABILITY_METHODS.items():
         assert set(methods) <= set(vars(own[field]))
