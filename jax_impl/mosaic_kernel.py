@@ -34,6 +34,7 @@ rounded PTX instructions are not emulated, so the interpreted kernels agree bit 
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +47,16 @@ from shared_spec.reference import check_shapes
 from shared_spec.support import CategoricalSupport
 
 __all__ = ["KERNEL_NAME", "launch", "padded_lanes", "trace_count"]
+
+# plgpu.load takes an index argument through JAX 0.11 (`load(ref, idx, layout=...)`); JAX 0.12 dropped it (the ref's
+# `.at[]` selects): `_load` calls whichever this JAX has.
+_LOAD_TAKES_IDX = "idx" in inspect.signature(plgpu.load).parameters
+
+
+def _load(ref, layout):
+    """All of `ref` loaded into registers with `layout` (plgpu.load, with or without its index argument)."""
+    return plgpu.load(ref, (), layout=layout) if _LOAD_TAKES_IDX else plgpu.load(ref, layout=layout)
+
 
 HALF = 19  # the exact sums' split (the Triton kernel's HALF)
 FLT_MAX = 3.4028234663852886e38
@@ -181,7 +192,7 @@ def _td_kernel(gamma_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, p_smem, *
         lp = lp_ref[pl.ds(base, NP)].astype(f32)
         p = jax.pure_callback(np.exp, jax.ShapeDtypeStruct((NP,), f32), lp)
     else:
-        lp = plgpu.load(lp_ref.at[pl.ds(base, NP)], (), layout=plgpu.Layout.WG_STRIDED((NP,), vec_size=1))
+        lp = _load(lp_ref.at[pl.ds(base, NP)], plgpu.Layout.WG_STRIDED((NP,), vec_size=1))
         p = _ptx("ex2.approx.ftz.f32 $0, $1;", f32, "=f,f", lp.astype(f32) * np.float32(_LOG2E), NP=NP)
     p_smem[...] = p
     m_bits = jnp.max(jax.lax.bitcast_convert_type(p, jnp.int32) & 0x7FFFFFFF)  # the bits of the row's max p

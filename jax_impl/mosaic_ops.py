@@ -19,7 +19,7 @@ import jax
 
 from jax_impl import mosaic_kernel
 from jax_impl.kernel_checks import gpu_reason, run_isolated, self_test_once
-from jax_impl.lowering import INTERPRET_ENV, interpret_mode
+from jax_impl.lowering import INTERPRET_ENV, interpret_mode, jax_version_reason
 from shared_spec.launch_config import MAX_E, MAX_N
 
 __all__ = ["MOSAIC_GPU_RUNTIME_MODULES", "TESTED_JAX", "categorical_td_target_mosaic", "mosaic_gate",
@@ -95,8 +95,9 @@ def mosaic_gate(key: tuple) -> str | None:
     """Why the Mosaic GPU kernel cannot run a configuration (platform, dtype name, E, N), or None (its self-test
     passed). Called once per configuration, outside jit."""
     platform, dtype_name, E, N = key
-    if not str(JAX_VERSION).startswith(TESTED_JAX):
-        return f"jax {JAX_VERSION} is outside the tested range (0.10.x, 0.11.x)"
+    reason = jax_version_reason(JAX_VERSION, TESTED_JAX, "mosaic")
+    if reason is not None:
+        return reason
     if dtype_name not in SUPPORTED_DTYPES:
         return f"log-prob dtype {dtype_name} is not supported {SUPPORTED_DTYPES}"
     if not 2 <= N <= MAX_N:

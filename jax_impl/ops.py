@@ -24,7 +24,7 @@ import numpy as np
 
 from jax_impl import pallas_kernel
 from jax_impl.kernel_checks import SELF_TEST_GAMMA, gpu_reason, run_isolated, self_test_once
-from jax_impl.lowering import INTERPRET_ENV, interpret_mode
+from jax_impl.lowering import INTERPRET_ENV, interpret_mode, jax_version_reason
 from jax_impl.pallas_kernel import DEFAULT_EXP_MODE, EXP_MODES
 from shared_spec.launch_config import MAX_E, MAX_N, kernel_config
 
@@ -163,8 +163,9 @@ def pallas_gate(key: tuple) -> str | None:
         None if the kernel runs (after a passing self-test), else a one-line reason.
     """
     platform, dtype_name, E, N = key
-    if not str(JAX_VERSION).startswith(TESTED_JAX):
-        return f"jax {JAX_VERSION} is outside the tested range (0.10.x, 0.11.x)"
+    reason = jax_version_reason(JAX_VERSION, TESTED_JAX, "pallas")
+    if reason is not None:
+        return reason
     if dtype_name not in SUPPORTED_DTYPES:
         return f"log-prob dtype {dtype_name} is not supported {SUPPORTED_DTYPES}"
     if not 2 <= N <= MAX_N:

@@ -22,6 +22,7 @@ import jax_impl
 from jax_impl import dispatch, mosaic_ops
 from jax_impl import mosaic_kernel as mk
 from jax_impl import pallas_kernel as pk
+from jax_impl.lowering import ALLOW_UNTESTED_JAX_ENV
 from shared_spec import make_inputs
 from shared_spec import reference as R
 from shared_spec.tolerances import ATOL_MASS, atol_vs_float64, max_abs_error, max_mass_error
@@ -205,6 +206,7 @@ class TestMosaicDispatch:
         assert '"jax[cuda13]==' in mosaic_ops.mosaic_runtime_missing()
 
     def test_jax_version_outside_the_tested_range(self, monkeypatch, caplog):
+        monkeypatch.delenv(ALLOW_UNTESTED_JAX_ENV, raising=False)
         monkeypatch.setattr(mosaic_ops, "JAX_VERSION", "0.13.0")
         self._expect_fallback(caplog, "jax 0.13.0 is outside the tested range")
 

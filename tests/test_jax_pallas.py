@@ -6,7 +6,9 @@ check compiles the same kernel for CUDA (Triton IR, no execution) so unsupported
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib.util
 import logging
 import os
 import re
@@ -24,6 +26,7 @@ import pytest
 import jax_impl
 from jax_impl import dispatch, ops
 from jax_impl import pallas_kernel as pk
+from jax_impl.lowering import ALLOW_UNTESTED_JAX_ENV
 from jax_impl.reference import categorical_td_target_reference
 from shared_spec import CASES, Case, make_inputs
 from shared_spec import reference as R
@@ -294,6 +297,16 @@ class TestPallasJit:
         assert np.array_equal(np.asarray(r_lp), np.asarray(g_lp))
 
 
+def cuda_target():
+    """The context for cross-lowering Pallas-Triton for CUDA without a GPU. None is needed before JAX 0.12; from 0.12
+    on the lowering reads its target GPU from the abstract mesh's device (here an H100: compute capability 9.0)."""
+    if importlib.util.find_spec("jax._src.pallas.triton.gpu_info") is None:
+        return contextlib.nullcontext()
+    device = jax.sharding.AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=132, platform="gpu")
+    mesh = jax.sharding.AbstractMesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=device)
+    return jax.sharding.use_abstract_mesh(mesh)
+
+
 class TestLowering:
     """Cross-lower the kernel for CUDA on this CPU machine: Pallas-Triton's rules (power-of-2 shapes, no in-register
     gather, ...) are enforced and the Triton IR is embedded; XLA's TTIR -> PTX step needs a GPU
@@ -307,8 +320,9 @@ class TestLowering:
         B = 37
         x = to_jax(make_inputs(B, N=N, E=E), dtype)
         f = lambda *a: pk.launch(*a[:5], a[5], interpret=False, rows_per_program=rpp)  # noqa: E731
-        text = jax.jit(f).trace(*(x[k] for k in NAMES), jnp.float32(0.9)).lower(
-            lowering_platforms=("cuda",)).as_text()
+        args = (*(x[k] for k in NAMES), jnp.float32(0.9))
+        with cuda_target():
+            text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
         assert f"stablehlo.custom_call @{TRITON_CALL}" in text
         cfg = kernel_config(B, N, interpret=False)
         grid = re.search(r"grid_x = (\d+)", text)
@@ -333,8 +347,9 @@ class TestLowering:
 
         f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((101,), jnp.float32),
                            compiler_params=plt.CompilerParams(num_warps=4, num_stages=1))
-        with pytest.raises(Exception, match="power of 2"):
-            jax.jit(f).trace(jnp.zeros(101, jnp.float32)).lower(lowering_platforms=("cuda",))
+        x = jnp.zeros(101, jnp.float32)
+        with cuda_target(), pytest.raises(Exception, match="power of 2"):
+            jax.jit(f).trace(x).lower(lowering_platforms=("cuda",))
 
 
 class TestPallasDispatch:
@@ -387,8 +402,17 @@ class TestPallasDispatch:
         self._expect_fallback(caplog, "compute capability 7.5 < 8.0", platform="gpu")
 
     def test_jax_version_outside_the_tested_range(self, monkeypatch, caplog):
+        monkeypatch.delenv(ALLOW_UNTESTED_JAX_ENV, raising=False)
         monkeypatch.setattr(ops, "JAX_VERSION", "0.9.1")
-        self._expect_fallback(caplog, "jax 0.9.1 is outside the tested range")
+        self._expect_fallback(caplog, f"jax 0.9.1 is outside the tested range (0.10.x, 0.11.x); set "
+                              f"{ALLOW_UNTESTED_JAX_ENV}=1")
+
+    def test_untested_jax_runs_its_self_test_when_allowed(self, monkeypatch, caplog):
+        monkeypatch.setenv(ALLOW_UNTESTED_JAX_ENV, "1")
+        monkeypatch.setattr(ops, "JAX_VERSION", "0.99.0")
+        with caplog.at_level(logging.INFO, logger="flashsac.jax_impl"):
+            assert jax_impl.resolve_backend("pallas").backend == "pallas"
+        assert "jax 0.99.0 is outside the tested range (0.10.x, 0.11.x); running it because" in caplog.text
 
     @pytest.mark.parametrize("config, reason", [
         (dict(dtype=jnp.float64), "dtype float64 is not supported"),

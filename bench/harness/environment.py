@@ -17,6 +17,7 @@ def env_info() -> dict:
     info = environment()
     info.update({"TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET"),
                  "FLASHSAC_PALLAS_INTERPRET": os.environ.get("FLASHSAC_PALLAS_INTERPRET"),
+                 "FLASHSAC_ALLOW_UNTESTED_JAX": os.environ.get("FLASHSAC_ALLOW_UNTESTED_JAX"),
                  "torch_device": str(torch_device()),
                  "tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32,
                  "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
