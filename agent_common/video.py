@@ -108,6 +108,17 @@ class MujocoCamera:
         self.viewer.close()
 
 
+def render_error(what: str, exc: Exception) -> ConfigError:
+    """The one-line error for a renderer that failed to start (``what``: the task's name and a space, or empty),
+    naming the OpenGL backend setting and the next step."""
+    backend = os.environ.get("MUJOCO_GL", "<unset: glfw, which needs a display>")
+    return ConfigError(
+        f"record_video=true cannot render {what}with MUJOCO_GL={backend} ({type(exc).__name__}: "
+        f"{' '.join(str(exc).split())[:200]}). Set MUJOCO_GL=egl (GPU) or MUJOCO_GL=osmesa (apt-get install "
+        "libosmesa6), or record_video=false"
+    )
+
+
 def write_mp4(path: str, frames: np.ndarray, fps: int) -> str:
     """Writes (T, H, W, 3) uint8 frames as an H.264 MP4 (imageio-ffmpeg) atomically; returns ``path``."""
     import imageio.v2 as imageio  # the video extra
@@ -194,12 +205,7 @@ class VideoRecorder:
             raise
         except Exception as exc:  # noqa: BLE001  any backend failure becomes one line naming the setting
             self.close()
-            backend = os.environ.get("MUJOCO_GL", "<unset: glfw, which needs a display>")
-            raise ConfigError(
-                f"record_video=true cannot render {env_name} with MUJOCO_GL={backend} ({type(exc).__name__}: "
-                f"{' '.join(str(exc).split())[:200]}). Set MUJOCO_GL=egl (GPU) or MUJOCO_GL=osmesa (apt-get install "
-                "libosmesa6), or record_video=false"
-            ) from None
+            raise render_error(f"{env_name} ", exc) from None
         base = self.envs[0].unwrapped
         dm_env = getattr(base, "_env", None)
         dt = float(dm_env.control_timestep()) if dm_env is not None else float(base.dt)
@@ -326,12 +332,7 @@ class VectorRecorder:
             raise
         except Exception as exc:  # noqa: BLE001  any backend failure becomes one line naming the setting
             self.close()
-            backend = os.environ.get("MUJOCO_GL", "<unset: glfw, which needs a display>")
-            raise ConfigError(
-                f"record_video=true cannot render with MUJOCO_GL={backend} ({type(exc).__name__}: "
-                f"{' '.join(str(exc).split())[:200]}). Set MUJOCO_GL=egl (GPU) or MUJOCO_GL=osmesa (apt-get install "
-                "libosmesa6), or record_video=false"
-            ) from None
+            raise render_error("", exc) from None
         self.camera = self.cameras[0].camera
         self.fps = max(1, round(1.0 / float(dt)))
         self.rounds = 0

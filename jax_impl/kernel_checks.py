@@ -13,11 +13,23 @@ import numpy as np
 
 from shared_spec.tolerances import atol_vs_float64
 
-__all__ = ["SELF_TEST_GAMMA", "SELF_TEST_ROWS", "gpu_reason", "run_isolated", "self_test_once"]
+__all__ = ["SELF_TEST_GAMMA", "SELF_TEST_ROWS", "gpu_reason", "input_reason", "run_isolated", "self_test_once"]
 
 SELF_TEST_ROWS = 19  # not a multiple of any kernel's rows per program: exercises the tail rows
 SELF_TEST_GAMMA = 0.99
 _NAMES = ("next_qs", "next_log_probs", "reward", "terminated", "next_alpha_log_pi")
+
+
+def input_reason(dtype_name: str, E: int, N: int, dtypes: tuple[str, ...], max_n: int, max_e: int) -> str | None:
+    """Why a kernel that takes log-probs of `dtypes`, 2 <= N <= max_n atoms and 1 <= E <= max_e critics cannot run
+    a configuration, or None."""
+    if dtype_name not in dtypes:
+        return f"log-prob dtype {dtype_name} is not supported {dtypes}"
+    if not 2 <= N <= max_n:
+        return f"N = {N} atoms is outside the supported range [2, {max_n}]"
+    if not 1 <= E <= max_e:
+        return f"E = {E} critics is outside the supported range [1, {max_e}]"
+    return None
 
 
 def self_test_once(launch: Callable[..., jax.Array], platform: str, dtype_name: str, E: int, N: int, *,

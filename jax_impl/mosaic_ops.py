@@ -18,7 +18,7 @@ import importlib
 import jax
 
 from jax_impl import mosaic_kernel
-from jax_impl.kernel_checks import gpu_reason, run_isolated, self_test_once
+from jax_impl.kernel_checks import gpu_reason, input_reason, run_isolated, self_test_once
 from jax_impl.lowering import INTERPRET_ENV, interpret_mode, jax_version_reason
 from shared_spec.launch_config import MAX_E, MAX_N
 
@@ -98,12 +98,9 @@ def mosaic_gate(key: tuple) -> str | None:
     reason = jax_version_reason(JAX_VERSION, TESTED_JAX, "mosaic")
     if reason is not None:
         return reason
-    if dtype_name not in SUPPORTED_DTYPES:
-        return f"log-prob dtype {dtype_name} is not supported {SUPPORTED_DTYPES}"
-    if not 2 <= N <= MAX_N:
-        return f"N = {N} atoms is outside the supported range [2, {MAX_N}]"
-    if not 1 <= E <= MAX_E:
-        return f"E = {E} critics is outside the supported range [1, {MAX_E}]"
+    reason = input_reason(dtype_name, E, N, SUPPORTED_DTYPES, MAX_N, MAX_E)
+    if reason is not None:
+        return reason
     if not interpret_mode():
         if platform == "cpu":
             return (f"platform cpu: the Mosaic GPU kernel needs an NVIDIA GPU of compute capability >= 9.0 "

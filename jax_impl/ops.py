@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from jax_impl import pallas_kernel
-from jax_impl.kernel_checks import SELF_TEST_GAMMA, gpu_reason, run_isolated, self_test_once
+from jax_impl.kernel_checks import SELF_TEST_GAMMA, gpu_reason, input_reason, run_isolated, self_test_once
 from jax_impl.lowering import INTERPRET_ENV, interpret_mode, jax_version_reason
 from jax_impl.pallas_kernel import DEFAULT_EXP_MODE, EXP_MODES
 from shared_spec.launch_config import MAX_E, MAX_N, kernel_config
@@ -166,12 +166,9 @@ def pallas_gate(key: tuple) -> str | None:
     reason = jax_version_reason(JAX_VERSION, TESTED_JAX, "pallas")
     if reason is not None:
         return reason
-    if dtype_name not in SUPPORTED_DTYPES:
-        return f"log-prob dtype {dtype_name} is not supported {SUPPORTED_DTYPES}"
-    if not 2 <= N <= MAX_N:
-        return f"N = {N} atoms is outside the supported range [2, {MAX_N}]"
-    if not 1 <= E <= MAX_E:
-        return f"E = {E} critics is outside the supported range [1, {MAX_E}]"
+    reason = input_reason(dtype_name, E, N, SUPPORTED_DTYPES, MAX_N, MAX_E)
+    if reason is not None:
+        return reason
     if not interpret_mode():
         if platform == "cpu":
             return (f"platform cpu: the Pallas-Triton kernel needs an NVIDIA GPU "

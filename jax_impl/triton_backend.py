@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import triton
 
-from jax_impl.kernel_checks import gpu_reason, run_isolated, self_test_once
+from jax_impl.kernel_checks import gpu_reason, input_reason, run_isolated, self_test_once
 from shared_spec.launch_config import MAX_E, MAX_N, kernel_config
 from shared_spec.support import CategoricalSupport
 
@@ -198,12 +198,9 @@ def triton_gate(key: tuple) -> str | None:
     platform, dtype_name, E, N = key
     if not triton.__version__.startswith(TESTED_TRITON):
         return f"triton {triton.__version__} is outside the tested range {TESTED_TRITON}"
-    if dtype_name not in SUPPORTED_DTYPES:
-        return f"log-prob dtype {dtype_name} is not supported {SUPPORTED_DTYPES}"
-    if not 2 <= N <= MAX_N:
-        return f"N = {N} atoms is outside the supported range [2, {MAX_N}]"
-    if not 1 <= E <= MAX_E:
-        return f"E = {E} critics is outside the supported range [1, {MAX_E}]"
+    reason = input_reason(dtype_name, E, N, SUPPORTED_DTYPES, MAX_N, MAX_E)
+    if reason is not None:
+        return reason
     if INTERPRET:
         if platform != "cpu":
             return f"TRITON_INTERPRET=1 runs the kernel on CPU arrays only, got platform {platform}"

@@ -126,3 +126,14 @@ def test_jax_compute_path_names_every_device_of_a_data_parallel_run(tmp_path):
     devices = re.search(r" on 2 devices of 1 process \(data parallel, batch split along the mesh\): (\S+), (\S+): jit",
                         line)
     assert devices and devices.group(1) != devices.group(2), line
+
+
+def test_a_renderer_that_cannot_start_is_one_line_naming_the_setting(monkeypatch):
+    from agent_common.video import render_error
+
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    err = render_error("HalfCheetah-v4 ", RuntimeError("no EGL\ndisplay"))
+    assert str(err).startswith("record_video=true cannot render HalfCheetah-v4 with MUJOCO_GL=egl (RuntimeError: no "
+                               "EGL display). Set MUJOCO_GL=egl (GPU) or MUJOCO_GL=osmesa")
+    assert "\n" not in str(err) and str(render_error("", ValueError("x"))).startswith("record_video=true cannot "
+                                                                                       "render with MUJOCO_GL=egl")
