@@ -16,6 +16,8 @@ import os
 import gymnasium as gym
 import numpy as np
 
+from tests.data.golden_batches import seeded_batches
+
 OVERRIDES = [
     "seed=0",
     "num_threads=1",
@@ -36,19 +38,7 @@ JAX_PATH = os.path.join(HERE, "fused_update_golden_jax.npz")
 
 def fixed_batches(count: int = NUM_UPDATES) -> list[dict[str, np.ndarray]]:
     """``count`` replay batches from a seeded numpy generator (float32; 3 terminated rows each)."""
-    rng = np.random.default_rng(2024)
-    batches = []
-    for _ in range(count):
-        terminated = np.zeros(BATCH, np.float32)
-        terminated[:3] = 1.0
-        batches.append({
-            "observation": rng.normal(size=(BATCH, OBS_DIM)).astype(np.float32),
-            "action": rng.uniform(-1, 1, (BATCH, ACT_DIM)).astype(np.float32),
-            "reward": (0.5 * rng.normal(size=BATCH)).astype(np.float32),
-            "terminated": terminated,
-            "next_observation": rng.normal(size=(BATCH, OBS_DIM)).astype(np.float32),
-        })
-    return batches
+    return seeded_batches(2024, count, BATCH, OBS_DIM, ACT_DIM, terminated_rows=3)
 
 
 def spaces() -> tuple[gym.spaces.Box, gym.spaces.Box]:

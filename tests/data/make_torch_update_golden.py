@@ -14,6 +14,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from tests.data.golden_batches import seeded_batches
+
 OVERRIDES = [
     "seed=0",
     "num_threads=1",
@@ -30,19 +32,7 @@ PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_update_go
 
 def fixed_batches(count: int = 2) -> list[dict[str, np.ndarray]]:
     """``count`` replay batches from a seeded numpy generator (float32; 4 terminated rows each)."""
-    rng = np.random.default_rng(1234)
-    batches = []
-    for _ in range(count):
-        terminated = np.zeros(BATCH, np.float32)
-        terminated[:4] = 1.0
-        batches.append({
-            "observation": rng.normal(size=(BATCH, OBS_DIM)).astype(np.float32),
-            "action": rng.uniform(-1, 1, (BATCH, ACT_DIM)).astype(np.float32),
-            "reward": (0.5 * rng.normal(size=BATCH)).astype(np.float32),
-            "terminated": terminated,
-            "next_observation": rng.normal(size=(BATCH, OBS_DIM)).astype(np.float32),
-        })
-    return batches
+    return seeded_batches(1234, count, BATCH, OBS_DIM, ACT_DIM, terminated_rows=4)
 
 
 def spaces() -> tuple[gym.spaces.Box, gym.spaces.Box]:
