@@ -4,24 +4,44 @@ configuration (a resumed run, the next run of a benchmark) loads its programs in
 On by default (``agent.compilation_cache_dir=auto``): the directory is ``$JAX_COMPILATION_CACHE_DIR`` when set, else
 ``<user cache dir>/flashsac/jax`` (``$XDG_CACHE_HOME`` or ``~/.cache``); ``off`` turns it off and any other value is
 the directory itself. At the start of a run the least recently used programs are removed (and logged) until the cache
-is under ``agent.compilation_cache_max_mb`` (``trim_cache``; only JAX's own entry files are touched). Every program
-is cached, however fast it compiled (unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` /
-``JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES`` say otherwise).
+is under ``agent.compilation_cache_max_mb`` (``trim_cache``). Every program is cached, however fast it compiled
+(unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` / ``JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES`` say otherwise).
 ``CacheCounter`` counts the programs loaded from the cache and those compiled, for the run's summary line.
+
+Several runs may share one directory at once (e.g. seeds launched together). The rule that keeps this safe: a run
+holds a shared ``flock`` on ``<dir>/flashsac-cache.lock`` from the moment it enables the cache until its process exits
+(``hold_cache``), and the trim runs only under the exclusive lock, taken without waiting (``trim_cache``). So a trim
+happens only while no other run (nor this one) has the directory in use; otherwise it is skipped and that is logged
+once, and a later run that starts alone trims. Without working file locks (no ``fcntl``, a file system that refuses
+them, a lock file that cannot be created) the trim is skipped, with a warning naming the reason. The trim touches only
+JAX's entries, regular files named ``<program>-<64 hex digits>-cache``, and their ``-atime`` companions; any other
+file in the directory is left alone. Runs of other programs that use the same directory without this lock are not
+covered: give them a directory of their own.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import stat
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
-__all__ = ["CACHE_ENV", "CacheCounter", "compute_path", "default_cache_dir", "enable_persistent_cache",
-           "jax_cache_env", "resolve_cache_dir", "trim_cache"]
+try:
+    import fcntl
+except ImportError:  # no flock on this platform: the trim is skipped (see the module docstring)
+    fcntl = None
+
+__all__ = ["CACHE_ENV", "LOCK_FILE", "CacheCounter", "Trim", "compute_path", "default_cache_dir",
+           "enable_persistent_cache", "hold_cache", "jax_cache_env", "resolve_cache_dir", "trim_cache"]
 
 CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 _MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 _MIN_SIZE_ENV = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
+LOCK_FILE = "flashsac-cache.lock"  # in the cache directory: shared by each run using it, exclusive for the trim
+_ENTRY = re.compile(r".+-[0-9a-f]{64}-cache")  # a JAX cache entry: <program>-<sha256 of its cache key>-cache
+_held: dict[str, int] = {}  # cache directory -> this process's lock file descriptor, shared-locked until exit
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +75,78 @@ def resolve_cache_dir(setting: str, environ: Mapping[str, str] = os.environ) -> 
     return default_cache_dir(environ), "agent.compilation_cache_dir=auto: the user cache directory"
 
 
-def trim_cache(path: str, max_bytes: int) -> tuple[int, int]:
-    """Removes JAX cache entries (``*-cache`` files and their ``*-atime`` companions) from ``path``, least recently
-    used first (the later of access and modification time), until the entries total at most ``max_bytes``; other
-    files are never touched. Returns (entries removed, bytes removed)."""
+class Trim(NamedTuple):
+    """What ``trim_cache`` did: entries removed, their bytes, and why it did nothing (None: it ran)."""
+
+    removed: int
+    removed_bytes: int
+    skipped: str | None = None
+
+
+def _open_lock(path: str) -> int:
+    return os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def hold_cache(path: str) -> str | None:
+    """Marks the cache directory ``path`` in use by this process until it exits: a shared ``flock`` on its
+    ``LOCK_FILE`` (waits for a trim under way to finish), so no other run trims it meanwhile. Returns None, or why
+    it cannot (then no run can trim it either: the trim needs the same lock)."""
+    if path in _held:
+        return None
+    if fcntl is None:
+        return "fcntl.flock is not available on this platform"
+    try:
+        fd = _open_lock(path)
+    except OSError as exc:
+        return f"cannot open {os.path.join(path, LOCK_FILE)}: {exc}"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError as exc:
+        os.close(fd)
+        return f"cannot lock {os.path.join(path, LOCK_FILE)}: {exc}"
+    _held[path] = fd
+    return None
+
+
+def trim_cache(path: str, max_bytes: int) -> Trim:
+    """Removes JAX cache entries (regular files ``<program>-<64 hex digits>-cache`` and their ``-atime``
+    companions) from ``path``, least recently used first (the later of access and modification time), until the
+    entries total at most ``max_bytes``; other files are never touched.
+
+    Runs only under the exclusive ``flock`` on ``<path>/LOCK_FILE``, taken without waiting: while any run (this
+    process included, see ``hold_cache``) has the directory in use, or without working file locks, nothing is
+    removed and ``Trim.skipped`` says why.
+    """
+    if fcntl is None:
+        return Trim(0, 0, "fcntl.flock is not available on this platform")
+    try:
+        fd = _open_lock(path)
+    except OSError as exc:
+        return Trim(0, 0, f"cannot open {os.path.join(path, LOCK_FILE)}: {exc}")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return Trim(0, 0, "a run has the cache in use (another one, or this one)")
+        except OSError as exc:
+            return Trim(0, 0, f"cannot lock {os.path.join(path, LOCK_FILE)}: {exc}")
+        return _remove_least_recently_used(path, max_bytes)
+    finally:
+        os.close(fd)  # releases the exclusive lock
+
+
+def _remove_least_recently_used(path: str, max_bytes: int) -> Trim:
     entries = []
     for name in os.listdir(path):
-        if not name.endswith("-cache"):
+        if not _ENTRY.fullmatch(name):
             continue
         full = os.path.join(path, name)
         try:
-            st = os.stat(full)
-        except OSError:  # removed meanwhile by another process
+            st = os.lstat(full)
+        except OSError:  # removed meanwhile by a program that does not take the lock
             continue
-        entries.append((max(st.st_atime, st.st_mtime), st.st_size, full))
+        if stat.S_ISREG(st.st_mode):
+            entries.append((max(st.st_atime, st.st_mtime), st.st_size, full))
     total = sum(size for _, size, _ in entries)
     removed = removed_bytes = 0
     for _, size, full in sorted(entries):
@@ -82,7 +160,7 @@ def trim_cache(path: str, max_bytes: int) -> tuple[int, int]:
         total -= size
         removed += 1
         removed_bytes += size
-    return removed, removed_bytes
+    return Trim(removed, removed_bytes)
 
 
 class CacheCounter:
@@ -143,10 +221,18 @@ def enable_persistent_cache(setting: str, max_mb: int) -> str:
                     "directory> or off", path, exc)
         jax.config.update("jax_enable_compilation_cache", False)
         return f"jax compilation cache off (cannot create {path}: {exc})"
-    removed, removed_bytes = trim_cache(path, int(max_mb) * 2**20)
-    if removed:
+    trim = trim_cache(path, int(max_mb) * 2**20)
+    if trim.removed:
         log.warning("jax compilation cache %s: removed the %d least recently used programs (%.1f MiB) to stay under "
-                    "agent.compilation_cache_max_mb=%d", path, removed, removed_bytes / 2**20, max_mb)
+                    "agent.compilation_cache_max_mb=%d", path, trim.removed, trim.removed_bytes / 2**20, max_mb)
+    elif trim.skipped:
+        log_skip = log.info if trim.skipped.startswith("a run has") else log.warning
+        log_skip("jax compilation cache %s: not trimmed to agent.compilation_cache_max_mb=%d (%s); a run that starts "
+                 "alone trims it", path, max_mb, trim.skipped)
+    not_held = hold_cache(path)
+    if not_held and not_held != trim.skipped:
+        log.warning("jax compilation cache %s: cannot mark it in use (%s); no run can trim it meanwhile", path,
+                    not_held)
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", path)
     if _MIN_TIME_ENV not in os.environ:
@@ -154,7 +240,8 @@ def enable_persistent_cache(setting: str, max_mb: int) -> str:
     if _MIN_SIZE_ENV not in os.environ:
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     CacheCounter.start()
-    trimmed = f"; removed {removed} least recently used programs" if removed else ""
+    trimmed = (f"; removed {trim.removed} least recently used programs" if trim.removed
+               else f"; not trimmed: {trim.skipped}" if trim.skipped else "")
     return f"jax compilation cache at {path} (cap {max_mb} MiB{trimmed}; {why})"
 
 

@@ -76,16 +76,97 @@ def test_unwritable_cache_dir_turns_the_cache_off_once_with_a_warning(tmp_path, 
             jax.config.update(key, value)
 
 
-def test_trim_removes_least_recently_used_entries_and_nothing_else(tmp_path):
-    from agent_jax.compilation_cache import trim_cache
+def _entry(directory, program: str, stamp: int, size: int = 100) -> str:
+    """A JAX cache entry (``<program>-<64 hex>-cache`` and its ``-atime``) last used at ``stamp``; its name."""
+    name = f"{program}-{stamp:064x}-cache"
+    (directory / name).write_bytes(b"x" * size)
+    (directory / name.replace("-cache", "-atime")).write_bytes(b"t")
+    os.utime(directory / name, (stamp, stamp))
+    return name
 
-    for i, name in enumerate(["old", "mid", "new"]):
-        entry = tmp_path / f"jit_{name}-cache"
-        entry.write_bytes(b"x" * 100)
-        (tmp_path / f"jit_{name}-atime").write_bytes(b"t")
-        os.utime(entry, (1000 + i, 1000 + i))
-    (tmp_path / "notes.txt").write_bytes(b"y" * 1000)  # not a cache entry: never touched
-    assert trim_cache(str(tmp_path), 250) == (1, 100)
-    assert sorted(os.listdir(tmp_path)) == ["jit_mid-atime", "jit_mid-cache", "jit_new-atime", "jit_new-cache",
-                                            "notes.txt"]
-    assert trim_cache(str(tmp_path), 250) == (0, 0)
+
+def _user_files(directory) -> list[str]:
+    """Files that only look like cache entries, or are not: the trim never touches them."""
+    (directory / "notes.txt").write_bytes(b"y" * 1000)
+    (directory / "results-cache").write_bytes(b"y" * 1000)  # ends in -cache but is no JAX entry name
+    os.mkdir(directory / f"jit_dir-{0:064x}-cache")  # a JAX-like name on a directory
+    os.symlink(directory / "notes.txt", directory / f"jit_link-{1:064x}-cache")  # and on a symlink
+    return ["notes.txt", "results-cache", f"jit_dir-{0:064x}-cache", f"jit_link-{1:064x}-cache"]
+
+
+def test_trim_removes_least_recently_used_entries_and_nothing_else(tmp_path):
+    from agent_jax.compilation_cache import LOCK_FILE, trim_cache
+
+    old, mid, new = (_entry(tmp_path, f"jit_{name}", 1000 + i) for i, name in enumerate(["old", "mid", "new"]))
+    user = _user_files(tmp_path)
+    assert trim_cache(str(tmp_path), 250) == (1, 100, None)
+    kept = [mid, mid.replace("-cache", "-atime"), new, new.replace("-cache", "-atime")]
+    assert sorted(os.listdir(tmp_path)) == sorted([*kept, *user, LOCK_FILE])
+    assert trim_cache(str(tmp_path), 250) == (0, 0, None)
+    assert trim_cache(str(tmp_path), 0) == (2, 200, None)  # every entry; the user's files stay
+    assert sorted(os.listdir(tmp_path)) == sorted([*user, LOCK_FILE])
+    assert (tmp_path / "notes.txt").read_bytes() == b"y" * 1000
+
+
+HOLDER = """
+import sys
+from agent_jax.compilation_cache import enable_persistent_cache
+print(enable_persistent_cache(sys.argv[1], 4096), flush=True)
+sys.stdin.read()  # keeps the cache in use until the test closes stdin
+"""
+
+
+def test_trim_never_removes_entries_while_another_run_uses_the_cache(tmp_path):
+    """One process has the cache in use (enabled, as a training run does); a second one trims: nothing is removed
+    until the first one exits, then the trim removes the JAX entries and only them."""
+    import subprocess
+    import sys
+
+    from agent_jax.compilation_cache import LOCK_FILE, trim_cache
+
+    entries = [_entry(tmp_path, "jit_step", 1000 + i) for i in range(3)]
+    (tmp_path / "notes.txt").write_bytes(b"y")
+    before = sorted(os.listdir(tmp_path))
+    env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        line = holder.stdout.readline()
+        assert line.startswith(f"jax compilation cache at {tmp_path} (cap 4096 MiB;"), holder.stderr.read()[-3000:]
+        trim = trim_cache(str(tmp_path), 0)
+        assert trim == (0, 0, "a run has the cache in use (another one, or this one)")
+        assert sorted(os.listdir(tmp_path)) == sorted({*before, LOCK_FILE})  # every entry still there
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=120)
+    assert holder.returncode == 0, holder.stderr.read()[-3000:]
+    assert trim_cache(str(tmp_path), 0) == (3, 300, None)  # the run has exited: the trim runs
+    assert sorted(os.listdir(tmp_path)) == sorted(["notes.txt", LOCK_FILE])
+    assert not any(name in os.listdir(tmp_path) for name in entries)
+
+
+def test_enable_trims_only_when_no_run_has_the_cache_in_use(tmp_path, caplog):
+    """In one process: the first enable trims and then holds the directory; a second enable of it (a second agent
+    of the same process) does not trim, and says so once."""
+    import logging
+
+    import jax
+
+    from agent_jax.compilation_cache import enable_persistent_cache
+
+    _entry(tmp_path, "jit_big", 1000, size=3 * 2**20)
+    _entry(tmp_path, "jit_small", 2000, size=10)
+    saved = {k: getattr(jax.config, k) for k in ("jax_enable_compilation_cache", "jax_compilation_cache_dir")}
+    try:
+        with caplog.at_level(logging.INFO, logger="agent_jax.compilation_cache"):
+            first = enable_persistent_cache(str(tmp_path), 1)
+            assert "removed 1 least recently used programs" in first
+            assert "removed the 1 least recently used programs (3.0 MiB)" in caplog.text
+            _entry(tmp_path, "jit_big2", 3000, size=3 * 2**20)
+            second = enable_persistent_cache(str(tmp_path), 1)
+        assert "not trimmed: a run has the cache in use" in second
+        assert caplog.text.count("not trimmed to agent.compilation_cache_max_mb=1") == 1
+        assert f"jit_big2-{3000:064x}-cache" in os.listdir(tmp_path)
+    finally:
+        for key, value in saved.items():
+            jax.config.update(key, value)
