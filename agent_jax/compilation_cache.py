@@ -15,12 +15,19 @@ happens only while no other run (nor this one) has the directory in use; otherwi
 once, and a later run that starts alone trims. Without working file locks (no ``fcntl``, a file system that refuses
 them, a lock file that cannot be created) the trim is skipped, with a warning naming the reason. The trim touches only
 JAX's entries, regular files named ``<program>-<64 hex digits>-cache``, and their ``-atime`` companions; any other
-file in the directory is left alone. Runs of other programs that use the same directory without this lock are not
-covered: give them a directory of their own.
+file in the directory is left alone. Concurrent runs also read and write entries: JAX writes an entry in place, so
+without a lock a run could load a program another run is still writing. JAX locks each entry read and write (its own
+``<dir>/.lockfile``) only when it has a size cap, so the cap given to JAX is one never reached
+(``jax_compilation_cache_max_size``, unless ``$JAX_COMPILATION_CACHE_MAX_SIZE`` sets it): JAX never evicts, the trim
+above does. JAX's locked writes read each entry's ``-atime`` file: entries written without one get it from their
+modification time; a foreign ``*-cache`` file in the directory (or no ``filelock`` package) leaves JAX's lock off,
+with a warning naming it. Runs of other programs that use the same directory without these locks are not covered:
+give them a directory of their own.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
@@ -39,6 +46,8 @@ __all__ = ["CACHE_ENV", "LOCK_FILE", "CacheCounter", "Trim", "compute_path", "de
 CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 _MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 _MIN_SIZE_ENV = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
+_MAX_SIZE_ENV = "JAX_COMPILATION_CACHE_MAX_SIZE"
+_NO_EVICTION = 2**62  # a JAX size cap never reached: JAX locks each entry read and write but never evicts
 LOCK_FILE = "flashsac-cache.lock"  # in the cache directory: shared by each run using it, exclusive for the trim
 _ENTRY = re.compile(r".+-[0-9a-f]{64}-cache")  # a JAX cache entry: <program>-<sha256 of its cache key>-cache
 _held: dict[str, int] = {}  # cache directory -> this process's lock file descriptor, shared-locked until exit
@@ -146,7 +155,12 @@ def _remove_least_recently_used(path: str, max_bytes: int) -> Trim:
         except OSError:  # removed meanwhile by a program that does not take the lock
             continue
         if stat.S_ISREG(st.st_mode):
-            entries.append((max(st.st_atime, st.st_mtime), st.st_size, full))
+            used = max(st.st_atime, st.st_mtime)
+            try:  # JAX rewrites the -atime file at each load
+                used = max(used, os.stat(full[: -len("-cache")] + "-atime").st_mtime)
+            except OSError:
+                pass
+            entries.append((used, st.st_size, full))
     total = sum(size for _, size, _ in entries)
     removed = removed_bytes = 0
     for _, size, full in sorted(entries):
@@ -161,6 +175,32 @@ def _remove_least_recently_used(path: str, max_bytes: int) -> Trim:
         removed += 1
         removed_bytes += size
     return Trim(removed, removed_bytes)
+
+
+def _prepare_entry_lock(path: str) -> str | None:
+    """Readies ``path`` for JAX's per-entry lock (see the module docstring): every JAX entry gets its ``-atime`` file
+    (written from its modification time where missing; existing files are kept). Returns None, or why JAX's lock
+    must stay off: no ``filelock`` package, a ``*-cache`` name that is not a JAX entry, an unreadable directory."""
+    if importlib.util.find_spec("filelock") is None:
+        return "the filelock package is not installed: pip install filelock"
+    try:
+        names = set(os.listdir(path))
+        for name in sorted(n for n in names if n.endswith("-cache")):
+            full = os.path.join(path, name)
+            if not (_ENTRY.fullmatch(name) and stat.S_ISREG(os.lstat(full).st_mode)):
+                return f"{full} is not a JAX cache entry: move it out of the directory"
+            atime = name[: -len("-cache")] + "-atime"
+            if atime not in names:
+                st = os.stat(full)
+                try:
+                    with open(os.path.join(path, atime), "xb") as f:
+                        f.write(st.st_mtime_ns.to_bytes(8, "little"))
+                except FileExistsError:  # written meanwhile by JAX
+                    continue
+                os.utime(os.path.join(path, atime), ns=(st.st_atime_ns, st.st_mtime_ns))  # not "used now" to the trim
+    except OSError as exc:
+        return f"cannot prepare {path}: {exc}"
+    return None
 
 
 class CacheCounter:
@@ -233,6 +273,12 @@ def enable_persistent_cache(setting: str, max_mb: int) -> str:
     if not_held and not_held != trim.skipped:
         log.warning("jax compilation cache %s: cannot mark it in use (%s); no run can trim it meanwhile", path,
                     not_held)
+    if _MAX_SIZE_ENV not in os.environ:
+        no_entry_lock = _prepare_entry_lock(path)
+        if no_entry_lock:
+            log.warning("jax compilation cache %s: JAX's per-entry lock is off (%s); a run sharing the directory at "
+                        "the same time could load a program another one is still writing", path, no_entry_lock)
+        jax.config.update("jax_compilation_cache_max_size", -1 if no_entry_lock else _NO_EVICTION)
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", path)
     if _MIN_TIME_ENV not in os.environ:

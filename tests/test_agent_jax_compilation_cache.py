@@ -49,7 +49,11 @@ def test_second_run_loads_its_programs_from_the_cache(tmp_path):
     path, loaded, compiled = SUMMARY.search(first.stdout).groups()
     # the first run compiles its programs (a program it builds twice, e.g. from two call sites, it loads back once)
     assert path == str(cache) and int(compiled) > 0
-    assert any(name.endswith("-cache") for name in os.listdir(cache))
+    entries = [name for name in os.listdir(cache) if name.endswith("-cache")]
+    assert entries
+    # JAX's per-entry lock was on: its lock file, and the -atime file its locked writes keep beside each entry
+    assert ".lockfile" in os.listdir(cache)
+    assert all(name.replace("-cache", "-atime") in os.listdir(cache) for name in entries)
     second = _run(tmp_path, "second", str(cache))
     assert second.returncode == 0, second.stderr[-3000:]
     _, loaded2, compiled2 = SUMMARY.search(second.stdout).groups()
@@ -156,7 +160,8 @@ def test_enable_trims_only_when_no_run_has_the_cache_in_use(tmp_path, caplog):
 
     _entry(tmp_path, "jit_big", 1000, size=3 * 2**20)
     _entry(tmp_path, "jit_small", 2000, size=10)
-    saved = {k: getattr(jax.config, k) for k in ("jax_enable_compilation_cache", "jax_compilation_cache_dir")}
+    saved = {k: getattr(jax.config, k) for k in ("jax_enable_compilation_cache", "jax_compilation_cache_dir",
+                                                 "jax_compilation_cache_max_size")}
     try:
         with caplog.at_level(logging.INFO, logger="agent_jax.compilation_cache"):
             first = enable_persistent_cache(str(tmp_path), 1)
@@ -167,6 +172,37 @@ def test_enable_trims_only_when_no_run_has_the_cache_in_use(tmp_path, caplog):
         assert "not trimmed: a run has the cache in use" in second
         assert caplog.text.count("not trimmed to agent.compilation_cache_max_mb=1") == 1
         assert f"jit_big2-{3000:064x}-cache" in os.listdir(tmp_path)
+    finally:
+        for key, value in saved.items():
+            jax.config.update(key, value)
+
+
+def test_jax_entry_lock_is_on_and_entries_without_atime_get_one(tmp_path, caplog, monkeypatch):
+    """JAX locks each entry read and write only with a size cap: the cap it gets is never reached (JAX never evicts).
+    An entry written without JAX's lock (no -atime file) gets one from its modification time; a foreign *-cache file
+    leaves JAX's lock off, with a warning naming it."""
+    import jax
+
+    from agent_jax.compilation_cache import enable_persistent_cache
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
+    name = _entry(tmp_path, "jit_legacy", 1234)
+    os.remove(tmp_path / name.replace("-cache", "-atime"))
+    kept = _entry(tmp_path, "jit_kept", 2000)
+    saved = {k: getattr(jax.config, k) for k in ("jax_enable_compilation_cache", "jax_compilation_cache_dir",
+                                                 "jax_compilation_cache_max_size")}
+    try:
+        enable_persistent_cache(str(tmp_path), 16)
+        assert jax.config.jax_compilation_cache_max_size >= 2**62  # JAX's lock on, its eviction never
+        atime = tmp_path / name.replace("-cache", "-atime")
+        assert int.from_bytes(atime.read_bytes(), "little") == 1234 * 10**9
+        assert os.stat(atime).st_mtime == 1234  # the trim still sees it as used at 1234
+        assert (tmp_path / kept.replace("-cache", "-atime")).read_bytes() == b"t"  # an existing one is kept
+        (tmp_path / "results-cache").write_bytes(b"y")
+        enable_persistent_cache(str(tmp_path), 16)
+        assert jax.config.jax_compilation_cache_max_size == -1
+        assert f"JAX's per-entry lock is off ({tmp_path / 'results-cache'} is not a JAX cache entry" in caplog.text
+        assert (tmp_path / "results-cache").read_bytes() == b"y"
     finally:
         for key, value in saved.items():
             jax.config.update(key, value)
