@@ -294,7 +294,8 @@ def run_row(a: argparse.Namespace, row: Row, out_dir: str, limit: float) -> dict
         rec["first_update_s"] = float(first.group(2)) if first else float("nan")
     if rc != 0:
         errors = [ln for ln in text.splitlines() if re.search(r"Error|error:", ln)]
-        rec["error"] = (errors[-1] if errors else text.strip().splitlines()[-1] if text.strip() else "")[-400:]
+        line = errors[-1] if errors else text.strip().splitlines()[-1] if text.strip() else ""
+        rec["error"] = line if len(line) <= 400 else line[:397] + "..."  # the start names what is wrong
     rec["ok"] = rc == 0
     print(f"  rc={rc} wall={wall:.1f}s first_update={_cell(rec.get('time_to_first_update_s'))}s "
           f"steady={_cell(rec.get('steady_updates_per_second'))}/s return={_cell(rec.get('final_eval_return'))}",
