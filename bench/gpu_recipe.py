@@ -7,7 +7,8 @@ https://github.com/leeyngdo/FlashSAC``; nothing of it is copied here)::
 
     python -m bench gpu-recipe --out $OUT/gpu_recipe --upstream ~/FlashSAC
 
-Phases (``--phases``, default all, in this order), each in its own child process, results kept after every phase:
+Phases (``--phases``, default all, in this order), each in its own child process, results kept after every phase
+(``--amps`` picks the AMP variants of the capture, train and update phases, default all three):
 ``capture`` checks, per torch AMP variant (off / bf16 / fp16), that the MJX interaction step runs as CUDA-graph
 replays with no host synchronisation: it builds the torch MJX trainer at the first ``--envs`` count, runs the warm-up
 and a few update steps (warm-up calls and graph capture), then ``--capture-steps`` more steps under
@@ -112,19 +113,33 @@ def capture_overrides(amp: str, num_envs: int, warmup_steps: int = 4) -> list[st
             f"num_eval_episodes={num_envs}", f"agent.buffer_min_length={max(num_envs * warmup_steps, 2048)}"]
 
 
-def child_update(framework: str, amp: str, extra: list[str], warmup: int, repeats: int, iters: int) -> dict:
-    """The update alone on device-sampled batches of random rows (see the module doc)."""
+def update_agent(framework: str, amp: str, extra: list[str]) -> tuple[Any, Any]:
+    """(config, agent) of the update phase: the recipe with the AMP variant's keys and ``extra`` on top, MJX
+    halfcheetah's spaces."""
     from agent_interop.synthetic import make_spaces
 
+    if framework == "torch":
+        from agent_torch.agent import make_agent
+    else:
+        from agent_jax.agent import make_agent
+    cfg = _recipe_cfg(framework, [*TORCH_AMP[amp], *extra])
+    return cfg, make_agent(cfg, *make_spaces(OBS_DIM, ACT_DIM))
+
+
+def compute_path(framework: str, agent: Any) -> str:
+    """The agent's compute path line (torch ``compute_path``, JAX ``info()["compile/path"]``)."""
+    return agent.compute_path if framework == "torch" else agent.info()["compile/path"]
+
+
+def child_update(framework: str, amp: str, extra: list[str], warmup: int, repeats: int, iters: int) -> dict:
+    """The update alone on device-sampled batches of random rows (see the module doc)."""
     rows_count = 4096
+    cfg, agent = update_agent(framework, amp, extra)
     if framework == "torch":
         import torch
 
-        from agent_torch.agent import make_agent
         from agent_torch.replay import TensorRowStorage
 
-        cfg = _recipe_cfg("torch", [*TORCH_AMP[amp], *extra])
-        agent = make_agent(cfg, *make_spaces(OBS_DIM, ACT_DIM))
         storage = TensorRowStorage(rows_count, 2 * OBS_DIM + ACT_DIM + 3, OBS_DIM, agent.device, 0)
         storage.write(0, _random_rows(rows_count, OBS_DIM, ACT_DIM))
         scale = torch.ones((), device=agent.device)
@@ -134,12 +149,7 @@ def child_update(framework: str, amp: str, extra: list[str], warmup: int, repeat
             agent.device_updates(n, lambda: storage.sample(batch, scale))
 
         res = _time_blocks(call, agent.take_metrics, warmup, repeats, iters)
-        res["compute_path"] = agent.compute_path
     else:
-        from agent_jax.agent import make_agent
-
-        cfg = _recipe_cfg("jax", [*TORCH_AMP[amp], *extra])
-        agent = make_agent(cfg, *make_spaces(OBS_DIM, ACT_DIM))
         import numpy as np
 
         storage = agent.replay_storage(rows_count)
@@ -152,7 +162,7 @@ def child_update(framework: str, amp: str, extra: list[str], warmup: int, repeat
             agent.step(shape_only, None, n, 1.0)  # updates only: one jitted program
 
         res = _time_blocks(call, agent.take_metrics, warmup, repeats, iters)
-        res["compute_path"] = agent.info()["compile/path"]
+    res["compute_path"] = compute_path(framework, agent)
     res.update(framework=framework, amp=amp, updates_per_call=n, batch_size=int(cfg.agent.sample_batch_size),
                updates_per_second=n / res["seconds_per_call"])
     return res
@@ -425,6 +435,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--learn-steps", type=int, default=50_000, help="interaction steps of each learning run")
     ap.add_argument("--learn-eval-every", type=int, default=500, help="interaction steps between evaluations")
     ap.add_argument("--learn-amp", choices=tuple(TORCH_AMP), default="bf16", help="the torch learning run's AMP")
+    ap.add_argument("--amps", default=",".join(TORCH_AMP),
+                    help="AMP variants of the capture, train and update phases, comma-separated (default all)")
     ap.add_argument("--learn-frameworks", default="jax,torch", help="agents of the learn phase, in order")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="per child process (learning: its cap + 600)")
     ap.add_argument("--seed", type=int, default=0)
@@ -444,6 +456,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if bad:
         ap.error(f"--phases: unknown {bad}; expected a subset of {', '.join(PHASES)}")
     a.phases = phases
+    a.amps = [amp for amp in a.amps.split(",") if amp]
+    if not a.amps or any(amp not in TORCH_AMP for amp in a.amps):
+        ap.error(f"--amps: expected a comma-separated subset of {', '.join(TORCH_AMP)}, got {a.amps}")
     a.learn_frameworks = [f for f in a.learn_frameworks.split(",") if f]
     if not a.learn_frameworks or any(f not in ("jax", "torch") for f in a.learn_frameworks):
         ap.error(f"--learn-frameworks: expected a comma-separated subset of jax, torch, got {a.learn_frameworks}")
@@ -494,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.tiny:
         env[FAST_COMPILE_ENV] = "1"
     config = {"tiny": a.tiny, "phases": a.phases, "envs": a.envs, "train_steps": a.train_steps,
-              "target_return": a.target_return, "upstream": a.upstream, "seed": a.seed}
+              "target_return": a.target_return, "upstream": a.upstream, "seed": a.seed, "amps": a.amps}
     res: dict[str, Any] = {"env": environment(), "config": config}
     t0 = time.perf_counter()
 
@@ -507,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "capture" in a.phases:
         res["capture"] = []
-        for amp in TORCH_AMP:
+        for amp in a.amps:
             rec = _child_json("capture", ["--amp", amp, "--num-envs", str(a.envs[0]), "--capture-steps",
                                           str(4 if a.tiny else a.capture_steps), *extra_args("torch")], out,
                               f"capture-torch-{amp}", a.timeout_s, env)
@@ -517,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     if "train" in a.phases:
         res["train"] = []
         warmup, log_every = (4, 4) if a.tiny else (10, 5)
-        for framework, amp in VARIANTS:
+        for framework, amp in [(f, amp) for f, amp in VARIANTS if amp in a.amps]:
             tag = f"train-{framework}-{amp}"
             sub = os.path.join(out, tag)
             overrides = [*TORCH_AMP[amp], *(_tiny(framework) if a.tiny else [])]
@@ -552,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
     if "update" in a.phases:
         res["update"] = []
-        for framework, amp in VARIANTS:
+        for framework, amp in [(f, amp) for f, amp in VARIANTS if amp in a.amps]:
             tag = f"update-{framework}-{amp}"
             rec = _child_json("update", ["--framework", framework, "--amp", amp, *extra_args(framework)], out, tag,
                               a.timeout_s, env)

@@ -530,7 +530,7 @@ def test_paired_run_record_and_report():
 
     sizes = [o for o in SIZES if not o.startswith(("agent.sample_batch_size", "seed", "agent.device_type",
                                                    "num_threads"))]
-    pair = run_pair(sizes, OBS_DIM, ACT_DIM, "torch", "jax", updates=2, seed=SEED, batch_size=16, device="cpu",
+    pair = run_pair(sizes, OBS_DIM, ACT_DIM, "torch", "jax", updates=2, seed=SEED, batch_size=BATCH, device="cpu",
                     synthetic_batch_size=64)
     assert sorted(pair["diagnostics"]) == ["0", "1", "2"]
     assert [t["update"] for t in pair["trace"]] == [1, 2]
@@ -547,7 +547,7 @@ def test_paired_run_record_and_report():
            "torch_allow_tf32": False, "jax_default_matmul_precision": "highest"}
     report = render_markdown({"environment": env, "command": "cmd", "cpu_smoke": True, "pairs": [pair],
                               "pass": True})
-    assert "## torch vs jax (B = 16, 2 updates" in report and report.rstrip().endswith("Verdict: PASS (op bar "
+    assert f"## torch vs jax (B = {BATCH}, 2 updates" in report and report.rstrip().endswith("Verdict: PASS (op bar "
                                                                                          "1e-06 on identical inputs).")
     with pytest.raises(ValueError, match=r"updates must be >= 1, got 0"):
         run_pair(sizes, OBS_DIM, ACT_DIM, "torch", "jax", updates=0, seed=SEED, batch_size=16, device="cpu")

@@ -1,5 +1,6 @@
-"""bench/gpu_recipe.py: ``--tiny`` runs the update phase of both agents (each with AMP off / bf16 / fp16) and records
-the upstream phase as skipped without a checkout; arguments are checked; the report puts the loop against its parts.
+"""bench/gpu_recipe.py: ``--tiny`` runs the update phase of both agents (``--amps fp16``; every AMP variant's agent
+is built in process) and records the upstream phase as skipped without a checkout; arguments are checked; the report
+puts the loop against its parts.
 (The MJX phases' tiny run compiles MJX programs for minutes on a 2-core CPU: the agents' MJX tests cover the code they
 call, and the job's CPU run of every phase is in its closing note.)"""
 
@@ -14,23 +15,37 @@ from bench.__main__ import JOBS
 
 
 def test_tiny_update_and_upstream_phases(tmp_path):
-    rc = gpu_recipe.main(["--out", str(tmp_path), "--tiny", "--phases", "update,upstream"])
+    """The update phase's child processes for the variants ``--amps`` picks (fp16: the loss scale's variant), and the
+    upstream phase skipped without a checkout; the other variants build their agents in the next test."""
+    rc = gpu_recipe.main(["--out", str(tmp_path), "--tiny", "--phases", "update,upstream", "--amps", "fp16"])
     assert rc == 0
     res = json.loads((tmp_path / "results.json").read_text())
+    assert res["config"]["amps"] == ["fp16"]
     got = {(u["framework"], u["amp"]): u for u in res["update"]}
-    assert set(got) == {(framework, amp) for framework in ("jax", "torch") for amp in ("off", "bf16", "fp16")}
+    assert set(got) == {("jax", "fp16"), ("torch", "fp16")}
     for u in got.values():
         assert u["returncode"] == 0 and u["updates_per_second"] > 0 and u["batch_size"] == 8, u
         assert u["updates_per_call"] == 2  # the recipe's updates per interaction step
-    assert "amp_dtype=fp16" in got[("torch", "fp16")]["compute_path"]
-    assert "amp_dtype=bf16" in got[("torch", "bf16")]["compute_path"]
-    assert "amp_dtype=bf16" in got[("jax", "bf16")]["compute_path"]
-    assert "amp_dtype=fp16" in got[("jax", "fp16")]["compute_path"]
-    assert "use_amp" not in got[("jax", "off")]["compute_path"]
+        assert "amp_dtype=fp16" in u["compute_path"], u["compute_path"]
     assert "skipped" in res["upstream"] and "--upstream" in res["upstream"]["skipped"]
     md = (tmp_path / "results.md").read_text()
-    assert "| torch:fp16 | 0 | 8 |" in md and "| jax:bf16 | 0 | 8 |" in md and "No GPU" in md
+    assert "| torch:fp16 | 0 | 8 |" in md and "| jax:fp16 | 0 | 8 |" in md and "No GPU" in md
     assert JOBS["gpu-recipe"] == "bench.gpu_recipe"
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_every_amp_variant_reaches_the_update_agent(framework):
+    """Each AMP variant's keys on the recipe (the update child's config, tiny sizes) give the agent that precision:
+    its compute path names the AMP dtype (none with AMP off)."""
+    for amp in gpu_recipe.TORCH_AMP:
+        cfg, agent = gpu_recipe.update_agent(framework, amp, gpu_recipe._tiny(framework))
+        assert int(cfg.agent.sample_batch_size) == 8 and int(cfg.updates_per_interaction_step) == 2
+        path = gpu_recipe.compute_path(framework, agent)
+        if amp == "off":  # the torch agent says fp32; the JAX agent names no AMP key
+            assert "amp_dtype" not in path and ("use_amp=false: fp32" in path if framework == "torch" else
+                                                 "use_amp" not in path), path
+        else:
+            assert f"amp_dtype={amp}" in path, (amp, path)
 
 
 def test_arguments_are_checked(tmp_path, capsys):
@@ -43,6 +58,10 @@ def test_arguments_are_checked(tmp_path, capsys):
     with pytest.raises(SystemExit):
         gpu_recipe.main(["--out", str(tmp_path), "--learn-frameworks", "jax,tf"])
     assert "--learn-frameworks: expected a comma-separated subset of jax, torch" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        gpu_recipe.main(["--out", str(tmp_path), "--amps", "fp16,fp8"])
+    err = capsys.readouterr().err
+    assert "--amps: expected a comma-separated subset of off, bf16, fp16, got ['fp16', 'fp8']" in err
     with pytest.raises(SystemExit):
         gpu_recipe.main(["--tiny"])
     assert "--out DIR is required" in capsys.readouterr().err

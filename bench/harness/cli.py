@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--tiny needs TRITON_INTERPRET=1 before triton is imported: run `python -m bench harness "
                          "--tiny` (it sets it) or export it")
     out = a.out or os.path.join("bench", "results", "harness_smoke" if a.smoke else "harness")
-    cfg = (RunConfig(seed=a.seed, trials=a.trials or 2, repeats=2, perf_reps=5, budget_s=a.budget_s, smoke=True)
+    cfg = (RunConfig(seed=a.seed, trials=a.trials or 2, repeats=2, perf_reps=2, budget_s=a.budget_s, smoke=True)
            if a.smoke else RunConfig(seed=a.seed, trials=a.trials or 3, budget_s=a.budget_s))
     sizes = tuple(int(s) for s in a.sizes.split(",")) if a.sizes else None
     res = run_harness(case_matrix(a.smoke, sizes), [n for n in a.impls.split(",") if n], out, cfg)
