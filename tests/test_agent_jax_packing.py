@@ -36,7 +36,8 @@ def test_the_agent_state_round_trips_bitwise_and_dispatches_as_few_leaves(mode):
     state = _agent().state
     p = packed(state, mode=mode)
     _assert_trees_bitwise(unpacked(p), state)
-    _assert_trees_bitwise(unpack(pack(state, mode)), state)
+    # pack then unpack traced into one program, as env_step runs them (op by op they cost ~9 s of dispatch here)
+    _assert_trees_bitwise(jax.jit(lambda tree: unpack(pack(tree, mode)))(state), state)
     leaves = jax.tree_util.tree_leaves(p)
     assert len(leaves) < len(jax.tree_util.tree_leaves(state)) // 3
     assert len(p.buffers) == len(p.layout.group_dtypes) == 3  # float32, int32 (steps), uint32 (the key)
