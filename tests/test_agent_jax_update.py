@@ -185,18 +185,20 @@ def test_critic_target_equals_spec_reference(real_batch):
     actor_def, critic_def, _ = build_networks(cfg.agent, OBS_DIM, ACT_DIM)
     batch = Batch(**{k: jnp.asarray(v) for k, v in real_batch.items()})
     key = jax.random.PRNGKey(7)
-    target, next_alpha_log_pi, next_actions, _ = critic_target(state.actor, state.critic, state.temperature, batch,
-                                                               _ctx(), key)
+    # Each side traced into its own jitted program (op by op, the network applies cost ~6 s of dispatch here).
+    target, next_alpha_log_pi, next_actions, _ = jax.jit(critic_target)(state.actor, state.critic,
+                                                                        state.temperature, batch, _ctx(), key)
 
     # Recompute the op's inputs independently, from the module definitions.
     actor_vars = {"params": state.actor.params, "batch_stats": state.actor.batch_stats}
-    a_next, log_pi = actor_def.apply(actor_vars, batch.next_observation, False, key)
+    a_next, log_pi = jax.jit(actor_def.apply, static_argnums=2)(actor_vars, batch.next_observation, False, key)
     alpha = np.exp(np.asarray(state.temperature.params["log_temp"]))[0]
     np.testing.assert_array_equal(np.asarray(next_actions), np.asarray(a_next))
     target_vars = {"params": state.critic.target_params, "batch_stats": state.critic.target_batch_stats}
     obs_all = jnp.concatenate([batch.observation, batch.next_observation])
     act_all = jnp.concatenate([batch.action, a_next])
-    (qs, log_probs), _ = critic_def.apply(target_vars, obs_all, act_all, True, mutable=["batch_stats"])
+    (qs, log_probs), _ = jax.jit(critic_def.apply, static_argnums=3, static_argnames="mutable")(
+        target_vars, obs_all, act_all, True, mutable=("batch_stats",))
     want = reference_td_target(np.asarray(qs)[:, BATCH:], np.asarray(log_probs)[:, BATCH:], real_batch["reward"],
                                real_batch["terminated"], alpha * np.asarray(log_pi), gamma=0.99, min_v=-5.0,
                                max_v=5.0)
@@ -208,7 +210,7 @@ def test_critic_target_equals_spec_reference(real_batch):
     # Q is the expectation over the atoms built by shared_spec.CategoricalSupport.
     atoms = CategoricalSupport(cfg.agent.critic_num_bins, -5.0, 5.0).atoms()
     online_vars = {"params": state.critic.params, "batch_stats": state.critic.batch_stats}
-    q, lp = critic_def.apply(online_vars, batch.observation, batch.action, False)
+    q, lp = jax.jit(critic_def.apply, static_argnums=3)(online_vars, batch.observation, batch.action, False)
     np.testing.assert_allclose(np.asarray(q), np.exp(np.asarray(lp)) @ atoms, rtol=1e-5, atol=1e-6)
 
 
@@ -328,8 +330,9 @@ def test_pallas_backend_matches_jax_backend_in_the_update(real_batch, monkeypatc
     batch = Batch(**{k: jnp.asarray(v) for k, v in real_batch.items()})
     key = jax.random.PRNGKey(11)
     pallas_ctx = UpdateContext.create(0.99, -2.87, 0.0, 0.01, -5.0, 5.0, "pallas")
-    got = critic_target(state.actor, state.critic, state.temperature, batch, pallas_ctx, key)[0]
-    want = critic_target(state.actor, state.critic, state.temperature, batch, _ctx(), key)[0]
+    target = jax.jit(critic_target)  # traced, as the update runs it
+    got = target(state.actor, state.critic, state.temperature, batch, pallas_ctx, key)[0]
+    want = target(state.actor, state.critic, state.temperature, batch, _ctx(), key)[0]
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=3e-5, rtol=0)
     assert jax_impl.dispatch_stats()["fallback_count"] == 0
     jax_impl.reset_dispatch()
@@ -383,6 +386,7 @@ def test_forward_passes_match_the_torch_agent_with_shared_weights():
         return jax.tree_util.tree_map(
             lambda x: x + scale * jnp.abs(jnp.sin(jnp.arange(x.size, dtype=x.dtype).reshape(x.shape))), tree)
 
+    bump = jax.jit(bump, static_argnums=1)  # each tree in one program (op by op: seconds of dispatch here)
     actor_vars = {"params": bump(state.actor.params, 0.05), "batch_stats": bump(state.actor.batch_stats, 0.3)}
     critic_vars = {"params": bump(state.critic.params, 0.05), "batch_stats": bump(state.critic.batch_stats, 0.3)}
     atoms = CategoricalSupport(cfg.agent.critic_num_bins, -5.0, 5.0).atoms()
@@ -392,16 +396,18 @@ def test_forward_passes_match_the_torch_agent_with_shared_weights():
         sd = {k: torch.from_numpy(v.copy()) for k, v in torch_state_dict(variables).items()}
         sd.update({k: v for k, v in module.state_dict().items() if k == "atoms"})
         module.load_state_dict(sd, strict=True)
+    actor_apply = jax.jit(actor_def.apply, static_argnums=2, static_argnames=("method", "mutable"))
+    critic_apply = jax.jit(critic_def.apply, static_argnums=3, static_argnames="mutable")
     with torch.no_grad():
         for training in (False, True):
             mean_t, std_t = t_actor.get_mean_and_std(torch.from_numpy(obs), training)
-            (mean, std), _ = actor_def.apply(actor_vars, jnp.asarray(obs), training, method="get_mean_and_std",
-                                             mutable=["batch_stats"])
+            (mean, std), _ = actor_apply(actor_vars, jnp.asarray(obs), training, method="get_mean_and_std",
+                                         mutable=("batch_stats",))
             np.testing.assert_allclose(np.asarray(mean), mean_t.numpy(), rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(np.asarray(std), std_t.numpy(), rtol=1e-4, atol=1e-7)
             q_t, lp_t = t_critic(torch.from_numpy(obs), torch.from_numpy(act), training)
-            (q, lp), upd = critic_def.apply(critic_vars, jnp.asarray(obs), jnp.asarray(act), training,
-                                            mutable=["batch_stats"])
+            (q, lp), upd = critic_apply(critic_vars, jnp.asarray(obs), jnp.asarray(act), training,
+                                        mutable=("batch_stats",))
             np.testing.assert_allclose(np.asarray(q), q_t.numpy(), rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(np.asarray(lp), lp_t.numpy(), rtol=1e-4, atol=1e-5)
     # Training-mode forwards updated the torch buffers in place; ours came back in `upd`.
