@@ -185,7 +185,7 @@ def test_critic_target_equals_spec_reference(real_batch):
     actor_def, critic_def, _ = build_networks(cfg.agent, OBS_DIM, ACT_DIM)
     batch = Batch(**{k: jnp.asarray(v) for k, v in real_batch.items()})
     key = jax.random.PRNGKey(7)
-    # Each side traced into its own jitted program (op by op, the network applies cost ~6 s of dispatch here).
+    # Each side traced into its own jitted program (op by op, the network applies cost seconds of dispatch here).
     target, next_alpha_log_pi, next_actions, _ = jax.jit(critic_target)(state.actor, state.critic,
                                                                         state.temperature, batch, _ctx(), key)
 
