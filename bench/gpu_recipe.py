@@ -511,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     config = {"tiny": a.tiny, "phases": a.phases, "envs": a.envs, "train_steps": a.train_steps,
               "target_return": a.target_return, "upstream": a.upstream, "seed": a.seed, "amps": a.amps}
     res: dict[str, Any] = {"env": environment(), "config": config}
+    variants = [(framework, amp) for framework, amp in VARIANTS if amp in a.amps]
     t0 = time.perf_counter()
 
     def save(complete: bool = False) -> str:
@@ -532,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     if "train" in a.phases:
         res["train"] = []
         warmup, log_every = (4, 4) if a.tiny else (10, 5)
-        for framework, amp in [(f, amp) for f, amp in VARIANTS if amp in a.amps]:
+        for framework, amp in variants:
             tag = f"train-{framework}-{amp}"
             sub = os.path.join(out, tag)
             overrides = [*TORCH_AMP[amp], *(_tiny(framework) if a.tiny else [])]
@@ -567,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
     if "update" in a.phases:
         res["update"] = []
-        for framework, amp in [(f, amp) for f, amp in VARIANTS if amp in a.amps]:
+        for framework, amp in variants:
             tag = f"update-{framework}-{amp}"
             rec = _child_json("update", ["--framework", framework, "--amp", amp, *extra_args(framework)], out, tag,
                               a.timeout_s, env)

@@ -5,9 +5,6 @@ that launch work, JAX compiled HLO programs) at the recipe's network sizes (``te
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -41,18 +38,8 @@ def test_torch_update_matches_golden_outputs_of_2b3c4af():
     _compare(_load(golden_run.TORCH_PATH), golden_run.run_torch())
 
 
-def test_jax_update_matches_golden_outputs_of_2b3c4af(tmp_path):
-    """Run in a fresh process: the JAX program is compiled apart from the torch work of this file (its own XLA
-    client, no torch kernels loaded)."""
-    out = tmp_path / "jax.npz"
-    code = ("import sys, numpy as np; from tests.data import make_fused_update_golden as g; "
-            "np.savez(sys.argv[1], **g.run_jax())")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    _compare(_load(golden_run.JAX_PATH), _load(str(out)))
+def test_jax_update_matches_golden_outputs_of_2b3c4af():
+    _compare(_load(golden_run.JAX_PATH), golden_run.run_jax())
 
 
 @pytest.mark.parametrize("head", ["paper", "upstream"])
