@@ -72,13 +72,30 @@ def versions() -> dict[str, str]:
     return out
 
 
+def command_line() -> str:
+    """The command that started this process as typed: ``python -m bench <job> ...`` (the entry point names its job in
+    ``sys.argv[0]``), else the interpreter followed by its arguments."""
+    if sys.argv and sys.argv[0].startswith("python -m "):
+        return " ".join(sys.argv)
+    return " ".join([sys.executable] + sys.argv)
+
+
+def upstream_commit(upstream_dir: str) -> str:
+    """The commit of an upstream checkout, or a note when the folder is not the top of its own git repository (a
+    folder inside this repository's working tree would otherwise report this repository's commit)."""
+    top = command_output(["git", "rev-parse", "--show-toplevel"], cwd=upstream_dir)
+    if top and os.path.realpath(top) == os.path.realpath(upstream_dir):
+        return command_output(["git", "rev-parse", "HEAD"], cwd=upstream_dir) or "unknown commit"
+    return "not a git checkout"
+
+
 def environment() -> dict[str, Any]:
     """When, where and with what a benchmark ran: UTC date, the command line, Python, platform, CPU count, the git
     commit of the repository (and whether tracked files differ from it), the versions of the numeric stack
     (``versions``) and the first GPU's name and driver from nvidia-smi (``gpu`` None without one)."""
     info: dict[str, Any] = {
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": " ".join([sys.executable] + sys.argv), "python": platform.python_version(),
+        "command": command_line(), "python": platform.python_version(),
         "platform": platform.platform(), "cpu_count": os.cpu_count(),
         "git_sha": command_output(["git", "rev-parse", "HEAD"], cwd=REPO),
         "git_dirty": bool(command_output(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO)),

@@ -43,12 +43,11 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
-from bench.common import environment, fmt, write_results
+from bench.common import environment, fmt, upstream_commit, write_results
 
 __all__ = ["PHASES", "main"]
 
@@ -283,16 +282,8 @@ def child_upstream(upstream: str, mode: str, num_envs: int, extra: list[str], wa
     first = time.perf_counter() - t0
     res = _time_blocks(agent.update, sync, warmup, repeats, iters)  # update() reads its metrics: synchronous
     res.update(mode=mode, num_envs=num_envs, first_update_s=first, updates_per_second=1.0 / res["seconds_per_call"],
-               batch_size=int(values["sample_batch_size"]), upstream_commit=_upstream_commit(upstream))
+               batch_size=int(values["sample_batch_size"]), upstream_commit=upstream_commit(upstream))
     return res
-
-
-def _upstream_commit(path: str) -> str | None:
-    try:
-        return subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 # ------------------------------------------------------------------------------------------------ orchestration

@@ -24,13 +24,16 @@ RESULTS = os.path.join(REPO, "bench", "results")
 README = os.path.join(REPO, "README.md")
 BEGIN, END = section_markers("results")
 JOB_COMMANDS = {
-    "kernel": "python -m bench kernel --out bench/results/kernel",
+    "kernel": "python -m bench kernel --out bench/results/kernel --upstream PATH",
+    "kernel-speed": "python -m bench kernel-speed --out bench/results/kernel-speed",
+    "kernel-validation": "python -m bench kernel-validate --out bench/results/kernel-validation/<run> --record",
     "agents": "python -m bench agents --out bench/results/agents",
     "vs-upstream": "python -m bench vs-upstream --upstream PATH --out bench/results/vs-upstream --upstream-dtype-fix",
     "mjx": "python -m bench mjx --framework jax --out bench/results/mjx/jax (and --framework torch)",
     "learning": "python -m bench learning run ... ; collect ... ; report bench/results/learning/* "
                 "--out bench/results/learning",
     "harness": "python -m bench harness --out bench/results/harness",
+    "gpu-recipe": "python -m bench gpu-recipe --out bench/results/gpu-recipe --upstream PATH",
 }
 
 
@@ -50,26 +53,31 @@ def _med(v: list[float]) -> float:
 
 
 def kernel_table() -> list[str]:
-    res = _load("kernel", "bitwise", "results.json")
+    res = _load("kernel", "results.json")
     if res is None:
         return ["Not run: `" + JOB_COMMANDS["kernel"] + "`."]
-    out = [f"Microseconds per call at N = 101, E = 2, fp32 (median of 5 interleaved rounds; torch sides by CUDA-graph "
-           f"replay, kernel time from CUPTI kernel records). Upstream: FlashSAC's two `torch.compile`d functions "
-           f"(`bench/upstream.py`). {_where(res['env'], 'bench/results/kernel/results.md')}. Regenerate: "
-           f"`{JOB_COMMANDS['kernel']}`.", "",
-           "| B | upstream compiled | Triton | upstream / Triton | Triton kernel time | Pallas kernel time |",
-           "|---|---|---|---|---|---|"]
-    for B, row in res["timing"]["sizes"].items():
-        t = row["times"]
-        tri = next(v for k, v in t.items() if k.startswith("triton_pinned"))
-        up = t["upstream_compiled"]
-        ratio = _med([u / r for u, r in zip(up["all"], tri["all"], strict=True)])
-        out.append(f"| {int(B):,} | {up['median']:.1f} | **{tri['median']:.1f}** | {ratio:.2f}x | "
-                   f"{t['kernel/triton']['median']:.1f} | {t['kernel/pallas']['median']:.1f} |")
-    b = res["bitwise"]
-    out += ["", f"Triton and Pallas outputs bitwise equal in {b['bitwise_count']} of {b['configurations']} "
-            f"configurations; largest error against the float64 specification "
-            f"{max(r['max_err_vs_float64'] for r in b['rows']):.1e}."]
+    c, copy = res["config"], res["copy"]
+    out = [f"Microseconds per call at N = {c['N']}, E = {c['E']}, fp32, median of {c['rounds']} interleaved rounds "
+           f"(torch sides by CUDA-graph replay, JAX as device time in a jitted loop). Upstream: FlashSAC's two "
+           f"`torch.compile`d functions from a copy of its repository. Floor: the log-probs read and the target "
+           f"written at the bandwidth of a {copy['mib']:,} MiB device-to-device copy "
+           f"({copy['bytes_per_s'] / 1e9:,.0f} GB/s). {_where(res['env'], 'bench/results/kernel/results.md')}. "
+           f"Regenerate: `{JOB_COMMANDS['kernel']}`.", "",
+           "| B | floor | upstream compiled | Triton (torch) | upstream / Triton | Pallas (JAX) | Triton / floor |",
+           "|---|---|---|---|---|---|---|"]
+    for r in res["sizes"]:
+        us = r["us"]
+        up, tri, pal = _med(us["upstream_compiled"]), _med(us["triton"]), _med(us["pallas"])
+        ratio = _med([u / t for u, t in zip(us["upstream_compiled"], us["triton"], strict=True)])
+        out.append(f"| {r['B']:,} | {r['floor_us']:.2f} | {up:.1f} | **{tri:.1f}** | {ratio:.2f}x | {pal:.1f} | "
+                   f"{tri / r['floor_us']:.2f}x |")
+    ch = res["checks"]
+    bitwise = sum(bool(r.get("triton_pallas_bitwise")) for r in res["sizes"])
+    err = max(max(r["max_abs_err_vs_float64"][k] for k in ("triton", "pallas")) for r in res["sizes"])
+    out += ["", f"Triton and Pallas outputs bitwise equal at {bitwise} of {len(res['sizes'])} timed sizes and in the "
+            f"{ch['configurations']}-configuration check ({'all passed' if not ch['failures'] else 'FAILURES'}; "
+            f"each kernel identical over {ch['repeats']} repeats); largest error against the float64 specification "
+            f"at the timed sizes {err:.1e}."]
     return out
 
 
@@ -95,8 +103,14 @@ def agents_table() -> list[str]:
     else:
         from bench.vs_upstream import table
 
-        out += ["", f"Against upstream's own `train.py` ({_where(up['env'], 'bench/results/vs-upstream/results.md')}"
-                f", upstream {up['config']['upstream_commit']}):", "", *table(up)]
+        parts = []
+        for line, r in zip(table(up)[2:], up["rows"], strict=True):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            parts.append(f"{cells[0]}: {cells[1] or '-'} s / {cells[3] or '-'}"
+                         + ("" if r["ok"] else f" ({cells[6]})"))
+        out += ["", "Against upstream's own `train.py`, time to first update / steady updates/s: "
+                + "; ".join(parts) + f". {_where(up['env'], 'bench/results/vs-upstream/results.md')}, upstream "
+                f"{up['config']['upstream_commit']}."]
     return out
 
 
@@ -162,7 +176,7 @@ def results_index() -> str:
             if "gpu.txt" in files and not machine:
                 machine = open(os.path.join(dirpath, "gpu.txt")).read().split(",")[0].strip()
         date = (env.get("date_utc") or env.get("date") or "")[:10] or "see results.md"
-        machine = env.get("gpu") or machine or "see results.md"
+        machine = env.get("gpu") or env.get("device") or machine or "see results.md"
         lines.append(f"| {job} | [`{job}/`]({job}/) | {machine} | {date} | `{cmd}` |")
     lines += ["", "`published/flashsac_gym_mujoco.csv`: FlashSAC's published gym-MuJoCo returns (its header names the "
               "source), read by `python -m bench learning report`."]

@@ -58,11 +58,11 @@ from bench.agents import TINY
 from bench.common import (
     REPO,
     UPSTREAM_RECIPE,
-    command_output,
     environment,
     merge_overrides,
     tensorboard_scalars,
     tiny_defaults,
+    upstream_commit,
     write_results,
 )
 
@@ -172,15 +172,6 @@ def row_command(a: argparse.Namespace, row: Row, run_dir: str) -> list[str]:
         head = [a.python, "-m", f"agent_{row.kind}.train"]
         overrides = project_overrides(a, row, run_dir)
     return head + [arg for o in overrides for arg in ("--overrides", o)]
-
-
-def upstream_commit(upstream_dir: str) -> str:
-    """The commit of an upstream checkout, or a note when the folder is not the top of its own git repository (a
-    folder inside this repository's working tree would otherwise report this repository's commit)."""
-    top = command_output(["git", "rev-parse", "--show-toplevel"], cwd=upstream_dir)
-    if top and os.path.realpath(top) == os.path.realpath(upstream_dir):
-        return command_output(["git", "rev-parse", "HEAD"], cwd=upstream_dir) or "unknown commit"
-    return "not a git checkout"
 
 
 # ------------------------------------------------------------------------------------------------------ parsing

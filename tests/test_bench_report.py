@@ -18,5 +18,6 @@ def test_tiny_run(tmp_path):
     assert "| 1,048,576 |" in readme and "| torch | HalfCheetah-v4 | 5 |" in readme
     for job in ("kernel", "agents", "vs-upstream", "mjx", "learning", "harness"):
         assert f"| {job} |" in index
-    assert "| vs-upstream | not run |" in index
+    assert "| vs-upstream | [`vs-upstream/`](vs-upstream/) |" in index
+    assert "| 1,048,576 | " in readme and "Against upstream's own `train.py`, time to first update" in readme
     assert json.loads((out / "results.json").read_text())["index"] == index
