@@ -48,14 +48,20 @@ from shared_spec.support import CategoricalSupport
 
 __all__ = ["KERNEL_NAME", "launch", "padded_lanes", "trace_count"]
 
-# plgpu.load takes an index argument through JAX 0.11 (`load(ref, idx, layout=...)`); JAX 0.12 dropped it (the ref's
-# `.at[]` selects): `_load` calls whichever this JAX has.
-_LOAD_TAKES_IDX = "idx" in inspect.signature(plgpu.load).parameters
+# plgpu.load requires an index argument in JAX 0.10 (`load(ref, idx, layout=...)`); later JAX makes it optional and
+# deprecated, or drops it (the ref's `.at[]` selects): `_load` passes it only where it is required.
+_LOAD_PARAMS = inspect.signature(plgpu.load).parameters
+_LOAD_NEEDS_IDX = "idx" in _LOAD_PARAMS and _LOAD_PARAMS["idx"].default is inspect.Parameter.empty
+# The lowering semantics the kernel is written for: its registers are Mosaic GPU fragmented arrays (strided layout,
+# `plgpu.layout_cast`, `inline_mgpu` on each register). It is set explicitly: Warpgroup semantics, the default
+# of JAX >= 0.11, does not lower this kernel (a 0-d bitcast_convert_type lowers to a vector<f32> that its scalar check
+# rejects; bool conversions fail in its dialect lowering).
+LOWERING_SEMANTICS = plgpu.LoweringSemantics.Lane
 
 
 def _load(ref, layout):
-    """All of `ref` loaded into registers with `layout` (plgpu.load, with or without its index argument)."""
-    return plgpu.load(ref, (), layout=layout) if _LOAD_TAKES_IDX else plgpu.load(ref, layout=layout)
+    """All of `ref` loaded into registers with `layout` (plgpu.load, with its index argument where required)."""
+    return plgpu.load(ref, (), layout=layout) if _LOAD_NEEDS_IDX else plgpu.load(ref, layout=layout)
 
 
 HALF = 19  # the exact sums' split (the Triton kernel's HALF)
@@ -276,7 +282,7 @@ def _mosaic_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
         grid=(B,),
         grid_names=("row",),
         scratch_types=[plgpu.SMEM((NP,), jnp.float32)],
-        compiler_params=plgpu.CompilerParams(),
+        compiler_params=plgpu.CompilerParams(lowering_semantics=LOWERING_SEMANTICS),
         interpret=(interpret_params() if interpret is True else interpret) or None,
         kernel_name=KERNEL_NAME,
     )(gamma.reshape(1), q.reshape(E * R), lp.reshape(E * R * NP), r, d, s)

@@ -25,8 +25,8 @@ from shared_spec.launch_config import MAX_E, MAX_N
 __all__ = ["MOSAIC_GPU_RUNTIME_MODULES", "TESTED_JAX", "categorical_td_target_mosaic", "mosaic_gate",
            "mosaic_runtime_missing", "reset_self_tests", "self_test", "self_test_errors"]
 
-# JAX versions the kernel was checked with (interpret mode and the CUDA cross-lowering: 0.10.2). Mosaic GPU's Pallas
-# API changes between JAX releases; the self-test decides on the GPU.
+# JAX versions the kernel was checked with (interpret mode and the CUDA cross-lowering on the CPU: 0.10.2, 0.11.2).
+# Mosaic GPU's Pallas API changes between JAX releases; the self-test decides on the GPU.
 TESTED_JAX = ("0.10.", "0.11.")
 JAX_VERSION = jax.__version__  # a module attribute so tests can simulate another version
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")

@@ -9,6 +9,7 @@ only on a GPU (`python -m bench kernel-validate`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from types import SimpleNamespace
@@ -131,15 +132,28 @@ PTX = ("ex2.approx.ftz.f32", "mul.rn.f32", "fma.rn.f32", "cvt.rzi.s64.f32", "and
        "shr.u64 a, a, 19", "cvt.rn.f32.s64")
 
 
+@pytest.mark.parametrize("default_semantics", ["this-jax", "Warpgroup"])
 @pytest.mark.parametrize("N, E, dtype, offset", [(101, 2, "float32", 0), (2, 1, "bfloat16", 0),
                                                  (1024, 3, "float16", 0), (128, 2, "float32", 3)])
-def test_lowers_for_cuda_to_a_mosaic_gpu_call_with_the_triton_kernels_ptx(N, E, dtype, offset):
+def test_lowers_for_cuda_to_a_mosaic_gpu_call_with_the_triton_kernels_ptx(N, E, dtype, offset, default_semantics,
+                                                                          monkeypatch):
+    """The Pallas Mosaic GPU lowering runs in Python (no GPU, no Mosaic GPU runtime needed). "Warpgroup": plgpu's
+    CompilerParams default to Warpgroup lowering semantics (JAX >= 0.11's default); the kernel sets its own."""
+    if default_semantics != "this-jax":
+        plgpu = mk.plgpu
+        semantics = getattr(plgpu.LoweringSemantics, default_semantics)
+        monkeypatch.setattr(plgpu, "CompilerParams", functools.partial(plgpu.CompilerParams,
+                                                                        lowering_semantics=semantics))
     a, _ = inputs(5, N, E, "mixed", seed=1, dtype=dtype, offset=offset)
 
     def f(*args):
         return mk.launch(*args[:5], args[5], interpret=False, row_offset=offset or None)
 
-    text = jax.jit(f).trace(*a, jnp.float32(0.9)).lower(lowering_platforms=("cuda",)).as_text()
+    mk._jitted.clear_cache()  # the kernel is traced afresh, with this test's CompilerParams
+    try:
+        text = jax.jit(f).trace(*a, jnp.float32(0.9)).lower(lowering_platforms=("cuda",)).as_text()
+    finally:
+        mk._jitted.clear_cache()
     assert "stablehlo.custom_call @mosaic_gpu_v2" in text and "__gpu$xla.gpu.triton" not in text
     missing = [op for op in PTX if op not in text]
     assert not missing, f"instructions missing from the lowered kernel: {missing}"
