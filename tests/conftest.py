@@ -4,19 +4,30 @@ import os
 
 # Must precede the first `import triton_kernels` / `@triton.jit` (the interpreter flag is read at decoration).
 os.environ.setdefault("TRITON_INTERPRET", "1")
-# Two host devices, so "wrong device" errors can be tested in JAX on a CPU-only machine.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+# Two host devices, so "wrong device" errors can be tested in JAX on a CPU-only machine. XLA's CPU backend optimisations
+# off in the test processes and the children they start (`FAST_XLA_FLAGS`): programs compile faster and run the same
+# operations; only where LLVM's passes contract or reorder float operations can a result's last bits differ. Tests
+# that compare with bits written by XLA's default compile (the golden outputs) carry the `default_xla` mark and run
+# in a child process with XLA's default options (`pytest_pyfunc_call` below).
+DEVICE_FLAGS = "--xla_force_host_platform_device_count=2"
+FAST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+os.environ.setdefault("XLA_FLAGS", f"{DEVICE_FLAGS} {FAST_XLA_FLAGS}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("FLASHSAC_PALLAS_INTERPRET", "1")
 # The JAX agents' persistent compilation cache (agent.compilation_cache_dir=auto reads $JAX_COMPILATION_CACHE_DIR):
 # one fresh directory per test process (each xdist worker, inherited by the subprocesses it starts), never the user's
 # ~/.cache, so two workers never write, trim or read one directory at once and no earlier run's programs are loaded.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashsac-test-jax-cache-")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 import random  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -33,3 +44,24 @@ def _seed_everything():
     except ImportError:
         pass
     yield
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "default_xla: compares with bits of XLA's default compile; runs in a child "
+                                       "process with XLA's default options when this one has FAST_XLA_FLAGS")
+
+
+def pytest_pyfunc_call(pyfuncitem):
+    """A `default_xla` test in a process compiling with `FAST_XLA_FLAGS`: run it in a child pytest whose XLA has its
+    default options (and its own compilation cache directory); its result is this test's."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if pyfuncitem.get_closest_marker("default_xla") is None or FAST_XLA_FLAGS not in flags:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR" and not k.startswith("PYTEST_XDIST")}
+    env["XLA_FLAGS"] = flags.replace(FAST_XLA_FLAGS, "").strip()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid],
+                          cwd=str(pyfuncitem.config.rootpath), env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"{pyfuncitem.nodeid}, run in a child process with XLA's default options, failed:\n"
+                    f"{proc.stdout[-6000:]}{proc.stderr[-2000:]}", pytrace=False)
+    return True

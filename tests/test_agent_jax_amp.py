@@ -49,6 +49,7 @@ def _agent(overrides=()):
     return make_agent(load_config([*OVERRIDES, *overrides], "jax"), *spaces())
 
 
+@pytest.mark.default_xla
 def test_fp32_update_matches_golden_outputs_of_2b3c4af(golden):
     # Bitwise on the machine and jax version that wrote the file (XLA:CPU compiles for the host's CPU, so another
     # CPU model may vectorise reductions differently): there a few fp32 ulps are allowed. A changed operation (a

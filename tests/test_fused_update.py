@@ -38,6 +38,7 @@ def test_torch_update_matches_golden_outputs_of_2b3c4af():
     _compare(_load(golden_run.TORCH_PATH), golden_run.run_torch())
 
 
+@pytest.mark.default_xla
 def test_jax_update_matches_golden_outputs_of_2b3c4af():
     _compare(_load(golden_run.JAX_PATH), golden_run.run_jax())
 
