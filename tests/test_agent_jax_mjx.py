@@ -1,6 +1,6 @@
 """The JAX agent on MJX environments (``env.env_type=mjx``): the CLI end to end through ``agent_common.vector_loop``
-and ``agent_jax.vector``, exact resume after a shorter run and after a wall-clock stop, an fp16
-mixed-precision run, config errors, the device reward normaliser against the host one, and SIGTERM.
+and ``agent_jax.vector`` (fp16 mixed precision with its loss scale in the scan, 3-step returns), exact resume after a
+shorter run and after a wall-clock stop, config errors, the device reward normaliser against the host one, and SIGTERM.
 
 MJX compiles take tens of seconds on a CPU, so every run here is in this process with one configuration (4
 halfcheetah envs, 50-step episodes, tiny networks): the training scan and the evaluation loop compile once (the
@@ -42,7 +42,8 @@ COMMON = ["env.env_type=mjx", "env.env_name=halfcheetah", "env.max_episode_steps
           "seed=5"]
 
 
-# The fp16 run and the n-step scan share one configuration beyond COMMON, so their training scan compiles once.
+# The runs and the n-step scan share one configuration beyond COMMON (fp16 AMP, 3-step returns), so the training scan
+# compiles once in this module.
 FP16_N_STEP = ["agent.use_amp=true", "agent.amp_dtype=fp16", "n_step=3"]
 
 
@@ -75,7 +76,7 @@ def full_run(tmp_path_factory):
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(_argv(*COMMON, f"num_env_steps={STEPS}", f"save_path={run}"))
+        code = main(_argv(*COMMON, *FP16_N_STEP, f"num_env_steps={STEPS}", f"save_path={run}"))
     return run, code, out.getvalue(), err.getvalue()
 
 
@@ -91,7 +92,8 @@ def test_cli_run_end_to_end(full_run):
     run, code, out, err = full_run
     assert code == 0, err[-3000:]
     assert "compute path: jax" in err and "MJX: one jitted lax.scan of 10 interaction steps per call" in err
-    assert "first update at env step 80:" in err  # the call of steps 11-20 (the first updates at step 16)
+    assert "agent.use_amp=true, agent.amp_dtype=fp16" in err
+    assert "first update at env step 80:" in err  # the call of steps 11-20 (64 rows stored after step 18)
     assert out.startswith(f"[completed] env_step={STEPS} ")
     returns = read_eval_csv(os.path.join(run, "eval.csv"))
     assert [step for step, _ in returns] == [0.0, 200.0, 400.0]
@@ -107,14 +109,19 @@ def test_cli_run_end_to_end(full_run):
     for tag in ("critic/loss", "actor/loss", "temperature/value", "avg_return", "perf/env_steps_per_second",
                 "perf/updates_per_second", "perf/time_to_first_update_s"):
         assert tag in scalars, tag
-    # 85 interaction steps with updates (16..100), 2 each; critic metrics of every update, actor of every other
+    # 83 interaction steps with updates (18..100), 2 each; 3-step rows lag two steps: 98 steps' rows stored
     final = _checkpoint(run, STEPS)
     state = final["loop_state.pkl"]
-    assert (state["interaction_step"], state["num_updates"], state["replay_rows"]) == (100, 170, 400)
-    assert state["trainer"]["update_step"] == 170
-    assert final["replay_buffer.pkl"]["rows"].shape == (400, 2 * 17 + 6 + 3)
+    assert (state["interaction_step"], state["num_updates"], state["replay_rows"]) == (100, 166, 392)
+    assert state["trainer"]["update_step"] == 166
+    assert final["replay_buffer.pkl"]["rows"].shape == (392, 2 * 17 + 6 + 3)
     rows = final["replay_buffer.pkl"]["rows"]
-    assert np.abs(rows[:, 17:23]).max() <= 1.0 and rows[:, -1].sum() == 2 * ENVS  # truncated at 50, 100
+    # truncated: the 3-step rows that reach a time limit, from steps 48-50 (limit at 50) and 98 (limit at 100)
+    assert np.abs(rows[:, 17:23]).max() <= 1.0 and rows[:, -1].sum() == 4 * ENVS
+    # The loss scale lives in the scan's state: every scaled step was finite (166 critic and 83 actor steps), no growth
+    # before its 2,000-step interval.
+    scaler = final[os.path.join("agent", "agent_state.pkl")]["grad_scaler_state_dict"]
+    assert (scaler["scale"], scaler["_growth_tracker"]) == (2.0**16, 166 + 83)
 
 
 def test_resume_is_bitwise(full_run, tmp_path, capsys):
@@ -123,8 +130,9 @@ def test_resume_is_bitwise(full_run, tmp_path, capsys):
     run, code, _, _ = full_run
     assert code == 0
     short, stopped = str(tmp_path / "short"), str(tmp_path / "stopped")
-    assert main(_argv(*COMMON, f"num_env_steps={STEPS // 2}", f"save_path={short}")) == 0
-    assert main(_argv(*COMMON, f"num_env_steps={STEPS}", "max_wall_seconds=1e-6", f"save_path={stopped}")) == 0
+    assert main(_argv(*COMMON, *FP16_N_STEP, f"num_env_steps={STEPS // 2}", f"save_path={short}")) == 0
+    assert main(_argv(*COMMON, *FP16_N_STEP, f"num_env_steps={STEPS}", "max_wall_seconds=1e-6",
+                      f"save_path={stopped}")) == 0
     assert "[budget] env_step=40 " in capsys.readouterr().out
     assert main(_argv(f"agent_load_path={short}", f"num_env_steps={STEPS}")) == 0
     assert main(_argv(f"agent_load_path={stopped}", "max_wall_seconds=null")) == 0
@@ -132,23 +140,6 @@ def test_resume_is_bitwise(full_run, tmp_path, capsys):
     for resumed in (short, stopped):
         assert_nested_equal(_checkpoint(resumed, STEPS), expected)
         assert read_eval_csv(os.path.join(resumed, "eval.csv")) == read_eval_csv(os.path.join(run, "eval.csv"))
-
-
-def test_fp16_mixed_precision_run(tmp_path, capsys):
-    """A tiny MJX run with ``agent.use_amp=true`` (fp16, the loss scale inside the training scan; n_step=3 as in the
-    n-step test below): it trains and evaluates with finite returns, says its precision, and its checkpoint holds the
-    loss scale, which counted every scaled step as finite (33 interaction steps, updates from step 18: 32 updates, 16
-    of them with the actor)."""
-    run = str(tmp_path / "amp")
-    code = main(_argv(*COMMON, *FP16_N_STEP, "num_env_steps=132", f"save_path={run}"))
-    err = capsys.readouterr().err
-    assert code == 0, err[-3000:]
-    assert "agent.use_amp=true, agent.amp_dtype=fp16" in err
-    assert all(np.isfinite(value) for _, value in read_eval_csv(os.path.join(run, "eval.csv")))
-    final = _checkpoint(run, 132)
-    assert final["loop_state.pkl"]["num_updates"] == 32
-    scaler = final[os.path.join("agent", "agent_state.pkl")]["grad_scaler_state_dict"]
-    assert (scaler["scale"], scaler["_growth_tracker"]) == (2.0**16, 48)
 
 
 @pytest.mark.parametrize(("override", "message"), [
@@ -208,7 +199,7 @@ def test_n_step_rows_of_the_scan_and_their_resume():
     """n_step=3 in the scan: the stored rows are the 3-step sums of the one-step rows (each step's own rows are the
     newest of the in-flight window, which ``buffer_state`` holds), two steps behind; a trainer restored from a
     checkpoint's state and buffer (window included) stores exactly the rows of the uninterrupted one; updates start
-    once 64 rows are stored, two steps later than with n_step=1. (fp16 updates, as in the fp16 run above: the rows do
+    once 64 rows are stored, two steps later than with n_step=1. (fp16 updates, as in the runs above: the rows do
     not depend on the update's precision.)"""
     from agent_common.config import load_config
     from agent_jax.vector import make_vector_trainer
