@@ -28,7 +28,6 @@ from agent_common.normalizer import RewardNormalizer  # noqa: E402
 from agent_common.vector_loop import StopSignals, interaction_steps_per_call  # noqa: E402
 from agent_jax.train import main  # noqa: E402
 from agent_jax.vector import normalizer_update  # noqa: E402
-from mjx_envs.env import FAST_COMPILE_ENV  # noqa: E402
 from tests.agent_test_utils import assert_nested_equal  # noqa: E402
 
 ENVS, STEPS = 4, 400  # 100 interaction steps; updates from step 16 (64 rows); 2 updates per step
@@ -78,14 +77,6 @@ def full_run(tmp_path_factory):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(_argv(*COMMON, *FP16_N_STEP, f"num_env_steps={STEPS}", f"save_path={run}"))
     return run, code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fast_compile():
-    """XLA's backend optimisations off for these runs' programs (compiles several times faster on a CPU)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(FAST_COMPILE_ENV, "1")
-        yield
 
 
 def test_cli_run_end_to_end(full_run):

@@ -1,6 +1,6 @@
 """The torch agent on MJX environments (agent_torch/vector.py): zero-copy DLPack hand-over in the training loop,
 exact resume of the trainer's state, deterministic evaluation, the CLI end to end (run, bitwise resume, config
-errors); one halfcheetah compilation (2 envs, ``FAST_COMPILE_ENV``) for the whole module.
+errors); one halfcheetah compilation (2 envs) for the whole module.
 
 Skipped only when the ``mjx`` extra is not installed (``pip install -e ".[mjx]"``; CI installs it).
 """
@@ -19,7 +19,6 @@ import torch  # noqa: E402
 from agent_common.schema import build_config  # noqa: E402
 from agent_torch import vector  # noqa: E402
 from mjx_envs import torch_view  # noqa: E402
-from mjx_envs.env import FAST_COMPILE_ENV  # noqa: E402
 from tests.host_sync import HostSyncCounter  # noqa: E402
 
 TINY = {"env.env_type": "mjx", "env.env_name": "halfcheetah", "num_train_envs": 2, "num_eval_envs": 2,
@@ -27,14 +26,6 @@ TINY = {"env.env_type": "mjx", "env.env_name": "halfcheetah", "num_train_envs": 
         "agent.buffer_max_length": 30, "agent.sample_batch_size": 8, "agent.actor_hidden_dim": 8,
         "agent.critic_hidden_dim": 8, "agent.actor_num_blocks": 1, "agent.critic_num_blocks": 1,
         "agent.categorical_target_backend": "torch", "agent.device_type": "cpu", "num_threads": 1, "seed": 3}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _fast_compile():
-    """The module's one env compiles with XLA's backend optimisations off (about twice as fast on a CPU)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(FAST_COMPILE_ENV, "1")
-        yield
 
 
 @pytest.fixture(autouse=True)

@@ -87,13 +87,11 @@ def test_locomotion_without_menagerie_fails_before_importing_playground():
 
 @needs_playground
 @pytest.mark.slow
-def test_vector_env_steps_resets_and_compiles_once(monkeypatch):
+def test_vector_env_steps_resets_and_compiles_once():
     import jax
 
-    from mjx_envs.env import FAST_COMPILE_ENV
     from mjx_envs.playground import PlaygroundVecEnv
 
-    monkeypatch.setenv(FAST_COMPILE_ENV, "1")
     env = PlaygroundVecEnv(TASK, 2, max_episode_steps=3)
     assert (env.observation_size, env.action_size) == (5, 1)
     state = env.init(0)
@@ -122,9 +120,7 @@ CLI = ["env.env_type=mujoco_playground", f"env.env_name={TASK}", "env.rescale_ac
 @pytest.mark.parametrize("framework", ["jax", "torch"])
 def test_tiny_cli_run(framework, tmp_path, monkeypatch):
     from agent_common.logger import read_eval_csv
-    from mjx_envs.env import FAST_COMPILE_ENV
 
-    monkeypatch.setenv(FAST_COMPILE_ENV, "1")
     if framework == "jax":
         from agent_jax.train import main
 
