@@ -101,13 +101,11 @@ def agents_table() -> list[str]:
         out += ["", "Against upstream's own trainer: not yet run against a checkout of upstream's repository "
                 f"(`{JOB_COMMANDS['vs-upstream']}`, PATH a clone of github.com/leeyngdo/FlashSAC)."]
     else:
-        from bench.vs_upstream import table
+        from bench.vs_upstream import cell, row_label, row_status
 
-        parts = []
-        for line, r in zip(table(up)[2:], up["rows"], strict=True):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            parts.append(f"{cells[0]}: {cells[1] or '-'} s / {cells[3] or '-'}"
-                         + ("" if r["ok"] else f" ({cells[6]})"))
+        parts = [f"{row_label(r)}: {cell(r.get('time_to_first_update_s')) or '-'} s / "
+                 f"{cell(r.get('steady_updates_per_second')) or '-'}" + ("" if r["ok"] else f" ({row_status(r, up)})")
+                 for r in up["rows"]]
         out += ["", "Against upstream's own `train.py`, time to first update / steady updates/s: "
                 + "; ".join(parts) + f". {_where(up['env'], 'bench/results/vs-upstream/results.md')}, upstream "
                 f"{up['config']['upstream_commit']}."]

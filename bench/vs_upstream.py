@@ -66,7 +66,7 @@ from bench.common import (
     write_results,
 )
 
-__all__ = ["BAR", "SUMMARY", "Row", "parse_rows", "run_row", "tqdm_timing"]
+__all__ = ["BAR", "SUMMARY", "Row", "cell", "parse_rows", "row_label", "row_status", "run_row", "table", "tqdm_timing"]
 
 UPSTREAM_MODES = ("eager", "auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TORCH_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "off")
@@ -288,8 +288,8 @@ def run_row(a: argparse.Namespace, row: Row, out_dir: str, limit: float) -> dict
         line = errors[-1] if errors else text.strip().splitlines()[-1] if text.strip() else ""
         rec["error"] = line if len(line) <= 400 else line[:397] + "..."  # the start names what is wrong
     rec["ok"] = rc == 0
-    print(f"  rc={rc} wall={wall:.1f}s first_update={_cell(rec.get('time_to_first_update_s'))}s "
-          f"steady={_cell(rec.get('steady_updates_per_second'))}/s return={_cell(rec.get('final_eval_return'))}",
+    print(f"  rc={rc} wall={wall:.1f}s first_update={cell(rec.get('time_to_first_update_s'))}s "
+          f"steady={cell(rec.get('steady_updates_per_second'))}/s return={cell(rec.get('final_eval_return'))}",
           flush=True)
     return rec
 
@@ -297,29 +297,37 @@ def run_row(a: argparse.Namespace, row: Row, out_dir: str, limit: float) -> dict
 # ------------------------------------------------------------------------------------------------------ reports
 
 
-def _cell(v: Any, spec: str = ".1f") -> str:
+def cell(v: Any, spec: str = ".1f") -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+def row_label(r: dict[str, Any]) -> str:
+    """A result row's name in the tables."""
+    return r["label"] + (" (with the dtype fix)" if r.get("dtype_fix") else "")
+
+
+def row_status(r: dict[str, Any], res: dict[str, Any]) -> str:
+    """How a result row's run ended, in words."""
+    if r["ok"]:
+        return "completed"
+    if r["returncode"] == "timeout":
+        status = f"stopped at the {r.get('limit_s', res['config']['time_limit_s']):.0f} s limit"
+        if math.isnan(r.get("time_to_first_update_s", float("nan"))):
+            status += ", before its first update"
+        return status
+    if r["returncode"] == "not run":
+        return r["error"]
+    return f"failed (exit {r['returncode']}): {r.get('error', '')}"
+
+
 def table(res: dict[str, Any]) -> list[str]:
-    """The markdown table of a results dict (also README's)."""
+    """The markdown table of a results dict."""
     lines = ["| run | time to first update (s) | first update (s) | steady updates/s | wall (s) | final eval return "
              "| status |", "|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
-        if r["ok"]:
-            status = "completed"
-        elif r["returncode"] == "timeout":
-            status = f"stopped at the {r.get('limit_s', res['config']['time_limit_s']):.0f} s limit"
-            if math.isnan(r.get("time_to_first_update_s", float("nan"))):
-                status += ", before its first update"
-        elif r["returncode"] == "not run":
-            status = r["error"]
-        else:
-            status = f"failed (exit {r['returncode']}): {r.get('error', '')}"
-        label = r["label"] + (" (with the dtype fix)" if r.get("dtype_fix") else "")
-        lines.append(f"| {label} | {_cell(r.get('time_to_first_update_s'))} | {_cell(r.get('first_update_s'))} | "
-                     f"{_cell(r.get('steady_updates_per_second'))} | {r['wall_s']:.1f} | "
-                     f"{_cell(r.get('final_eval_return'))} | {status} |")
+        lines.append(f"| {row_label(r)} | {cell(r.get('time_to_first_update_s'))} | {cell(r.get('first_update_s'))} "
+                     f"| {cell(r.get('steady_updates_per_second'))} | {r['wall_s']:.1f} | "
+                     f"{cell(r.get('final_eval_return'))} | {row_status(r, res)} |")
     return lines
 
 
