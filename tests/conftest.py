@@ -47,8 +47,9 @@ def _seed_everything():
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "default_xla: compares with bits of XLA's default compile; runs in a child "
-                                       "process with XLA's default options when this one has FAST_XLA_FLAGS")
+    config.addinivalue_line("markers", "default_xla: compares with what XLA's default compile produced (bits, "
+                                       "program counts); runs in a child process with XLA's default options when "
+                                       "this one has FAST_XLA_FLAGS")
 
 
 def pytest_pyfunc_call(pyfuncitem):
