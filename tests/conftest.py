@@ -17,14 +17,18 @@ os.environ.setdefault("FLASHSAC_PALLAS_INTERPRET", "1")
 # The JAX agents' persistent compilation cache (agent.compilation_cache_dir=auto reads $JAX_COMPILATION_CACHE_DIR):
 # one fresh directory per test process (each xdist worker, inherited by the subprocesses it starts), never the user's
 # ~/.cache, so two workers never write, trim or read one directory at once and no earlier run's programs are loaded.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+# xdist's workers inherit the controller's environment: a directory a parent test process made (marked by
+# FLASHSAC_TEST_JAX_CACHE_DIR) is replaced by one of this process's own.
+if os.environ.get("JAX_COMPILATION_CACHE_DIR") in (None, os.environ.get("FLASHSAC_TEST_JAX_CACHE_DIR")):
     import atexit
     import shutil
     import tempfile
 
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashsac-test-jax-cache-")
+    os.environ["FLASHSAC_TEST_JAX_CACHE_DIR"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
     atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
+import gc  # noqa: E402
 import random  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -44,6 +48,26 @@ def _seed_everything():
     except ImportError:
         pass
     yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """After each test file, drop JAX's compiled programs. XLA's CPU backend maps every executable's code in its own
+    memory regions, and JAX's caches keep each one alive: a test process that runs many files reaches the kernel's
+    `vm.max_map_count` (65,530 by default), and the next compile then crashes inside XLA. Torn down after the file's
+    own module fixtures (autouse fixtures are set up first), so their agents are released too."""
+    yield
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+    gc.collect()
+    if os.path.exists("/proc/self/maps"):
+        with open("/proc/sys/vm/max_map_count") as f:
+            limit = int(f.read())
+        with open("/proc/self/maps") as f:
+            regions = sum(1 for _ in f)
+        if regions > 0.75 * limit:  # fail here, naming the cause, rather than segfault inside a later compile
+            pytest.fail(f"this test process holds {regions} memory regions after releasing JAX's programs "
+                        f"(vm.max_map_count {limit}): something still keeps compiled programs alive", pytrace=False)
 
 
 def pytest_configure(config):
