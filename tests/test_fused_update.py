@@ -107,7 +107,7 @@ def test_torch_update_kernel_ops_at_most_the_recorded_count():
 JAX_MAX_PROGRAMS, JAX_MAX_FUSIONS = 712, 656
 
 
-@pytest.mark.default_xla  # counted from XLA's default compile, in a process of its own (no torch kernels loaded)
+@pytest.mark.default_xla  # counted from XLA's default compile
 def test_jax_update_hlo_programs_at_most_the_recorded_count():
     from agent_common.config import load_config
     from agent_jax.agent import make_agent
