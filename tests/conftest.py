@@ -71,6 +71,11 @@ def _release_compiled_programs():
 
 
 def pytest_configure(config):
+    # A crashed xdist worker ends the run, naming its test: pytest-xdist 3.8.0 replaces a crashed worker under
+    # --dist loadfile and then waits forever (pytest-dev/pytest-xdist#784, #1323; the fixes are unreleased), which
+    # also applies to pytest-timeout's thread method, which ends a hung test's process. `--max-worker-restart N` wins.
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("maxworkerrestart", None) is None:
+        config.option.maxworkerrestart = 0
     config.addinivalue_line("markers", "default_xla: compares with what XLA's default compile produced (bits, "
                                        "program counts); runs in a child process with XLA's default options when "
                                        "this one has FAST_XLA_FLAGS")
