@@ -87,7 +87,7 @@ def pytest_pyfunc_call(pyfuncitem):
     flags = os.environ.get("XLA_FLAGS", "")
     if pyfuncitem.get_closest_marker("default_xla") is None or FAST_XLA_FLAGS not in flags:
         return None
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR" and not k.startswith("PYTEST_XDIST")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # the cache: see the top
     env["XLA_FLAGS"] = flags.replace(FAST_XLA_FLAGS, "").strip()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid],
                           cwd=str(pyfuncitem.config.rootpath), env=env, capture_output=True, text=True)
