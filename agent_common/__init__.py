@@ -76,10 +76,10 @@ from typing import Any
 
 from agent_common.buffer import BATCH_KEYS, ReplayBuffer
 from agent_common.checkpoint import atomic_pickle, atomic_write, atomic_write_text, load_pickle, resolve_checkpoint
+from agent_common.keys import AgentConfig, Config, ConfigError, EnvConfig, target_entropy
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
 from agent_common.schedule import warmup_cosine_decay
-from agent_common.schema import AgentConfig, Config, ConfigError, EnvConfig, build_config, target_entropy
 
 __all__ = [
     "BATCH_KEYS",

@@ -26,6 +26,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
@@ -51,6 +52,7 @@ __all__ = [
     "commit_checkpoint_dir",
     "complete_checkpoints",
     "continue_lines",
+    "default_run_dir",
     "converter_command",
     "detect_foreign_layout",
     "directory_size",
@@ -65,6 +67,7 @@ __all__ = [
     "read_checkpoint_file",
     "recover_checkpoints",
     "resolve_checkpoint",
+    "run_dir_of_checkpoint",
     "run_dir_taken_message",
     "load_newest",
     "select_checkpoint",
@@ -407,6 +410,26 @@ def no_checkpoint_message(run_dir: str, start_over: str | None = None) -> str:
             f"Start the run over in place: {start_over} (its files are first moved to "
             f"{os.path.join(run_dir, INCOMPLETE_RUN_DIR)}-<k>/, nothing is deleted); or start a new run elsewhere "
             f"with save_path=<new dir>; or remove the directory yourself (rm -r {run_dir})")
+
+
+def run_dir_of_checkpoint(path: str) -> str:
+    """``<run>/checkpoints/step<k>`` -> ``<run>``; a run directory is returned unchanged."""
+    path = os.path.normpath(path)
+    parent = os.path.dirname(path)
+    if os.path.basename(parent) == "checkpoints":
+        return os.path.dirname(parent)
+    return path
+
+
+def default_run_dir(cfg: Any) -> str:
+    """``runs/<group>/<exp>/<env>/seed<seed>-<MMDD-HHMMSS>``, with a ``-<k>`` suffix if that directory exists (two
+    runs started in the same second get two directories)."""
+    stamp = time.strftime("%m%d-%H%M%S")
+    base = os.path.join("runs", cfg.group_name, cfg.exp_name, cfg.env.env_name, f"seed{cfg.seed}-{stamp}")
+    path, k = base, 1
+    while os.path.exists(path):
+        path, k = f"{base}-{k}", k + 1
+    return path
 
 
 def holds_run(directory: str) -> bool:

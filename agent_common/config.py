@@ -1,15 +1,19 @@
-"""The command line on top of ``agent_common.schema``: upstream's ``--overrides key=value`` (values parsed as YAML by
-omegaconf), "did you mean" for unknown keys, ``config.yaml`` files, and the run's own config on resume.
+"""A config from values, ``--overrides`` strings or the command line: ``build_config`` (typed values -> the
+validated, resolved, frozen ``Config``), ``load_config`` (upstream's ``key=value`` strings parsed as YAML by
+omegaconf, a named recipe beneath them, a resume's stored config as their base), ``parse_args`` (the training
+command's arguments, parsed once; ``--help`` from the declarations) and ``config_to_yaml``.
 
-The schema names (``Config``, ``AgentConfig``, ``EnvConfig``, ``ConfigError``, ``target_entropy``, ...) live in
-``agent_common.schema`` (standard library only) and are re-exported here for the callers of ``load_config``.
+The keys are declared in ``agent_common.keys``, checked in ``agent_common.validation``; ``Config`` and
+``ConfigError`` are re-exported here for the callers of ``load_config``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from omegaconf import OmegaConf
@@ -22,47 +26,46 @@ from agent_common.checkpoint import (
     NoCheckpointError,
     checkpoint_framework,
     converter_command,
+    default_run_dir,
     no_checkpoint_message,
+    run_dir_of_checkpoint,
     select_checkpoint,
     set_train_program,
     train_command,
 )
-from agent_common.recipes import recipe_overrides, recipes_help
-from agent_common.schema import (
+from agent_common.help import training_help
+from agent_common.keys import (
     BACKENDS,
     DERIVED_FROM_BUDGET,
+    FRAMEWORKS,
+    GROUPS,
     KNOWN_KEYS,
-    SUPPORTED_ENVS,
     AgentConfig,
     Config,
     ConfigError,
     EnvConfig,
-    build_config,
+    budget_defaults,
     check_key,
-    config_help,
     config_to_dict,
     field_default,
     field_type,
     flatten,
-    resume_conflicts,
-    run_dir_of_checkpoint,
-    target_entropy,
+    get,
+    typed,
 )
+from agent_common.recipes import recipe_overrides
+from agent_common.validation import resume_conflicts, validate
+from simulators import simulator
 
 __all__ = [
-    "BACKENDS",
-    "SUPPORTED_ENVS",
-    "AgentConfig",
     "Config",
     "ConfigError",
-    "EnvConfig",
-    "config_to_dict",
+    "build_config",
     "config_to_yaml",
     "load_config",
     "parse_args",
     "parse_overrides",
     "read_config_file",
-    "target_entropy",
 ]
 
 # Upstream selects config groups with `env=mujoco` / `agent=flashSAC`; these are the only groups that exist here.
@@ -72,7 +75,80 @@ _NOT_RESTORED = ("agent_load_path", "buffer_load_path", "save_path", "rederive_s
                  "overwrite_incomplete", "agent_init_path")
 # Keys a resolved config fills from another key (upstream interpolations): never needed on a command line.
 _MIRRORED = ("env.num_train_envs", "env.num_eval_envs", "agent.seed", "agent.gamma", "agent.n_step",
-             "agent.critic_min_v", "agent.critic_max_v")
+             "agent.critic_min_v", "agent.critic_max_v", "env.rescale_action")  # the last: the simulator's convention
+
+
+def _resolve(cfg: Config) -> Config:
+    """Fill derived fields in code (no eval resolvers), as upstream's interpolations would; ``env.rescale_action``
+    from the simulator's convention when null."""
+    derived = budget_defaults(cfg)
+
+    def pick(key: str) -> Any:
+        value = get(cfg, key)
+        return derived[key] if value is None else value
+
+    a = cfg.agent
+    agent = dataclasses.replace(
+        a,
+        seed=cfg.seed,
+        gamma=cfg.gamma,
+        n_step=cfg.n_step,
+        critic_min_v=-a.normalized_G_max if a.critic_min_v is None else a.critic_min_v,
+        critic_max_v=a.normalized_G_max if a.critic_max_v is None else a.critic_max_v,
+        learning_rate_warmup_step=pick("agent.learning_rate_warmup_step"),
+        learning_rate_decay_step=pick("agent.learning_rate_decay_step"),
+    )
+    rescale = simulator(cfg.env.env_type).RESCALE_ACTION if cfg.env.rescale_action is None else cfg.env.rescale_action
+    env = dataclasses.replace(cfg.env, num_train_envs=cfg.num_train_envs, num_eval_envs=cfg.num_eval_envs,
+                              rescale_action=rescale)
+    save_path = cfg.save_path
+    if save_path is None and cfg.agent_load_path is not None:
+        save_path = run_dir_of_checkpoint(cfg.agent_load_path)
+    if save_path is None:
+        save_path = default_run_dir(cfg)
+    intervals = {key: pick(key) for key in DERIVED_FROM_BUDGET if "." not in key}
+    return dataclasses.replace(cfg, env=env, agent=agent, save_path=save_path, **intervals)
+
+
+def build_config(
+    values: Mapping[str, Any] | None = None,
+    framework: str = "torch",
+    base: Mapping[str, Any] | None = None,
+) -> Config:
+    """The resolved, frozen config from typed values.
+
+    Args:
+        values: dotted keys -> Python values, e.g. ``{"agent.sample_batch_size": 256, "seed": 3}``; applied last.
+        framework: ``"torch"`` or ``"jax"``; selects the allowed ``agent.categorical_target_backend`` values.
+        base: dotted keys -> values applied before ``values`` (a stored run config on resume); defaults otherwise.
+
+    Returns:
+        A frozen ``Config`` with every derived field filled (intervals, LR steps, critic support, mirrored keys).
+
+    Raises:
+        ConfigError: unknown key, wrong type or invalid value; the message names the key.
+    """
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"unknown framework {framework!r}; allowed: {', '.join(FRAMEWORKS)}")
+    merged = dict(base or {})
+    merged.update(values or {})
+    flat: dict[str, Any] = {}
+    for key, value in merged.items():
+        check_key(key)
+        flat[key] = typed(key, value)
+    groups: dict[str, dict[str, Any]] = {group: {} for group in GROUPS}
+    top: dict[str, Any] = {}
+    for key, value in flat.items():
+        group, _, name = key.partition(".")
+        if name:
+            groups[group][name] = value
+        else:
+            top[key] = value
+    cfg = Config(**top, env=EnvConfig(**groups["env"]), agent=AgentConfig(**groups["agent"]))
+    validate(cfg, framework)
+    resolved = _resolve(cfg)
+    resolved._freeze()
+    return resolved
 
 
 def _split_override(item: str) -> tuple[str, str]:
@@ -298,7 +374,7 @@ def parse_args(
         prog=prog,
         description="Train FlashSAC on gym-MuJoCo, DeepMind Control, MJX, MuJoCo Playground or mjlab (env.env_type). "
         "Every config key below is set with --overrides KEY=VALUE; null means derived or taken from the named key.",
-        epilog=recipes_help() + "\n\n" + config_help(),
+        epilog=training_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(

@@ -37,12 +37,14 @@ from agent_common.checkpoint import (
     prune_checkpoints,
     read_checkpoint_file,
     recover_checkpoints,
+    run_dir_of_checkpoint,
     set_aside_newer,
     warn,
     write_checkpoint,
 )
 from agent_common.config import config_to_yaml, parse_args
 from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_states, step_env
+from agent_common.keys import Config, ConfigError
 from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_time
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
@@ -64,10 +66,11 @@ from agent_common.run import (
     prepare_run_dir,
     report_first_update,
 )
-from agent_common.schema import VECTOR_ENV_TYPES, Config, ConfigError, check_training_run, run_dir_of_checkpoint
 from agent_common.seeding import BUFFER_STREAM, NOISE_STREAM, WARMUP_STREAM
+from agent_common.validation import check_training_run
 from agent_common.video import RunVideos, run_videos
 from agent_common.wandb_logger import logger_options
+from simulators import DEVICE, simulator
 
 __all__ = [
     "AGENT_DIR",
@@ -1006,7 +1009,7 @@ def run_cli(
     try:
         if replicas.is_main:
             prepare_run_dir(cfg, framework if make_vector_module is not None else None)
-        if cfg.env.env_type in VECTOR_ENV_TYPES and make_vector_module is not None:
+        if simulator(cfg.env.env_type).STEPPER == DEVICE and make_vector_module is not None:
             from agent_common.vector_loop import train_vector  # imports this module
 
             result = train_vector(cfg, make_vector_module(), framework, replicas)

@@ -29,7 +29,7 @@ import numpy as np
 from agent_common.checkpoint import AGENT_DIR, LOOP_STATE_FILE, CheckpointError, read_checkpoint_file
 from agent_common.config import load_config
 from agent_common.envs import evaluate, make_env, make_vec_env, set_env_states
-from agent_common.schema import Config, ConfigError
+from agent_common.keys import Config, ConfigError
 
 __all__ = ["Policy", "evaluate_main", "load_policy", "run_episodes"]
 

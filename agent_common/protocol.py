@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from agent_common.buffer import RowStorage
-from agent_common.schema import Config
+from agent_common.keys import Config
 
 __all__ = [
     "NO_CAPABILITIES",

@@ -12,9 +12,16 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from agent_common.checkpoint import CheckpointError, holds_run, run_dir_taken_message, set_aside_incomplete_run
+from agent_common.checkpoint import (
+    CheckpointError,
+    holds_run,
+    run_dir_of_checkpoint,
+    run_dir_taken_message,
+    set_aside_incomplete_run,
+)
+from agent_common.keys import Config, ConfigError, budget_defaults
 from agent_common.logger import RunLogger, UpdateTimeline
-from agent_common.schema import Config, ConfigError, budget_defaults, check_training_run, run_dir_of_checkpoint
+from agent_common.validation import check_training_run
 
 __all__ = [
     "StopFlag",

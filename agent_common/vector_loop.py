@@ -41,11 +41,13 @@ from agent_common.checkpoint import (
     load_newest,
     read_checkpoint_file,
     recover_checkpoints,
+    run_dir_of_checkpoint,
     set_aside_newer,
     warn,
     write_checkpoint,
 )
 from agent_common.config import config_to_yaml
+from agent_common.keys import Config, ConfigError
 from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_time
 from agent_common.replicas import SINGLE, Replicas
 from agent_common.run import (
@@ -56,7 +58,6 @@ from agent_common.run import (
     prepare_run_dir,
     report_first_update,
 )
-from agent_common.schema import Config, ConfigError, run_dir_of_checkpoint
 from agent_common.video import RunVideos, recording_on, run_videos
 from agent_common.wandb_logger import logger_options
 

@@ -73,7 +73,7 @@ def logger_options(cfg: Any, run_dir: str) -> dict[str, Any]:
     """``RunLogger`` keyword arguments for ``cfg.logger_type``: ``use_tensorboard`` and ``wandb``."""
     import dataclasses
 
-    from agent_common.schema import loggers
+    from agent_common.keys import loggers
 
     names = loggers(cfg)
     wandb = None

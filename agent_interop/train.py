@@ -18,8 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from agent_common.keys import FRAMEWORKS
 from agent_common.loop import AgentFactory
-from agent_common.schema import FRAMEWORKS, VECTOR_ENV_TYPES
+from simulators import DEVICE, simulator
 
 
 def _factory(agent: str):
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent_common.config import parse_args
 
     cfg = parse_args(rest, framework=known.agent, prog="python -m agent_interop.train")  # exits 2 on a bad key
-    if cfg.env.env_type in VECTOR_ENV_TYPES:
+    if simulator(cfg.env.env_type).STEPPER == DEVICE:
         ap.error(f"--init-from: expected env.env_type=mujoco or dmc (the gymnasium loop), got env.env_type="
                  f"{cfg.env.env_type}, whose vectorised trainer builds its own agent")
     if known.agent == "jax":

@@ -7,10 +7,11 @@ import sys
 from collections.abc import Callable
 
 from agent_common.config import parse_args
+from agent_common.keys import Config
 from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
-from agent_common.schema import VECTOR_ENV_TYPES, Config
 from agent_common.vector_loop import VectorFactory
-from mjx_envs.recipe import DETERMINISTIC_FLAG, mjx_xla_flags
+from simulators import DEVICE, simulator
+from simulators.mjx import DETERMINISTIC_FLAG, xla_flags
 
 __all__ = ["configure_cache", "configure_xla", "main"]
 
@@ -21,18 +22,18 @@ def configure_xla(cfg: Config) -> None:
     ``deterministic=true`` -> ``--xla_gpu_deterministic_ops=true`` (CPU runs are deterministic anyway);
     ``num_threads=N`` -> XLA:CPU intra-op parallelism N (1 also turns off Eigen's thread pool).
     ``agent.device_type=cpu`` -> ``JAX_PLATFORMS=cpu``.
-    ``env.env_type=mjx`` -> MJX's solver loops on the device (``mjx_envs.recipe.mjx_xla_flags``).
+    a device simulator (MJX, Playground) -> MJX's solver loops on the device (``simulators.mjx.xla_flags``).
     """
     flags = [os.environ.get("XLA_FLAGS", "")]
     if cfg.num_threads is not None:
         flags.append(f"--xla_cpu_multi_thread_eigen={'false' if cfg.num_threads == 1 else 'true'}")
         flags.append(f"intra_op_parallelism_threads={cfg.num_threads}")
-    xla_flags = " ".join(f for f in flags if f)
-    if cfg.env.env_type in VECTOR_ENV_TYPES:
-        xla_flags = mjx_xla_flags(xla_flags, cfg.deterministic)
+    flags_text = " ".join(f for f in flags if f)
+    if simulator(cfg.env.env_type).STEPPER == DEVICE:
+        flags_text = xla_flags(flags_text, cfg.deterministic)
     elif cfg.deterministic:
-        xla_flags = f"{xla_flags} {DETERMINISTIC_FLAG}".strip()
-    os.environ["XLA_FLAGS"] = xla_flags
+        flags_text = f"{flags_text} {DETERMINISTIC_FLAG}".strip()
+    os.environ["XLA_FLAGS"] = flags_text
     if cfg.agent.device_type == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
 

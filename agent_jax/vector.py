@@ -48,9 +48,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agent_common.keys import Config, ConfigError
 from agent_common.loop import strict_backend_as_config_error
 from agent_common.noise import truncated_zeta_cdf
-from agent_common.schema import Config, ConfigError
 from agent_common.seeding import BUFFER_STREAM
 from agent_common.vector_loop import interaction_steps_per_call
 from agent_jax.agent import FlashSACAgent, make_agent
@@ -66,8 +66,8 @@ from agent_jax.step import (
     sample_batch,
 )
 from agent_jax.update import UpdateContext, update_networks
-from mjx_envs.env import MjxEnvState, MjxVecEnv, compiler_options
-from mjx_envs.playground import cached_vector_env
+from simulators import make_device_env
+from simulators.mjx_env import MjxEnvState, MjxVecEnv, compiler_options
 
 __all__ = ["JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer", "n_step_rows",
            "n_step_window", "normalizer_update", "programs", "record_program", "train_steps"]
@@ -390,7 +390,8 @@ def _reset(key: Array, *, env: MjxVecEnv) -> MjxEnvState:
 @functools.lru_cache(maxsize=2)
 def programs(fast_compile: bool = False) -> tuple[Any, Any, Any]:
     """The jitted (``train_steps``, ``evaluate_round``, reset) programs; with ``fast_compile``, compiled with
-    ``mjx_envs.env.compiler_options()``'s XLA options (``FLASHSAC_MJX_FAST_COMPILE=1``: backend optimisations off)."""
+    ``simulators.mjx_env.compiler_options()``'s XLA options (``FLASHSAC_MJX_FAST_COMPILE=1``: backend optimisations
+    off)."""
     options = compiler_options() if fast_compile else None
     return (jax.jit(_train_steps, static_argnames=("spec",), donate_argnums=(0,), compiler_options=options),
             jax.jit(_evaluate_round, static_argnames=("env", "actor_def"), compiler_options=options),
@@ -437,7 +438,7 @@ class JaxVectorTrainer:
     """
 
     def __init__(self, cfg: Config) -> None:
-        a, env_cfg = cfg.agent, cfg.env
+        a = cfg.agent
         if a.buffer_device_type == "cpu":
             raise ConfigError("invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx the JAX agent "
                               "keeps the replay on the envs' device; use auto or cuda")
@@ -446,8 +447,8 @@ class JaxVectorTrainer:
         self.cfg = cfg
         # one env object per configuration in a process (the programs are cached by its identity, so a resume in
         # the same process, or a second run, reuses them)
-        self.env = cached_vector_env(env_cfg, int(cfg.num_train_envs))
-        self.eval_env = cached_vector_env(env_cfg, int(cfg.num_eval_envs))
+        self.env = make_device_env(cfg, int(cfg.num_train_envs), int(cfg.seed))
+        self.eval_env = make_device_env(cfg, int(cfg.num_eval_envs), int(cfg.seed))
         self.num_envs = self.env.num_envs
         obs_dim, act_dim = self.env.observation_size, self.env.action_size
         observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)

@@ -17,8 +17,8 @@ import torch
 
 from agent_common.buffer import RowStorage, flat_batch, flat_widths
 from agent_common.checkpoint import atomic_write, read_checkpoint_file
+from agent_common.keys import Config, target_entropy
 from agent_common.protocol import Capabilities
-from agent_common.schema import Config, target_entropy
 from agent_torch import distributed
 from agent_torch.amp import DeviceLossScaler, resolve_amp_dtype
 from agent_torch.graphs import GraphCache, resolve_cuda_graph

@@ -11,10 +11,11 @@ import sys
 from collections.abc import Callable
 
 from agent_common.config import parse_args
+from agent_common.keys import Config
 from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
-from agent_common.schema import VECTOR_ENV_TYPES, Config
 from agent_common.vector_loop import VectorFactory
-from mjx_envs.recipe import mjx_xla_flags
+from simulators import simulator
+from simulators.mjx import xla_flags
 
 __all__ = ["configure_mjx_xla", "main"]
 
@@ -54,11 +55,11 @@ def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | No
 
 def configure_mjx_xla(cfg: Config) -> None:
     """With ``env.env_type`` mjx or mujoco_playground (mjlab needs no JAX), before any JAX work: ``XLA_FLAGS`` for
-    the JAX side that steps the environments (``mjx_envs.recipe.mjx_xla_flags``: MJX's solver loops on the device;
+    the JAX side that steps the environments (``simulators.mjx.xla_flags``: MJX's solver loops on the device;
     deterministic ops with ``deterministic=true``). Nothing when JAX is imported already (XLA may have read its
     flags)."""
-    if cfg.env.env_type in VECTOR_ENV_TYPES and cfg.env.env_type != "mjlab" and "jax" not in sys.modules:
-        os.environ["XLA_FLAGS"] = mjx_xla_flags(os.environ.get("XLA_FLAGS", ""), cfg.deterministic)
+    if getattr(simulator(cfg.env.env_type), "ARRAYS", None) == "jax" and "jax" not in sys.modules:
+        os.environ["XLA_FLAGS"] = xla_flags(os.environ.get("XLA_FLAGS", ""), cfg.deterministic)
 
 
 def _main_replicated(argv: list[str], factory: Callable[[], AgentFactory]) -> int:

@@ -26,7 +26,7 @@ __all__ = ["KERNEL_BACKENDS", "REFERENCE_BACKENDS", "VALIDATION_ENV", "VALIDATIO
            "Decision", "Dispatcher", "backend_names", "load_validation"]
 
 # The backend names of each framework's dispatcher (torch_impl.dispatch and jax_impl.dispatch build theirs from these,
-# and agent_common.schema takes the allowed ``agent.categorical_target_backend`` values from ``backend_names``): the
+# and agent_common.keys takes the allowed ``agent.categorical_target_backend`` values from ``backend_names``): the
 # one list, readable without importing either framework.
 REFERENCE_BACKENDS: dict[str, str] = {"torch": "torch", "jax": "jax"}
 KERNEL_BACKENDS: dict[str, tuple[str, ...]] = {"torch": ("triton",), "jax": ("triton", "pallas", "mosaic")}

@@ -171,10 +171,10 @@ def test_a_resumed_run_continues_exactly_and_keeps_the_key(framework, path, tmp_
     (["num_devices=2"], "num_devices=2"),
 ])
 def test_refused_where_it_does_not_apply(overrides, fragment, monkeypatch):
-    from agent_common import schema
-    from agent_common.schema import check_training_run
+    from agent_common.validation import check_training_run
+    from simulators import mjx
 
-    monkeypatch.setattr(schema, "mjx_missing", lambda: [])  # the check needs no MJX install
+    monkeypatch.setattr(mjx, "missing", lambda: [])  # the check needs no MJX install
     cfg = load_config([*TINY, "agent.act_before_update=true", *overrides], "jax")
     with pytest.raises(ConfigError, match="agent.act_before_update") as info:
         check_training_run(cfg, "jax")

@@ -23,11 +23,11 @@ from agent_common.checkpoint import (
 )
 from agent_common.config import config_to_yaml, load_config, parse_args
 from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_states, step_env
+from agent_common.keys import ConfigError, target_entropy
 from agent_common.logger import CSV_HEADER, AverageMeter, RunLogger, UpdateTimeline, launch_time, read_eval_csv
 from agent_common.noise import ZetaNoise, truncated_zeta_cdf
 from agent_common.normalizer import RewardNormalizer
 from agent_common.schedule import warmup_cosine_decay
-from agent_common.schema import ConfigError, target_entropy
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -170,7 +170,7 @@ def test_device_normaliser_matches_the_host_one():
 
 
 def test_steps_per_call_and_sigterm():
-    from agent_common.schema import build_config
+    from agent_common.config import build_config
 
     def k(**values):
         return interaction_steps_per_call(types.SimpleNamespace(interaction_steps_per_call=None, **values))

@@ -19,9 +19,10 @@ import shutil
 import numpy as np
 import pytest
 
-from agent_common import schema
-from agent_common.config import ConfigError, load_config, parse_args
+from agent_common import help, keys
+from agent_common.config import ConfigError, build_config, load_config, parse_args
 from agent_common.loop import run_cli, train
+from simulators import mjx
 from tests.test_runs import TINY
 
 NO_UPDATES = ["agent.buffer_min_length=60", "num_eval_episodes=0", "max_wall_seconds=0.001"]
@@ -176,13 +177,13 @@ def test_mjx_driver_manifest_and_fallback(tmp_path, monkeypatch, capsys):
     from agent_common.vector_loop import train_vector
     from tests.test_vector_loop import BASE, FakeTrainer
 
-    monkeypatch.setattr(schema, "mjx_missing", lambda: [])
-    cfg = schema.build_config({**BASE, "save_path": str(tmp_path / "run")}, "jax")
+    monkeypatch.setattr(mjx, "missing", lambda: [])
+    cfg = build_config({**BASE, "save_path": str(tmp_path / "run")}, "jax")
     train_vector(cfg, FakeTrainer, "jax")
     ckpts = tmp_path / "run" / "checkpoints"
     assert verify_checkpoint(str(ckpts / "step300")) is True
     _flip(ckpts / "step300" / "replay_buffer.pkl")
-    resumed = schema.build_config({**BASE, "save_path": str(tmp_path / "run"),
+    resumed = build_config({**BASE, "save_path": str(tmp_path / "run"),
                                    "agent_load_path": str(tmp_path / "run")}, "jax")
     result = train_vector(resumed, FakeTrainer, "jax")
     err = capsys.readouterr().err
@@ -359,8 +360,8 @@ def test_help_lists_every_key_with_type_default_and_meaning(capsys):
         parse_args(["--help"], "torch", prog="python -m agent_torch.train")
     assert info.value.code == 0
     text = capsys.readouterr().out
-    docs = schema.field_docs()
-    for key in schema.KNOWN_KEYS:
+    docs = help.field_docs()
+    for key in keys.KNOWN_KEYS:
         line = next(x for x in text.splitlines() if x.split() and x.split()[0] == key)
         assert docs[key][1] and docs[key][1].split()[0] in line, key
     assert "agent.learning_rate_peak" in text and "float = 0.0003" in text and "agent: replay buffer" in text
@@ -371,7 +372,7 @@ def test_a_misspelled_key_shows_only_the_closest_matches():
         load_config(["agent.learning_rate_peek=1e-3"], "torch")
     message = str(info.value)
     assert "Did you mean: agent.learning_rate_peak" in message and "--help" in message
-    assert sum(key in message for key in schema.KNOWN_KEYS) <= 3
+    assert sum(key in message for key in keys.KNOWN_KEYS) <= 3
     with pytest.raises(ConfigError, match="Did you mean: agent.learning_rate_peak"):
         load_config(["learning_rate_peak=1e-3"], "torch")  # the group left out
 

@@ -11,10 +11,10 @@ pytest.importorskip("shimmy")
 
 import numpy as np  # noqa: E402
 
-from agent_common import schema  # noqa: E402
 from agent_common.config import ConfigError, load_config  # noqa: E402
 from agent_common.envs import get_env_states, make_vec_env, set_env_states, step_env  # noqa: E402
 from agent_common.loop import train  # noqa: E402
+from simulators import SIMULATORS, dmc  # noqa: E402
 from tests.agent_test_utils import assert_nested_equal  # noqa: E402
 
 TASK = "cartpole-swingup"  # obs 5, act 1: the cheapest to simulate
@@ -23,8 +23,8 @@ TASK = "cartpole-swingup"  # obs 5, act 1: the cheapest to simulate
 def test_task_list_is_the_installed_suite():
     from dm_control import suite
 
-    assert sorted(schema.DMC_TASKS) == sorted(f"{d}-{t}" for d, t in suite.ALL_TASKS)
-    assert schema.ENV_TYPES["dmc"] == schema.DMC_TASKS
+    assert sorted(dmc.TASKS) == sorted(f"{d}-{t}" for d, t in suite.ALL_TASKS)
+    assert SIMULATORS["dmc"].TASKS == dmc.TASKS
 
 
 def test_env_is_float32_flat_and_ends_after_1000_steps():
@@ -100,7 +100,7 @@ def test_config_rejects_names_of_other_suites(override, fragment):
 
 
 def test_config_without_the_extra_names_it(monkeypatch):
-    monkeypatch.setattr(schema, "dmc_missing", lambda: ["shimmy"])
+    monkeypatch.setattr(dmc, "missing", lambda: ["shimmy"])
     with pytest.raises(ConfigError, match=r"dmc extra \(pip install -e \"\.\[dmc\]\"\); not installed: shimmy"):
         load_config(["env.env_type=dmc", f"env.env_name={TASK}"], "jax")
 

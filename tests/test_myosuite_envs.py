@@ -13,8 +13,9 @@ import os
 import numpy as np
 import pytest
 
-from agent_common import schema
 from agent_common.config import ConfigError, load_config
+from simulators import SIMULATORS
+from simulators import myosuite as myosuite_sim
 
 needs_myosuite = pytest.mark.skipif(importlib.util.find_spec("myosuite") is None,
                                     reason="the myosuite extra is not installed (pip install -e \".[myosuite]\")")
@@ -26,9 +27,9 @@ def test_task_list_is_upstreams_and_registered():
     import gymnasium as gym
     import myosuite  # noqa: F401
 
-    assert schema.ENV_TYPES["myosuite"] == tuple(schema.MYOSUITE_TASKS)
-    assert len(schema.MYOSUITE_TASKS) == 10 and all(name.startswith("myo-") for name in schema.MYOSUITE_TASKS)
-    assert all(env_id in gym.registry for env_id in schema.MYOSUITE_TASKS.values())
+    assert SIMULATORS["myosuite"].TASKS == tuple(myosuite_sim.TASK_IDS)
+    assert len(myosuite_sim.TASK_IDS) == 10 and all(name.startswith("myo-") for name in myosuite_sim.TASK_IDS)
+    assert all(env_id in gym.registry for env_id in myosuite_sim.TASK_IDS.values())
 
 
 @needs_myosuite
@@ -56,7 +57,7 @@ def test_env_is_float32_reports_success_and_keeps_the_task_limit():
 
 
 @needs_myosuite
-@pytest.mark.parametrize("task", [name for name in schema.MYOSUITE_TASKS if name.endswith("-hard")])
+@pytest.mark.parametrize("task", [name for name in myosuite_sim.TASK_IDS if name.endswith("-hard")])
 def test_snapshot_restores_the_trajectory_exactly(task):
     """Snapshot mid-episode, play on across the next reset (a new random target / object), restore, replay."""
     from agent_common.envs import get_env_states, make_vec_env, set_env_states, step_env
@@ -91,14 +92,14 @@ def test_snapshot_restores_the_trajectory_exactly(task):
     ],
 )
 def test_config_rejects_names_of_other_suites(override, fragment, monkeypatch):
-    monkeypatch.setattr(schema, "myosuite_missing", lambda: [])
+    monkeypatch.setattr(myosuite_sim, "missing", lambda: [])
     with pytest.raises(ConfigError, match="env.env_name") as info:
         load_config(["env.env_type=myosuite", override], "torch")
     assert fragment in str(info.value)
 
 
 def test_config_without_the_extra_names_it(monkeypatch):
-    monkeypatch.setattr(schema, "myosuite_missing", lambda: ["myosuite"])
+    monkeypatch.setattr(myosuite_sim, "missing", lambda: ["myosuite"])
     with pytest.raises(ConfigError, match=r"myosuite extra \(pip install -e \"\.\[myosuite\]\"\); not installed: "
                                           r"myosuite"):
         load_config(["env.env_type=myosuite", f"env.env_name={TASK}"], "jax")

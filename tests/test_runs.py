@@ -314,8 +314,8 @@ def test_strict_backend_that_cannot_run_ends_with_one_line(tmp_path):
 def test_stored_config_round_trips(tmp_path):
     cfg = load_config([*TINY, f"save_path={tmp_path}"], "torch")
     (tmp_path / "config.yaml").write_text(config_to_yaml(cfg))
-    from agent_common.config import read_config_file
-    from agent_common.schema import build_config, config_to_dict, flatten
+    from agent_common.config import build_config, read_config_file
+    from agent_common.keys import config_to_dict, flatten
 
     again = build_config(read_config_file(str(tmp_path / "config.yaml")), "torch")
     assert flatten(config_to_dict(again)) == flatten(config_to_dict(cfg))

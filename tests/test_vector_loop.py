@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent_common import schema
 from agent_common.checkpoint import atomic_pickle, load_pickle
+from agent_common.config import build_config
 from agent_common.logger import read_eval_csv
-from agent_common.schema import build_config
 from agent_common.vector_loop import interaction_steps_per_call, train_vector
+from simulators import mjx
 
 
 class FakeTrainer:
@@ -92,7 +92,7 @@ BASE = {"env.env_type": "mjx", "env.env_name": "hopper", "num_train_envs": 3, "n
 
 @pytest.fixture(autouse=True)
 def _mjx_extra(monkeypatch):
-    monkeypatch.setattr(schema, "mjx_missing", lambda: [])
+    monkeypatch.setattr(mjx, "missing", lambda: [])
     FakeTrainer.instances.clear()
 
 
@@ -186,8 +186,8 @@ def test_the_rows_mirror_counts_the_n_step_window(tmp_path):
 
 
 def test_several_processes_are_refused(tmp_path):
+    from agent_common.keys import ConfigError
     from agent_common.replicas import Replicas
-    from agent_common.schema import ConfigError
 
     cfg = build_config({**BASE, "save_path": str(tmp_path / "run")}, "jax")
     with pytest.raises(ConfigError, match="env.env_type=mjx runs in one process"):
@@ -282,7 +282,7 @@ def test_recording_schedule_frames_and_resume(tmp_path, monkeypatch, capsys):
 
 
 def test_recording_needs_a_trainer_that_records(tmp_path, monkeypatch):
-    from agent_common.schema import ConfigError
+    from agent_common.keys import ConfigError
 
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
     cfg = build_config({**BASE, **RECORD, "save_path": str(tmp_path / "run")}, "jax")
