@@ -75,10 +75,11 @@ scanning; damaged ones are moved to ``checkpoints/damaged/``; ``checkpoints/late
 from typing import Any
 
 from agent_common.buffer import BATCH_KEYS, ReplayBuffer
-from agent_common.checkpoint import atomic_pickle, atomic_write, atomic_write_text, load_pickle, resolve_checkpoint
 from agent_common.keys import AgentConfig, Config, ConfigError, EnvConfig, target_entropy
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
+from agent_common.runs.checkpoints import resolve_checkpoint
+from agent_common.runs.files import atomic_pickle, atomic_write, atomic_write_text, load_pickle
 from agent_common.schedule import warmup_cosine_decay
 
 __all__ = [

@@ -19,20 +19,6 @@ from typing import Any, Literal
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agent_common.checkpoint import (
-    CONFIG_FILE,
-    CheckpointError,
-    DamagedCheckpointError,
-    NoCheckpointError,
-    checkpoint_framework,
-    converter_command,
-    default_run_dir,
-    no_checkpoint_message,
-    run_dir_of_checkpoint,
-    select_checkpoint,
-    set_train_program,
-    train_command,
-)
 from agent_common.help import training_help
 from agent_common.keys import (
     BACKENDS,
@@ -54,6 +40,11 @@ from agent_common.keys import (
     typed,
 )
 from agent_common.recipes import recipe_overrides
+from agent_common.runs.checkpoints import no_checkpoint_message
+from agent_common.runs.commands import set_train_program, train_command
+from agent_common.runs.files import CONFIG_FILE, CheckpointError, read_config_file
+from agent_common.runs.resume import NothingToResume, stored_config
+from agent_common.runs.rundir import default_run_dir, run_dir_of_checkpoint
 from agent_common.validation import resume_conflicts, validate
 from simulators import simulator
 
@@ -65,7 +56,6 @@ __all__ = [
     "load_config",
     "parse_args",
     "parse_overrides",
-    "read_config_file",
 ]
 
 # Upstream selects config groups with `env=mujoco` / `agent=flashSAC`; these are the only groups that exist here.
@@ -192,61 +182,6 @@ def parse_overrides(overrides: list[str] | None) -> dict[str, Any]:
     return values
 
 
-def read_config_file(path: str) -> dict[str, Any]:
-    """A ``config.yaml`` as flat dotted keys -> values.
-
-    Raises:
-        CheckpointError: the file is missing or not a config written by these agents, naming it.
-    """
-    try:
-        tree = OmegaConf.to_container(OmegaConf.load(path))
-    except FileNotFoundError:
-        raise DamagedCheckpointError(f"{path} is missing", path, "missing") from None
-    except Exception as exc:  # noqa: BLE001 - any parse failure means the file is damaged
-        raise DamagedCheckpointError(f"cannot read {path} ({type(exc).__name__}): the file is damaged", path,
-                                     "unreadable") from None
-    if not isinstance(tree, dict):
-        raise DamagedCheckpointError(f"{path} is not a config file (expected a mapping of keys)", path, "unreadable")
-    return flatten(tree)  # type: ignore[arg-type]
-
-
-def _stored_config(load_path: str, framework: str) -> tuple[str, dict[str, Any]]:
-    """(checkpoint, its stored config) for a resume from ``load_path``, checked for the framework: the newest
-    checkpoint that verifies and whose config reads (``checkpoint.select_checkpoint``: a damaged one is moved aside
-    with a warning and the next older one is used).
-
-    Raises:
-        ConfigError: no checkpoint there (with the next commands), a checkpoint of the other framework (with the
-            converter command), another program's layout, or no readable stored config.
-    """
-    stored: dict[str, Any] = {}
-
-    def read(ckpt: str) -> None:
-        written_by = checkpoint_framework(ckpt)
-        if written_by is not None and written_by != framework:
-            raise ConfigError(
-                f"agent_load_path={load_path}: {ckpt} was written by the {written_by} agent, this is the {framework} "
-                f"agent; convert it first: {converter_command(ckpt, written_by, framework)}"
-            )
-        for path in (os.path.join(ckpt, CONFIG_FILE), os.path.join(run_dir_of_checkpoint(ckpt), CONFIG_FILE)):
-            if os.path.exists(path):
-                stored.clear()
-                stored.update(read_config_file(path))
-                return
-        raise ConfigError(f"agent_load_path={load_path}: no {CONFIG_FILE} in {ckpt} or its run directory, so the "
-                          "run's config cannot be restored")
-
-    try:
-        ckpt = select_checkpoint(load_path, read)
-    except NoCheckpointError as exc:
-        if os.path.exists(os.path.join(load_path, CONFIG_FILE)) and "nothing to resume" in str(exc):
-            raise ConfigError(no_checkpoint_message(load_path, start_over_command(load_path, framework))) from None
-        raise ConfigError(str(exc)) from None
-    except CheckpointError as exc:
-        raise ConfigError(str(exc)) from None
-    return ckpt, stored
-
-
 def start_over_command(run_dir: str, framework: str) -> str | None:
     """The command that starts a run without a complete checkpoint over in place with its own config (read from
     ``<run>/config.yaml``: every key that differs from what the defaults give), or None if that file is unusable."""
@@ -319,7 +254,10 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
     if load_path is not None:
         if not isinstance(load_path, str):
             raise ConfigError(f"invalid value {load_path!r} for 'agent_load_path' (expected str)")
-        ckpt, stored = _stored_config(load_path, framework)
+        try:
+            ckpt, stored = stored_config(load_path, framework)
+        except NothingToResume:
+            raise ConfigError(no_checkpoint_message(load_path, start_over_command(load_path, framework))) from None
         conflicts = resume_conflicts(stored, values)
         if conflicts:
             raise ConfigError(
@@ -345,7 +283,7 @@ def check_init_path(cfg: Config, framework: str) -> None:
     """
     if cfg.agent_init_path is None:
         return
-    from agent_common.start_from import resolve_init_source
+    from agent_common.runs.start_from import resolve_init_source
 
     try:
         resolve_init_source(cfg.agent_init_path, framework)

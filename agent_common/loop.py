@@ -17,31 +17,6 @@ import numpy as np
 from tqdm import tqdm
 
 from agent_common.buffer import ReplayBuffer
-from agent_common.checkpoint import (
-    AGENT_DIR,
-    BUFFER_FILE,
-    CONFIG_FILE,
-    LOOP_STATE_FILE,
-    CheckpointError,
-    DiskFullError,
-    atomic_pickle,
-    atomic_write_text,
-    checkpoint_dir,
-    commit_checkpoint_dir,
-    continue_lines,
-    directory_size,
-    is_disk_full,
-    latest_checkpoint,
-    load_newest,
-    non_finite_message,
-    prune_checkpoints,
-    read_checkpoint_file,
-    recover_checkpoints,
-    run_dir_of_checkpoint,
-    set_aside_newer,
-    warn,
-    write_checkpoint,
-)
 from agent_common.config import config_to_yaml, parse_args
 from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_states, step_env
 from agent_common.keys import Config, ConfigError
@@ -66,6 +41,33 @@ from agent_common.run import (
     prepare_run_dir,
     report_first_update,
 )
+from agent_common.runs.checkpoints import (
+    checkpoint_dir,
+    commit_checkpoint_dir,
+    latest_checkpoint,
+    load_newest,
+    non_finite_message,
+    prune_checkpoints,
+    recover_checkpoints,
+    set_aside_newer,
+    write_checkpoint,
+)
+from agent_common.runs.commands import continue_lines
+from agent_common.runs.files import (
+    AGENT_DIR,
+    BUFFER_FILE,
+    CONFIG_FILE,
+    LOOP_STATE_FILE,
+    CheckpointError,
+    DiskFullError,
+    atomic_pickle,
+    atomic_write_text,
+    directory_size,
+    is_disk_full,
+    read_checkpoint_file,
+    warn,
+)
+from agent_common.runs.rundir import run_dir_of_checkpoint
 from agent_common.seeding import BUFFER_STREAM, NOISE_STREAM, WARMUP_STREAM
 from agent_common.validation import check_training_run
 from agent_common.video import RunVideos, run_videos
@@ -341,7 +343,7 @@ class _Loop:
         Returns:
             One line for the run's log naming the source and what was taken from it.
         """
-        from agent_common.start_from import resolve_init_source
+        from agent_common.runs.start_from import resolve_init_source
 
         source = resolve_init_source(path, framework)
         self.agent.start_from(source.agent_dir, load_optimizer=self.cfg.agent_init_optimizer)

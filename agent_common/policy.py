@@ -26,10 +26,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agent_common.checkpoint import AGENT_DIR, LOOP_STATE_FILE, CheckpointError, read_checkpoint_file
 from agent_common.config import load_config
 from agent_common.envs import evaluate, make_env, make_vec_env, set_env_states
 from agent_common.keys import Config, ConfigError
+from agent_common.runs.files import AGENT_DIR, LOOP_STATE_FILE, CheckpointError, read_checkpoint_file
 
 __all__ = ["Policy", "evaluate_main", "load_policy", "run_episodes"]
 
@@ -87,7 +87,7 @@ class Policy:
 
 
 def _checkpoint_of(path: str) -> str:
-    from agent_common.checkpoint import candidate_checkpoints
+    from agent_common.runs.checkpoints import candidate_checkpoints
 
     return candidate_checkpoints(path)[0]
 

@@ -12,15 +12,10 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from agent_common.checkpoint import (
-    CheckpointError,
-    holds_run,
-    run_dir_of_checkpoint,
-    run_dir_taken_message,
-    set_aside_incomplete_run,
-)
 from agent_common.keys import Config, ConfigError, budget_defaults
 from agent_common.logger import RunLogger, UpdateTimeline
+from agent_common.runs.files import CheckpointError
+from agent_common.runs.rundir import holds_run, run_dir_of_checkpoint, run_dir_taken_message, set_aside_incomplete_run
 from agent_common.validation import check_training_run
 
 __all__ = [

@@ -28,24 +28,6 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from agent_common.checkpoint import (
-    AGENT_DIR,
-    BUFFER_FILE,
-    CONFIG_FILE,
-    LOOP_STATE_FILE,
-    CheckpointError,
-    atomic_pickle,
-    atomic_write_text,
-    directory_size,
-    latest_checkpoint,
-    load_newest,
-    read_checkpoint_file,
-    recover_checkpoints,
-    run_dir_of_checkpoint,
-    set_aside_newer,
-    warn,
-    write_checkpoint,
-)
 from agent_common.config import config_to_yaml
 from agent_common.keys import Config, ConfigError
 from agent_common.logger import AverageMeter, RunLogger, UpdateTimeline, launch_time
@@ -58,6 +40,26 @@ from agent_common.run import (
     prepare_run_dir,
     report_first_update,
 )
+from agent_common.runs.checkpoints import (
+    latest_checkpoint,
+    load_newest,
+    recover_checkpoints,
+    set_aside_newer,
+    write_checkpoint,
+)
+from agent_common.runs.files import (
+    AGENT_DIR,
+    BUFFER_FILE,
+    CONFIG_FILE,
+    LOOP_STATE_FILE,
+    CheckpointError,
+    atomic_pickle,
+    atomic_write_text,
+    directory_size,
+    read_checkpoint_file,
+    warn,
+)
+from agent_common.runs.rundir import run_dir_of_checkpoint
 from agent_common.video import RunVideos, recording_on, run_videos
 from agent_common.wandb_logger import logger_options
 

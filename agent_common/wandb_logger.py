@@ -14,7 +14,7 @@ import os
 import secrets
 from typing import Any
 
-from agent_common.checkpoint import atomic_write_text
+from agent_common.runs.files import atomic_write_text
 
 __all__ = ["RUN_ID_FILE", "WandbSink", "logger_options"]
 

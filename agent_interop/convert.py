@@ -31,7 +31,7 @@ def _checkpoint_dims(src: str, source: str) -> tuple[int, int]:
         state = torch.load(os.path.join(agent_dir, "actor.pt"), map_location="cpu", weights_only=False)
         weights = state["network_state_dict"]
         return int(weights["input_bn.weight"].shape[0]), int(weights["mean_bias"].shape[0])
-    from agent_common.checkpoint import load_pickle
+    from agent_common.runs.files import load_pickle
 
     params = load_pickle(os.path.join(agent_dir, "actor.pkl"))["params"]
     return int(np.shape(params["input_bn"]["weight"])[0]), int(np.shape(params["mean_bias"])[0])
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent_torch.agent import FlashSACAgent as TorchAgent
 
     source = args.direction.split("-")[0]
-    from agent_common.upstream_layout import is_upstream_checkpoint, upstream_checkpoints_in
+    from agent_common.runs.upstream_layout import is_upstream_checkpoint, upstream_checkpoints_in
 
     if is_upstream_checkpoint(args.src) or upstream_checkpoints_in(args.src):
         src = args.src if is_upstream_checkpoint(args.src) else upstream_checkpoints_in(args.src)[0]

@@ -440,11 +440,11 @@ def _convert_dir(src: str, dst: str, load_agent: Any, save_agent: Any, convert: 
     latest complete checkpoint)."""
     is_agent_dir = any(os.path.exists(os.path.join(src, f"actor.{ext}")) for ext in ("pt", "pkl"))
     if not is_agent_dir and not os.path.isdir(os.path.join(src, CHECKPOINT_AGENT_DIR)):
-        from agent_common.checkpoint import resolve_checkpoint
+        from agent_common.runs.checkpoints import resolve_checkpoint
 
         src = resolve_checkpoint(src)  # a run directory -> <run>/checkpoints/step<N>; FileNotFoundError otherwise
     if os.path.isdir(os.path.join(src, CHECKPOINT_AGENT_DIR)):
-        from agent_common.checkpoint import COMPLETE_FILE, verify_checkpoint, write_manifest
+        from agent_common.runs.manifest import COMPLETE_FILE, verify_checkpoint, write_manifest
 
         if os.path.exists(os.path.join(src, COMPLETE_FILE)):
             verify_checkpoint(src)  # a damaged source is refused (DamagedCheckpointError names the file)
@@ -578,7 +578,7 @@ def agent_dir_of(path: str) -> str:
     """The directory holding ``actor.pt`` / ``actor.pkl`` for an agent, training-checkpoint or run directory."""
     if not any(os.path.exists(os.path.join(path, f"actor.{ext}")) for ext in ("pt", "pkl")):
         if not os.path.isdir(os.path.join(path, CHECKPOINT_AGENT_DIR)):
-            from agent_common.checkpoint import resolve_checkpoint
+            from agent_common.runs.checkpoints import resolve_checkpoint
 
             path = resolve_checkpoint(path)
         path = os.path.join(path, CHECKPOINT_AGENT_DIR)

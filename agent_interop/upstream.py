@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from agent_common.checkpoint import AGENT_DIR, LOOP_STATE_FILE, atomic_pickle, atomic_write_text, load_pickle
-from agent_common.upstream_layout import (
+from agent_common.runs.files import AGENT_DIR, LOOP_STATE_FILE, atomic_pickle, atomic_write_text, load_pickle
+from agent_common.runs.upstream_layout import (
     IMPORTED_FILE,
     REWARD_NORMALIZER_FILE,
     UPSTREAM_FILES,

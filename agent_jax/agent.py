@@ -16,9 +16,9 @@ import numpy as np
 import optax
 
 from agent_common.buffer import RowStorage, flat_batch
-from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
 from agent_common.keys import Config, target_entropy
 from agent_common.protocol import Capabilities
+from agent_common.runs.files import atomic_pickle, read_checkpoint_file
 from agent_common.seeding import BUFFER_STREAM
 from agent_jax import parallel
 from agent_jax.amp import resolve_amp_dtype

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agent_common.checkpoint import atomic_write
 from agent_common.policy import Policy
 from agent_common.policy import load_policy as _load_policy
+from agent_common.runs.files import atomic_write
 from agent_jax.step import policy_actions
 
 __all__ = ["agent_factory", "export_actor", "load_exported", "load_policy"]

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from agent_common.buffer import RowStorage, flat_batch, flat_widths
-from agent_common.checkpoint import atomic_write, read_checkpoint_file
 from agent_common.keys import Config, target_entropy
 from agent_common.protocol import Capabilities
+from agent_common.runs.files import atomic_write, read_checkpoint_file
 from agent_torch import distributed
 from agent_torch.amp import DeviceLossScaler, resolve_amp_dtype
 from agent_torch.graphs import GraphCache, resolve_cuda_graph
@@ -463,7 +463,7 @@ class FlashSACAgent:
         """Restores ``save`` output (optimizers, schedulers and scaler only if ``load_optimizer``).
 
         Raises:
-            agent_common.checkpoint.CheckpointError: a file is missing or damaged; the message names the file.
+            agent_common.runs.files.CheckpointError: a file is missing or damaged; the message names the file.
             RuntimeError: networks of another architecture (torch's ``load_state_dict`` message).
         """
         for name, net in self._networks().items():
@@ -494,7 +494,7 @@ class FlashSACAgent:
         counter and LR schedules start at 0.
 
         Raises:
-            agent_common.checkpoint.CheckpointError / RuntimeError: as ``load``.
+            agent_common.runs.files.CheckpointError / RuntimeError: as ``load``.
         """
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None

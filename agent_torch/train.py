@@ -68,7 +68,7 @@ def _main_replicated(argv: list[str], factory: Callable[[], AgentFactory]) -> in
     with one line saying so and where the intact checkpoints are."""
     import torch.distributed as dist
 
-    from agent_common.checkpoint import latest_checkpoint
+    from agent_common.runs.checkpoints import latest_checkpoint
     from agent_torch.distributed import init_replicas
 
     cfg = parse_args(argv, framework="torch", prog="torchrun ... -m agent_torch.train")

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from agent_common import checkpoint as checkpoint_module
 from agent_common import loop as loop_module
 from agent_common.config import ConfigError, load_config
 from agent_common.loop import train
 from agent_common.noise import ZetaNoise
+from agent_common.runs import files as run_files
 from agent_common.seeding import NOISE_STREAM
 
 TINY = [
@@ -129,7 +129,7 @@ def test_by_default_the_actions_come_from_the_updated_policy(tmp_path, monkeypat
 def test_a_resumed_run_continues_exactly_and_keeps_the_key(framework, path, tmp_path):
     """40 steps straight, and the same run resumed from its step-20 checkpoint (taken with an action pending), end
     with the same agent, loop state (the pending action is the checkpoint's ``next_action``) and replay rows."""
-    from agent_common.config import read_config_file
+    from agent_common.runs.files import read_config_file
     from tests.agent_test_utils import assert_nested_equal
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
@@ -140,7 +140,7 @@ def test_a_resumed_run_continues_exactly_and_keeps_the_key(framework, path, tmp_
     assert result.status == "completed"
     assert read_config_file(str(straight / "config.yaml"))["agent.act_before_update"] is True
     step20 = straight / "checkpoints" / "step20"
-    assert checkpoint_module.load_pickle(str(step20 / "loop_state.pkl"))["next_action"] is not None
+    assert run_files.load_pickle(str(step20 / "loop_state.pkl"))["next_action"] is not None
     cfg = load_config([f"agent_load_path={step20}", f"save_path={resumed}"], framework)
     assert cfg.agent.act_before_update is True
     again = train(cfg, factory)
@@ -150,20 +150,20 @@ def test_a_resumed_run_continues_exactly_and_keeps_the_key(framework, path, tmp_
         load = functools.partial(torch.load, weights_only=False)
         names = ["actor.pt", "agent_state.pt", "critic.pt", "target_critic.pt", "temperature.pt"]
     else:
-        load = checkpoint_module.load_pickle
+        load = run_files.load_pickle
         names = ["actor.pkl", "agent_state.pkl", "critic.pkl", "target_critic.pkl", "temperature.pkl"]
     for name in names:
         state_a, state_b = load(str(a / "agent" / name)), load(str(b / "agent" / name))
         if name.startswith("agent_state"):
             state_a.pop("cuda_rng_state", None), state_b.pop("cuda_rng_state", None)
         assert_nested_equal(state_a, state_b, name)
-    loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
-    loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+    loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))
+    loop_b = run_files.load_pickle(str(b / "loop_state.pkl"))
     for key in ("noise", "reward_normalizer", "observation", "num_updates", "meter", "next_action", "buffer"):
         assert_nested_equal(loop_a[key], loop_b[key], key)
     assert loop_a["next_action"] is not None
-    assert_nested_equal(checkpoint_module.load_pickle(str(a / "replay_buffer.pkl")),
-                        checkpoint_module.load_pickle(str(b / "replay_buffer.pkl")), "replay_buffer")
+    assert_nested_equal(run_files.load_pickle(str(a / "replay_buffer.pkl")),
+                        run_files.load_pickle(str(b / "replay_buffer.pkl")), "replay_buffer")
 
 
 @pytest.mark.parametrize("overrides,fragment", [

@@ -576,7 +576,7 @@ def _tiny_run(tmp_path, name, seed, extra=()):
     )
     log: list = []
     result = train(cfg, _record_factory(log))
-    buffer = __import__("agent_common.checkpoint", fromlist=["load_pickle"]).load_pickle(
+    buffer = __import__("agent_common.runs.files", fromlist=["load_pickle"]).load_pickle(
         os.path.join(result.checkpoint, "replay_buffer.pkl")
     )
     return log, buffer

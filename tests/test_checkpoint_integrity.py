@@ -78,7 +78,7 @@ def _copy(base_runs, framework, tmp_path):
 # ----------------------------------------------------------------------------------------------- the manifest
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_every_checkpoint_has_a_manifest_of_all_its_files(base_runs, framework, tmp_path):
-    from agent_common.checkpoint import read_manifest
+    from agent_common.runs.manifest import read_manifest
 
     for ckpt in _copy(base_runs, framework, tmp_path)[1:]:
         entries = read_manifest(str(ckpt))
@@ -173,7 +173,7 @@ def test_a_legacy_checkpoint_with_a_damaged_config_falls_back(base_runs, tmp_pat
 def test_mjx_driver_manifest_and_fallback(tmp_path, monkeypatch, capsys):
     """The MJX driver (agent_common.vector_loop, with the framework-free fake trainer) writes the same manifest
     and falls back the same way."""
-    from agent_common.checkpoint import verify_checkpoint
+    from agent_common.runs.manifest import verify_checkpoint
     from agent_common.vector_loop import train_vector
     from tests.test_vector_loop import BASE, FakeTrainer
 
@@ -193,7 +193,7 @@ def test_mjx_driver_manifest_and_fallback(tmp_path, monkeypatch, capsys):
 
 def test_converter_writes_a_new_manifest(base_runs, tmp_path):
     """A converted training checkpoint verifies (its agent files are new, so is its manifest)."""
-    from agent_common.checkpoint import verify_checkpoint
+    from agent_common.runs.manifest import verify_checkpoint
     from agent_interop.convert import main as convert
 
     out = tmp_path / "jax"
@@ -233,7 +233,7 @@ def test_an_upstream_checkpoint_is_named_with_the_conversion_command_and_never_m
 
 
 def test_this_projects_agent_directory_is_not_called_foreign(base_runs, tmp_path):
-    from agent_common.checkpoint import detect_foreign_layout
+    from agent_common.runs.checkpoints import detect_foreign_layout
 
     _, older, _ = _copy(base_runs, "torch", tmp_path)
     assert detect_foreign_layout(str(older / "agent")) is None and detect_foreign_layout(str(older)) is None
@@ -247,14 +247,14 @@ class _Killed(BaseException):
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_a_kill_during_the_first_checkpoint_is_no_dead_end(framework, tmp_path, monkeypatch, capsys):
-    from agent_common import checkpoint
+    from agent_common.runs import checkpoints
 
     run = tmp_path / "run"
 
     def killed(directory):
         raise _Killed
 
-    monkeypatch.setattr(checkpoint, "write_manifest", killed)  # every file written, the manifest not yet
+    monkeypatch.setattr(checkpoints, "write_manifest", killed)  # every file written, the manifest not yet
     overrides = [*_overrides(framework), f"save_path={run}"]  # the budget stop writes the first checkpoint
     with pytest.raises(_Killed):
         _cli(framework, overrides, capsys)

@@ -130,7 +130,7 @@ TINY = [
 def test_tiny_run_resumes_exactly(tmp_path, framework):
     """60 env steps with updates from step 15, evaluated every 30 steps; the run resumed from its step-30 checkpoint
     ends with the same evaluations and the same replay rows (the DMC env state travels in the checkpoint)."""
-    from agent_common import checkpoint as checkpoint_module
+    from agent_common.runs import files as run_files
 
     if framework == "torch":
         from agent_torch.agent import make_agent
@@ -150,7 +150,7 @@ def test_tiny_run_resumes_exactly(tmp_path, framework):
     again = train(cfg, make_agent)
     assert again.env_step == 60 and again.evaluations == result.evaluations[-len(again.evaluations):]
     a, b = straight / "checkpoints" / "step60", resumed / "checkpoints" / "step60"
-    loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
-    loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+    loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))
+    loop_b = run_files.load_pickle(str(b / "loop_state.pkl"))
     for key in ("observation", "train_envs", "eval_envs"):
         assert_nested_equal(loop_a[key], loop_b[key], key)

@@ -18,9 +18,10 @@ import sys
 import pytest
 import torch
 
-from agent_common import checkpoint as checkpoint_module
 from agent_common.config import ConfigError, config_to_yaml, load_config
 from agent_common.loop import run_cli, train
+from agent_common.runs import files as run_files
+from agent_common.runs import manifest as run_manifest
 from agent_torch.agent import make_agent
 from tests.agent_test_utils import REPO
 
@@ -190,7 +191,7 @@ def test_foreign_checkpoint_points_to_the_converter(run_copy):
     agent_dir = run_copy / "checkpoints" / "step60" / "agent"
     for name in os.listdir(agent_dir):
         os.replace(agent_dir / name, agent_dir / name.replace(".pt", ".pkl"))  # what the JAX agent writes
-    checkpoint_module.write_manifest(str(run_copy / "checkpoints" / "step60"))  # an intact checkpoint of the other
+    run_manifest.write_manifest(str(run_copy / "checkpoints" / "step60"))  # an intact checkpoint of the other
     with pytest.raises(ConfigError) as info:
         load_config([f"agent_load_path={run_copy}"], "torch")
     assert "written by the jax agent" in str(info.value)
@@ -245,7 +246,7 @@ def test_files_follow_the_umask(tmp_path):
 
 
 def test_disk_full_says_so_and_removes_the_partial_checkpoint(tmp_path, monkeypatch, capsys):
-    real_mkstemp = checkpoint_module.tempfile.mkstemp
+    real_mkstemp = run_files.tempfile.mkstemp
 
     def full_disk_for_checkpoints(*args, **kwargs):
         fd, path = real_mkstemp(*args, **kwargs)
@@ -254,7 +255,7 @@ def test_disk_full_says_so_and_removes_the_partial_checkpoint(tmp_path, monkeypa
             fd = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
         return fd, path
 
-    monkeypatch.setattr(checkpoint_module.tempfile, "mkstemp", full_disk_for_checkpoints)
+    monkeypatch.setattr(run_files.tempfile, "mkstemp", full_disk_for_checkpoints)
     run = tmp_path / "r"
     with pytest.raises(OSError, match="No space left on device"):
         train(load_config([*TINY, f"save_path={run}"], "torch"), make_agent)
@@ -314,8 +315,9 @@ def test_strict_backend_that_cannot_run_ends_with_one_line(tmp_path):
 def test_stored_config_round_trips(tmp_path):
     cfg = load_config([*TINY, f"save_path={tmp_path}"], "torch")
     (tmp_path / "config.yaml").write_text(config_to_yaml(cfg))
-    from agent_common.config import build_config, read_config_file
+    from agent_common.config import build_config
     from agent_common.keys import config_to_dict, flatten
+    from agent_common.runs.files import read_config_file
 
     again = build_config(read_config_file(str(tmp_path / "config.yaml")), "torch")
     assert flatten(config_to_dict(again)) == flatten(config_to_dict(cfg))
@@ -338,7 +340,7 @@ def test_resume_with_the_device_replay_is_exact(tmp_path, framework):
         from agent_jax.agent import make_agent as factory  # type: ignore[assignment]
 
         overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + ["agent.buffer_max_length=64"]
-        load = checkpoint_module.load_pickle
+        load = run_files.load_pickle
         agent_files = ["actor.pkl", "agent_state.pkl", "critic.pkl", "target_critic.pkl", "temperature.pkl"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     result = train(load_config([*overrides, f"save_path={straight}", "keep_checkpoints=4"], framework), factory)
@@ -353,13 +355,13 @@ def test_resume_with_the_device_replay_is_exact(tmp_path, framework):
         if name.startswith("agent_state"):
             state_a.pop("cuda_rng_state", None), state_b.pop("cuda_rng_state", None)
         assert_nested_equal(state_a, state_b, name)
-    loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
-    loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+    loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))
+    loop_b = run_files.load_pickle(str(b / "loop_state.pkl"))
     for key in ("noise", "reward_normalizer", "observation", "num_updates", "meter", "next_action", "buffer"):
         assert_nested_equal(loop_a[key], loop_b[key], key)
     assert loop_a["next_action"] is not None
-    assert_nested_equal(checkpoint_module.load_pickle(str(a / "replay_buffer.pkl")),
-                        checkpoint_module.load_pickle(str(b / "replay_buffer.pkl")), "replay_buffer")
+    assert_nested_equal(run_files.load_pickle(str(a / "replay_buffer.pkl")),
+                        run_files.load_pickle(str(b / "replay_buffer.pkl")), "replay_buffer")
 
 
 def test_jax_resume_from_the_warm_up_is_exact(tmp_path, monkeypatch):
@@ -387,17 +389,17 @@ def test_jax_resume_from_the_warm_up_is_exact(tmp_path, monkeypatch):
     result = train(load_config([*overrides, f"save_path={stopped}"], "jax"), factory)
     monkeypatch.setattr(loop_module, "step_env", step_env)
     assert result.status == "interrupted" and result.env_step == 8 and result.checkpoint.endswith("step8")
-    saved = checkpoint_module.load_pickle(os.path.join(result.checkpoint, "replay_buffer.pkl"))
+    saved = run_files.load_pickle(os.path.join(result.checkpoint, "replay_buffer.pkl"))
     assert saved["size"] == 8
     again = train(load_config([f"agent_load_path={result.checkpoint}", f"save_path={resumed}"], "jax"), factory)
     assert again.status == "completed" and again.env_step == 60
     a, b = straight / "checkpoints" / "step60", resumed / "checkpoints" / "step60"
     for name in ["actor.pkl", "agent_state.pkl", "critic.pkl", "target_critic.pkl", "temperature.pkl"]:
-        assert_nested_equal(checkpoint_module.load_pickle(str(a / "agent" / name)),
-                            checkpoint_module.load_pickle(str(b / "agent" / name)), name)
+        assert_nested_equal(run_files.load_pickle(str(a / "agent" / name)),
+                            run_files.load_pickle(str(b / "agent" / name)), name)
     for name in ["loop_state.pkl", "replay_buffer.pkl"]:
-        state_a = checkpoint_module.load_pickle(str(a / name))
-        state_b = checkpoint_module.load_pickle(str(b / name))
+        state_a = run_files.load_pickle(str(a / name))
+        state_b = run_files.load_pickle(str(b / name))
         if name == "loop_state.pkl":
             state_a = {k: state_a[k] for k in ("noise", "reward_normalizer", "observation", "num_updates", "meter",
                                                "next_action", "buffer")}
@@ -470,7 +472,7 @@ def test_background_initial_evaluation_equals_the_sequential_run(tmp_path, monke
         from agent_jax.agent import make_agent as factory  # type: ignore[assignment]
 
         overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + ["agent.buffer_max_length=64"]
-        release_at, load = 20, checkpoint_module.load_pickle
+        release_at, load = 20, run_files.load_pickle
     overrides += ["num_eval_episodes=2", "evaluation_per_interaction_step=30",
                   "save_checkpoint_per_interaction_step=30"]
     first, background = tmp_path / "first", tmp_path / "background"
@@ -490,8 +492,8 @@ def test_background_initial_evaluation_equals_the_sequential_run(tmp_path, monke
         for name in sorted(os.listdir(a / "agent")):
             state_a, state_b = load(str(a / "agent" / name)), load(str(b / "agent" / name))
             assert_nested_equal(state_a, state_b, f"{step}/{name}")
-        loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
-        loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+        loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))
+        loop_b = run_files.load_pickle(str(b / "loop_state.pkl"))
         loop_a.pop("config_yaml"), loop_b.pop("config_yaml")  # names the run directory
         assert_nested_equal(loop_a, loop_b, f"{step}/loop_state")
 
@@ -533,8 +535,8 @@ def test_a_stop_while_the_initial_evaluation_runs_waits_for_it(tmp_path, monkeyp
     assert "waiting for the initial evaluation to finish" in capsys.readouterr().err
     assert result.status == expected.status == "interrupted" and result.env_step == expected.env_step == 3
     assert result.evaluations == expected.evaluations and result.evaluations[0][0] == 0
-    loop_a = checkpoint_module.load_pickle(os.path.join(expected.checkpoint, "loop_state.pkl"))
-    loop_b = checkpoint_module.load_pickle(os.path.join(result.checkpoint, "loop_state.pkl"))
+    loop_a = run_files.load_pickle(os.path.join(expected.checkpoint, "loop_state.pkl"))
+    loop_b = run_files.load_pickle(os.path.join(result.checkpoint, "loop_state.pkl"))
     assert loop_b["last_eval_step"] == 0 and loop_b["last_eval_return"] == expected.evaluations[0][1]["avg_return"]
     loop_a.pop("config_yaml"), loop_b.pop("config_yaml")
     assert_nested_equal(loop_a, loop_b, "loop_state")

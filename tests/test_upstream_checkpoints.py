@@ -364,8 +364,8 @@ def test_init_path_config_checks(imported_dirs, tmp_path):
 def test_training_run_starts_from_the_imported_weights(imported_dirs, tmp_path, capfd):
     """A tiny torch run with agent_init_path: a new run directory, the source named on stderr and in config.yaml,
     the imported reward normaliser continued (count 300 + this run's steps), the update counter from 0."""
-    from agent_common.checkpoint import load_pickle
     from agent_common.loop import train
+    from agent_common.runs.files import load_pickle
     from agent_torch.agent import make_agent
 
     run_dir = tmp_path / "run"

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent_common.checkpoint import atomic_pickle, load_pickle
 from agent_common.config import build_config
 from agent_common.logger import read_eval_csv
+from agent_common.runs.files import atomic_pickle, load_pickle
 from agent_common.vector_loop import interaction_steps_per_call, train_vector
 from simulators import mjx
 

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.skipif(ctypes.util.find_library("OSMesa") is None,
 
 import numpy as np  # noqa: E402
 
-from agent_common import checkpoint as checkpoint_module  # noqa: E402
 from agent_common.config import load_config  # noqa: E402
 from agent_common.loop import train  # noqa: E402
+from agent_common.runs import files as run_files  # noqa: E402
 from tests.agent_test_utils import assert_nested_equal  # noqa: E402
 
 TINY = [
@@ -114,8 +114,8 @@ def test_dmc_videos_and_a_resumed_run_records_the_same_steps_and_frames(tmp_path
           make_agent)
     assert sorted(os.listdir(resumed / "videos")) == [names[2]]
     np.testing.assert_array_equal(read_video_frames(str(resumed / "videos" / names[2])), frames[names[2]])
-    a = checkpoint_module.load_pickle(str(straight / "checkpoints" / "step60" / "loop_state.pkl"))
-    b = checkpoint_module.load_pickle(str(resumed / "checkpoints" / "step60" / "loop_state.pkl"))
+    a = run_files.load_pickle(str(straight / "checkpoints" / "step60" / "loop_state.pkl"))
+    b = run_files.load_pickle(str(resumed / "checkpoints" / "step60" / "loop_state.pkl"))
     assert a["videos"]["last_step"] == 60 and a["videos"]["num_videos"] == 3
     assert_nested_equal(a["videos"], b["videos"], "videos")
 
