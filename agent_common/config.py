@@ -56,6 +56,7 @@ __all__ = [
     "load_config",
     "parse_args",
     "parse_overrides",
+    "with_save_path",
 ]
 
 # Upstream selects config groups with `env=mujoco` / `agent=flashSAC`; these are the only groups that exist here.
@@ -334,6 +335,13 @@ def parse_args(
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def with_save_path(cfg: Config, save_path: str) -> Config:
+    """``cfg`` with another run directory (resolved and frozen like it): a torchrun launch shares replica 0's."""
+    changed = dataclasses.replace(cfg, save_path=save_path)
+    changed._freeze()
+    return changed
 
 
 def config_to_yaml(cfg: Config) -> str:

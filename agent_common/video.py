@@ -473,7 +473,7 @@ def run_videos(cfg: Config, run_dir: str, trainer: object = None) -> RunVideos |
     """The run's ``RunVideos`` when ``recording_on(cfg)``; None (no renderer, no rendering env) otherwise.
 
     Args:
-        trainer: None for the gymnasium loop; the device env types' ``VectorTrainer`` (its ``recording_model``
+        trainer: None for the host stepper; a device simulator's ``DeviceTrainer`` (its ``recording_model``
             and ``record_round``).
     """
     return RunVideos(cfg, run_dir, trainer) if recording_on(cfg) else None

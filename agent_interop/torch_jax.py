@@ -88,7 +88,7 @@ HYPERPARAMETER_KEYS = ("learning_rate_init", "learning_rate_peak", "learning_rat
                        "actor_update_period", "actor_bc_alpha", "temp_target_entropy", "temp_target_sigma",
                        "use_amp")
 """``agent.*`` keys that must agree for the converted optimizer state to continue the same training."""
-CHECKPOINT_AGENT_DIR = "agent"  # agent_common.loop: <step dir>/agent/ holds the agent files, the rest is framework-free
+CHECKPOINT_AGENT_DIR = "agent"  # agent_common.runs: <step dir>/agent/ holds the agent files, the rest is framework-free
 
 
 class ConversionError(ValueError):

@@ -19,7 +19,7 @@ import argparse
 import sys
 
 from agent_common.keys import FRAMEWORKS
-from agent_common.loop import AgentFactory
+from agent_common.protocol import AgentFactory
 from simulators import DEVICE, simulator
 
 
@@ -28,7 +28,7 @@ def _factory(agent: str):
     becomes a config error, as in the agents' own CLIs)."""
 
     def make() -> AgentFactory:
-        from agent_common.loop import strict_backend_as_config_error
+        from agent_common.protocol import strict_backend_as_config_error
         from agent_interop.torch_jax import make_agent_from_torch_init, make_torch_agent_from_jax_init
 
         if agent == "jax":
@@ -55,13 +55,13 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = parse_args(rest, framework=known.agent, prog="python -m agent_interop.train")  # exits 2 on a bad key
     if simulator(cfg.env.env_type).STEPPER == DEVICE:
-        ap.error(f"--init-from: expected env.env_type=mujoco or dmc (the gymnasium loop), got env.env_type="
-                 f"{cfg.env.env_type}, whose vectorised trainer builds its own agent")
+        ap.error(f"--init-from: expected a host simulator (env.env_type=mujoco, dmc or myosuite), got "
+                 f"env.env_type={cfg.env.env_type}, whose device trainer builds its own agent")
     if known.agent == "jax":
-        from agent_jax.train import main as train_main
+        from agent_jax.train import run
     else:
-        from agent_torch.train import main as train_main
-    return train_main(rest, factory=_factory(known.agent))
+        from agent_torch.train import run
+    return run(cfg, factory=_factory(known.agent))
 
 
 if __name__ == "__main__":

@@ -600,5 +600,5 @@ def _check_structure(template: Any, loaded: Any, path: str) -> None:
 
 
 def make_agent(cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> FlashSACAgent:
-    """Agent factory for ``agent_common.loop.train``."""
+    """Agent factory for the host stepper (``agent_common.host``)."""
     return FlashSACAgent(cfg, observation_space, action_space)

@@ -24,9 +24,9 @@ def load_policy(path: str, deterministic: bool = True, seed: int = 0, overrides:
     return _load_policy(path, "jax", agent_factory(), deterministic, seed, overrides)
 
 
-def agent_factory():  # noqa: ANN201  an agent_common.loop.AgentFactory
+def agent_factory():  # noqa: ANN201  an agent_common.protocol.AgentFactory
     """The agent factory (imported on the call), a strict backend that cannot run here as a ``ConfigError``."""
-    from agent_common.loop import strict_backend_as_config_error
+    from agent_common.protocol import strict_backend_as_config_error
     from agent_jax.agent import make_agent
     from jax_impl import BackendUnavailable
 

@@ -22,9 +22,9 @@ def load_policy(path: str, deterministic: bool = True, seed: int = 0, overrides:
     return _load_policy(path, "torch", agent_factory(), deterministic, seed, overrides)
 
 
-def agent_factory():  # noqa: ANN201  an agent_common.loop.AgentFactory
+def agent_factory():  # noqa: ANN201  an agent_common.protocol.AgentFactory
     """The agent factory (imported on the call), a strict backend that cannot run here as a ``ConfigError``."""
-    from agent_common.loop import strict_backend_as_config_error
+    from agent_common.protocol import strict_backend_as_config_error
     from agent_torch.agent import make_agent
     from torch_impl import BackendUnavailable
 

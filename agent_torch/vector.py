@@ -1,5 +1,5 @@
 """The torch agent on device-stepped environments (``env.env_type`` mjx, mujoco_playground or mjlab): the torch side
-of the vector driver (``agent_common.vector_loop``). MJX and MuJoCo Playground environments step in JAX and share
+of the device stepper (``agent_common.device``). MJX and MuJoCo Playground environments step in JAX and share
 device memory with torch through DLPack (``simulators.torch_view.TorchEnv``); mjlab's step in MuJoCo Warp and return
 torch tensors themselves (``simulators.mjlab_env.MjlabVecEnv``). The trainer takes either through one small
 interface, ``TorchVectorEnv``.
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from agent_common.keys import Config, ConfigError
-from agent_common.loop import strict_backend_as_config_error
+from agent_common.protocol import strict_backend_as_config_error
 from agent_common.seeding import NOISE_STREAM, WARMUP_STREAM
 from agent_torch.agent import FlashSACAgent, make_agent, resolve_device
 from agent_torch.distributed import local_device
@@ -105,7 +105,7 @@ class TorchVectorEnv(Protocol):
 
 
 class TorchVectorTrainer:
-    """The torch agent's ``VectorTrainer`` (``agent_common.vector_loop``) on device-stepped envs (see the module doc).
+    """The torch agent's ``DeviceTrainer`` (``agent_common.device``) on device-stepped envs (see the module doc).
 
     Args:
         cfg: the run's config (``env.env_type`` mjx, mujoco_playground or mjlab).
@@ -391,7 +391,7 @@ class TorchVectorTrainer:
 
 
 def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
-    """``VectorFactory`` of the torch agent: the envs (``_envs``), the agent and the trainer.
+    """``DeviceTrainerFactory`` of the torch agent: the envs (``_envs``), the agent and the trainer.
 
     Raises:
         ConfigError: ``agent.buffer_device_type=cpu`` (the replay rows live on the agent's device, with the envs),

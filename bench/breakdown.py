@@ -23,7 +23,7 @@ device batch through their public functions, each alone (torch eagerly, JAX each
 their sum exceeds the fused whole): ``actor step`` (with its optimiser step and weight projection), ``temperature
 step``, ``critic TD target``, ``critic step`` (the target included), ``target EMA``, ``weight normalisation`` (actor
 and critic), and ``eval action: agent.act`` against ``eval action: evaluation policy``
-(``agent_common.loop.evaluation_policy``, the host-side snapshot the evaluation acts with), both on one observation.
+(``agent_common.host.evaluation_policy``, the host-side snapshot the evaluation acts with), both on one observation.
 ``training step`` is the loop's step composed of the parts (act, env step, host work, sample, update); each part's
 share of it is in the report. ``--tiny`` runs on the CPU with tiny networks and reference backends: it tests the
 job; its numbers say nothing about a GPU.
@@ -156,7 +156,7 @@ def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats
     from agent_common.buffer import ReplayBuffer
     from agent_common.config import load_config
     from agent_common.envs import make_vec_env, step_env
-    from agent_common.loop import evaluation_policy
+    from agent_common.host import evaluation_policy
     from agent_common.noise import ZetaNoise
     from agent_common.normalizer import RewardNormalizer
     from agent_common.seeding import BUFFER_STREAM, NOISE_STREAM, WARMUP_STREAM

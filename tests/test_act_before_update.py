@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from agent_common import loop as loop_module
+from agent_common import host as host_module
 from agent_common.config import ConfigError, load_config
-from agent_common.loop import train
+from agent_common.driver import train
+from agent_common.host import host_trainer
 from agent_common.noise import ZetaNoise
 from agent_common.runs import files as run_files
 from agent_common.seeding import NOISE_STREAM
@@ -68,7 +69,7 @@ def _recorded_run(framework: str, path: str, tmp_path, monkeypatch, act_before_u
     executed: list[np.ndarray] = []
     references: list[np.ndarray] = []
     last = {}
-    step_env = loop_module.step_env
+    step_env = host_module.step_env
 
     def recording_step_env(envs, action):
         executed.append(np.array(action, copy=True))
@@ -76,7 +77,7 @@ def _recorded_run(framework: str, path: str, tmp_path, monkeypatch, act_before_u
         last["observation"] = np.array(result.reset_observation, copy=True)
         return result
 
-    monkeypatch.setattr(loop_module, "step_env", recording_step_env)
+    monkeypatch.setattr(host_module, "step_env", recording_step_env)
     make_agent = _make_agent(framework)
 
     def factory(config, observation_space, action_space):
@@ -100,7 +101,7 @@ def _recorded_run(framework: str, path: str, tmp_path, monkeypatch, act_before_u
         agent.update, agent.step = update_recorded, step_recorded
         return agent
 
-    result = train(cfg, factory)
+    result = train(cfg, host_trainer(factory))
     assert result.status == "completed" and result.env_step == 40
     return executed, references
 
@@ -136,14 +137,14 @@ def test_a_resumed_run_continues_exactly_and_keeps_the_key(framework, path, tmp_
     factory = _make_agent(framework)
     overrides = [path, "num_eval_episodes=1", "evaluation_per_interaction_step=20",
                  "save_checkpoint_per_interaction_step=20", "keep_checkpoints=4", "agent.act_before_update=true"]
-    result = train(_config(framework, *overrides, f"save_path={straight}"), factory)
+    result = train(_config(framework, *overrides, f"save_path={straight}"), host_trainer(factory))
     assert result.status == "completed"
     assert read_config_file(str(straight / "config.yaml"))["agent.act_before_update"] is True
     step20 = straight / "checkpoints" / "step20"
     assert run_files.load_pickle(str(step20 / "loop_state.pkl"))["next_action"] is not None
     cfg = load_config([f"agent_load_path={step20}", f"save_path={resumed}"], framework)
     assert cfg.agent.act_before_update is True
-    again = train(cfg, factory)
+    again = train(cfg, host_trainer(factory))
     assert again.env_step == 40 and again.evaluations == result.evaluations[-len(again.evaluations):]
     a, b = straight / "checkpoints" / "step40", resumed / "checkpoints" / "step40"
     if framework == "torch":
@@ -186,7 +187,7 @@ def test_refused_with_several_replicas(tmp_path):
 
     cfg = _config("torch", "agent.act_before_update=true", f"save_path={tmp_path}")
     with pytest.raises(ConfigError, match="agent.act_before_update=true is not supported with 2 data-parallel"):
-        loop_module._Loop(cfg, _make_agent("torch"), Replicas(rank=0, world_size=2))
+        host_module.HostStepper(cfg, _make_agent("torch"), Replicas(rank=0, world_size=2))
     assert not os.listdir(tmp_path)
 
 

@@ -403,7 +403,7 @@ def test_plot_command_writes_png(tmp_path):
 
 def test_agent_common_imports_no_framework():
     code = (
-        "import sys, agent_common, agent_common.loop, agent_common.plot, agent_common.envs; "
+        "import sys, agent_common, agent_common.driver, agent_common.plot, agent_common.envs; "
         "bad = [m for m in ('torch', 'jax', 'tensorflow') if m in sys.modules]; assert not bad, bad"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

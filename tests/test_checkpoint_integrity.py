@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 
 from agent_common import help, keys
+from agent_common.cli import Framework, run
 from agent_common.config import ConfigError, build_config, load_config, parse_args
-from agent_common.loop import run_cli, train
+from agent_common.driver import train
+from agent_common.host import host_trainer
 from simulators import mjx
 from tests.test_runs import TINY
 
@@ -45,7 +47,8 @@ def _overrides(framework: str) -> list[str]:
 def _cli(framework: str, overrides: list[str], capsys) -> tuple[int, str, str]:
     argv = [a for o in overrides for a in ("--overrides", o)]
     try:
-        code = run_cli(argv, framework, lambda: _make_agent(framework))
+        code = run(parse_args(argv, framework, prog=f"python -m agent_{framework}.train"),
+                   Framework(framework, lambda: _make_agent(framework)))
     except SystemExit as exc:
         code = int(exc.code)  # type: ignore[arg-type]
     out = capsys.readouterr()
@@ -59,7 +62,8 @@ def base_runs(tmp_path_factory):
     runs = {}
     for framework in ("torch", "jax"):
         run = tmp_path_factory.mktemp("runs") / framework
-        result = train(load_config([*_overrides(framework), f"save_path={run}"], framework), _make_agent(framework))
+        result = train(load_config([*_overrides(framework), f"save_path={run}"], framework),
+                       host_trainer(_make_agent(framework)))
         assert result.status == "budget" and result.env_step < 60
         older = f"step{result.env_step}"
         shutil.copytree(run / "checkpoints" / older, run / "checkpoints" / f"step{result.env_step + 100}")
@@ -171,21 +175,21 @@ def test_a_legacy_checkpoint_with_a_damaged_config_falls_back(base_runs, tmp_pat
 
 
 def test_mjx_driver_manifest_and_fallback(tmp_path, monkeypatch, capsys):
-    """The MJX driver (agent_common.vector_loop, with the framework-free fake trainer) writes the same manifest
+    """The device stepper (agent_common.device, with the framework-free fake trainer) writes the same manifest
     and falls back the same way."""
+    from agent_common.device import device_trainer
     from agent_common.runs.manifest import verify_checkpoint
-    from agent_common.vector_loop import train_vector
     from tests.test_vector_loop import BASE, FakeTrainer
 
     monkeypatch.setattr(mjx, "missing", lambda: [])
     cfg = build_config({**BASE, "save_path": str(tmp_path / "run")}, "jax")
-    train_vector(cfg, FakeTrainer, "jax")
+    train(cfg, device_trainer(FakeTrainer, "jax"))
     ckpts = tmp_path / "run" / "checkpoints"
     assert verify_checkpoint(str(ckpts / "step300")) is True
     _flip(ckpts / "step300" / "replay_buffer.pkl")
     resumed = build_config({**BASE, "save_path": str(tmp_path / "run"),
                                    "agent_load_path": str(tmp_path / "run")}, "jax")
-    result = train_vector(resumed, FakeTrainer, "jax")
+    result = train(resumed, device_trainer(FakeTrainer, "jax"))
     err = capsys.readouterr().err
     assert "replay_buffer.pkl does not match its SHA-256" in err and f"resumed from {ckpts / 'step240'}" in err
     assert (ckpts / "damaged" / "step300-checksum").is_dir() and result.env_step == 300
@@ -334,9 +338,9 @@ def test_absurd_derived_values_are_refused_naming_the_key(override, key, words, 
 
 
 def test_a_non_finite_loss_names_likely_causes_and_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
-    from agent_common import loop
+    from agent_common import host
 
-    real = loop.step_env
+    real = host.step_env
 
     def poisoned(envs, action):
         result = real(envs, action)
@@ -346,7 +350,7 @@ def test_a_non_finite_loss_names_likely_causes_and_the_last_good_checkpoint(tmp_
         return result
 
     poisoned.calls = 0
-    monkeypatch.setattr(loop, "step_env", poisoned)
+    monkeypatch.setattr(host, "step_env", poisoned)
     code, _, err = _cli("torch", [*TINY, f"save_path={tmp_path / 'r'}"], capsys)
     assert code == 1 and "Traceback" not in err
     assert "non-finite critic/loss" in err and "agent.learning_rate_peak=0.0003" in err and "reward scale" in err

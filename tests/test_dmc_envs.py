@@ -12,8 +12,9 @@ pytest.importorskip("shimmy")
 import numpy as np  # noqa: E402
 
 from agent_common.config import ConfigError, load_config  # noqa: E402
+from agent_common.driver import train  # noqa: E402
 from agent_common.envs import get_env_states, make_vec_env, set_env_states, step_env  # noqa: E402
-from agent_common.loop import train  # noqa: E402
+from agent_common.host import host_trainer  # noqa: E402
 from simulators import SIMULATORS, dmc  # noqa: E402
 from tests.agent_test_utils import assert_nested_equal  # noqa: E402
 
@@ -141,13 +142,13 @@ def test_tiny_run_resumes_exactly(tmp_path, framework):
 
         overrides = [*TINY, "agent.categorical_target_backend=jax"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    result = train(load_config([*overrides, f"save_path={straight}"], framework), make_agent)
+    result = train(load_config([*overrides, f"save_path={straight}"], framework), host_trainer(make_agent))
     assert result.status == "completed" and result.env_step == 60
     returns = [m["avg_return"] for _, m in result.evaluations]
     assert len(returns) == 3 and all(np.isfinite(returns))
     cfg = load_config([f"agent_load_path={straight / 'checkpoints' / 'step30'}", f"save_path={resumed}"], framework)
     assert cfg.env.env_type == "dmc" and cfg.env.env_name == TASK
-    again = train(cfg, make_agent)
+    again = train(cfg, host_trainer(make_agent))
     assert again.env_step == 60 and again.evaluations == result.evaluations[-len(again.evaluations):]
     a, b = straight / "checkpoints" / "step60", resumed / "checkpoints" / "step60"
     loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))

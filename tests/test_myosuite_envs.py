@@ -129,14 +129,15 @@ TINY = [
 
 
 def _tiny_run(framework: str, save_path):
-    from agent_common.loop import train
+    from agent_common.driver import train
+    from agent_common.host import host_trainer
 
     if framework == "torch":
         from agent_torch.agent import make_agent
     else:
         from agent_jax.agent import make_agent  # type: ignore[assignment]
     overrides = [*TINY, f"agent.categorical_target_backend={framework}"]
-    result = train(load_config([*overrides, f"save_path={save_path}"], framework), make_agent)
+    result = train(load_config([*overrides, f"save_path={save_path}"], framework), host_trainer(make_agent))
     assert result.status == "completed" and result.env_step == 60
     evaluations = [m for _, m in result.evaluations]
     assert len(evaluations) == 3 and all(np.isfinite(m["avg_return"]) for m in evaluations)
@@ -156,7 +157,8 @@ def test_tiny_jax_run(tmp_path):
 def test_tiny_torch_run_resumes_exactly(tmp_path):
     """The torch agent, as the JAX one; the run resumed from its step-30 checkpoint ends with the same evaluations
     and the same replay rows (the MyoSuite env state travels in the checkpoint)."""
-    from agent_common.loop import train
+    from agent_common.driver import train
+    from agent_common.host import host_trainer
     from agent_common.runs import files as run_files
     from tests.agent_test_utils import assert_nested_equal
 
@@ -165,7 +167,7 @@ def test_tiny_torch_run_resumes_exactly(tmp_path):
     result, make_agent = _tiny_run(framework, straight)
     cfg = load_config([f"agent_load_path={straight / 'checkpoints' / 'step30'}", f"save_path={resumed}"], framework)
     assert cfg.env.env_type == "myosuite" and cfg.env.env_name == TASK
-    again = train(cfg, make_agent)
+    again = train(cfg, host_trainer(make_agent))
     assert again.env_step == 60 and again.evaluations == result.evaluations[-len(again.evaluations):]
     a, b = straight / "checkpoints" / "step60", resumed / "checkpoints" / "step60"
     loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))
@@ -180,14 +182,15 @@ def test_tiny_torch_run_resumes_exactly(tmp_path):
 def test_tiny_run_records_evaluation_videos(tmp_path, monkeypatch):
     """record_video=true films MyoSuite's evaluation episodes from the model's first camera: videos at steps 0 and
     30 of a 30-step torch run, each one 20-step episode (20 frames, not blank)."""
-    from agent_common.loop import train
+    from agent_common.driver import train
+    from agent_common.host import host_trainer
     from agent_common.video import read_video_frames
     from agent_torch.agent import make_agent
 
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
     record = ["record_video=true", "record_size=32", "recording_per_interaction_step=30", "num_env_steps=30",
               "agent.categorical_target_backend=torch", f"save_path={tmp_path}"]
-    assert train(load_config([*TINY, *record], "torch"), make_agent).status == "completed"
+    assert train(load_config([*TINY, *record], "torch"), host_trainer(make_agent)).status == "completed"
     names = sorted(os.listdir(tmp_path / "videos"))
     assert names == ["eval_step000000000.mp4", "eval_step000000030.mp4"]
     for name in names:
