@@ -2,16 +2,17 @@
 
 ``python -m bench.config_path [--framework torch|jax] [--out DIR]`` runs a tiny CPU training run in this process
 (``python -m agent_<framework>.train --recipe smoke`` with a few hundred env steps, no evaluation) under
-``sys.settrace`` and records every call into a function of this repository's packages that receives the
-configuration as an argument: the argv list, a list of ``key=value`` override strings, a mapping of config values,
-or a ``Config`` / ``EnvConfig`` / ``AgentConfig``. It stops at the agent's first update (the first call of
-``update``, ``step`` or ``advance`` of an agent or vector trainer module) and prints the modules in call order,
-consecutive calls into the same module counted once (a "step"), and how many steps return to a module the
-configuration had already left. ``--out`` also writes ``results.json`` and ``results.md``.
+``sys.settrace`` and records every call into a function of this repository's packages that receives the configuration
+as an argument: the argv list, a list of ``key=value`` override strings, a mapping of config values, or a ``Config``
+/ ``EnvConfig`` / ``AgentConfig``. It stops at the agent's first update (the first call of ``update``, ``step`` or
+``advance`` of an agent or vector trainer module) and prints the modules in call order, consecutive calls into the
+same module counted once (a "step"), and how many steps return to a module the configuration had already left: for
+every such call, and for the calls that hand the configuration on (those another configuration-carrying call is made
+from; the lookups the path ends in, such as reading one key, left out). ``--out`` also writes ``results.json`` and
+``results.md``.
 
 It reads only the interpreter's call events, so it runs unchanged on an older checkout of this repository (copy the
-file there and run it from that checkout's root), which is how the before/after lists are compared.
-"""
+file there and run it from that checkout's root), which is how the before/after lists are compared."""
 
 from __future__ import annotations
 
@@ -55,15 +56,22 @@ def _is_config(value: Any) -> bool:
     return False
 
 
-def trace(framework: str, workdir: str) -> list[tuple[str, str]]:
-    """(module, function) of every configuration-carrying call from ``main(argv)`` to the first update."""
+def trace(framework: str, workdir: str) -> list[tuple[str, str, int]]:
+    """(module, function, index of the nearest configuration-carrying caller or -1) of every configuration-carrying
+    call from ``main(argv)`` to the first update."""
     root = os.path.abspath(os.getcwd())
-    calls: list[tuple[str, str]] = []
+    calls: list[tuple[str, str, int]] = []
+    live: dict[int, int] = {}  # id of a running configuration-carrying frame -> its index in calls
     argv = ["--recipe", "smoke", "--overrides", "num_env_steps=400", "--overrides", "agent.buffer_min_length=200",
             "--overrides", "agent.sample_batch_size=32", "--overrides", "num_eval_episodes=0",
             "--overrides", "progress_bar=false", "--overrides", f"save_path={workdir}/run"]
 
-    def tracer(frame: Any, event: str, arg: Any) -> None:
+    def on_return(frame: Any, event: str, arg: Any) -> Any:
+        if event == "return":
+            live.pop(id(frame), None)
+        return on_return
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
         if event != "call":
             return None
         module = _module_of(frame.f_code.co_filename, root)
@@ -75,9 +83,16 @@ def trace(framework: str, workdir: str) -> list[tuple[str, str]]:
             raise _FirstUpdate
         code = frame.f_code
         params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-        if any(_is_config(frame.f_locals.get(p)) for p in params if p != "self"):
-            calls.append((module, name))
-        return None
+        if not any(_is_config(frame.f_locals.get(p)) for p in params if p != "self"):
+            return None
+        parent, caller = -1, frame.f_back
+        while caller is not None and parent < 0:
+            parent = live.get(id(caller), -1)
+            caller = caller.f_back
+        live[id(frame)] = len(calls)
+        calls.append((module, name, parent))
+        frame.f_trace_lines = False
+        return on_return
 
     main = __import__(f"agent_{framework}.train", fromlist=["main"]).main
     sys.settrace(tracer)
@@ -91,9 +106,11 @@ def trace(framework: str, workdir: str) -> list[tuple[str, str]]:
     return calls
 
 
-def summarise(calls: list[tuple[str, str]]) -> dict[str, Any]:
+def summarise(calls: list[tuple[str, str, int]]) -> dict[str, Any]:
+    """The module steps of ``calls`` (consecutive calls into one module counted once), how many return to a module
+    already left, and the calls in order (consecutive calls of one function counted once, with their number)."""
     steps: list[str] = []
-    for module, _ in calls:
+    for module, _, _ in calls:
         if not steps or steps[-1] != module:
             steps.append(module)
     seen: set[str] = set()
@@ -102,8 +119,8 @@ def summarise(calls: list[tuple[str, str]]) -> dict[str, Any]:
         returns += module in seen
         seen.add(module)
     counts = {m: steps.count(m) - 1 for m in dict.fromkeys(steps) if steps.count(m) > 1}
-    runs: list[list[Any]] = []  # consecutive calls of one function counted once, with their number
-    for module, function in calls:
+    runs: list[list[Any]] = []
+    for module, function, _ in calls:
         name = f"{module}.{function}"
         if runs and runs[-1][0] == name:
             runs[-1][1] += 1
@@ -112,6 +129,13 @@ def summarise(calls: list[tuple[str, str]]) -> dict[str, Any]:
     return {"modules": list(dict.fromkeys(steps)), "steps": steps, "num_modules": len(seen), "num_steps": len(steps),
             "returns": returns, "returns_per_module": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
             "calls": [name if n == 1 else f"{name} x{n}" for name, n in runs]}
+
+
+def hands_on(calls: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """The calls that hand the configuration on: those some other configuration-carrying call is made from (the
+    lookups it ends in, such as reading one key or freezing the dataclass, left out)."""
+    parents = {parent for _, _, parent in calls}
+    return [call for index, call in enumerate(calls) if index in parents]
 
 
 def _line(title: str, result: dict[str, Any]) -> str:
@@ -127,15 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TRITON_INTERPRET", "1")
     with tempfile.TemporaryDirectory(prefix="config_path-") as workdir:
-        result = summarise(trace(args.framework, workdir))
+        calls = trace(args.framework, workdir)
+    every, passing = summarise(calls), summarise(hands_on(calls))
     text = "\n".join([f"# python -m agent_{args.framework}.train: the command line to the first update", "",
-                      _line("calls that carry the configuration", result), "", " -> ".join(result["steps"]), "",
-                      "calls in order: " + ", ".join(result["calls"])])
+                      _line("calls that hand the configuration on", passing), "", " -> ".join(passing["steps"]), "",
+                      _line("every call that receives it", every), "", " -> ".join(every["steps"]), "",
+                      "calls in order: " + ", ".join(every["calls"])])
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "results.json"), "w") as f:
-            json.dump({"framework": args.framework, **result}, f, indent=1)
+            json.dump({"framework": args.framework, "hands_on": passing, "every_call": every}, f, indent=1)
         with open(os.path.join(args.out, "results.md"), "w") as f:
             f.write(text + "\n")
     return 0
