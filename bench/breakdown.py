@@ -24,7 +24,8 @@ their sum exceeds the fused whole): ``actor step`` (with its optimiser step and 
 step``, ``critic TD target``, ``critic step`` (the target included), ``target EMA``, ``weight normalisation`` (actor
 and critic), and ``eval action: agent.act`` against ``eval action: evaluation policy``
 (``agent_common.loop.evaluation_policy``, the host-side snapshot the evaluation acts with), both on one observation.
-``kernels per update`` counts the device kernels of the loop's update calls with the profiler (GPU only).
+``kernels per update`` counts the device kernels of the loop's update calls with the profiler (GPU only); with both
+frameworks, each is measured in a process of its own (one profiler holds the GPU's CUPTI per process).
 ``training step`` is the loop's step composed of the parts (act, env step, host work, sample, update); each part's
 share of it is in the report. ``--tiny`` runs on the CPU with tiny networks and reference backends: it tests the
 job; its numbers say nothing about a GPU.
@@ -33,8 +34,10 @@ job; its numbers say nothing about a GPU.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -423,12 +426,24 @@ def main(argv: list[str] | None = None) -> int:
                                                            "overrides": overrides}, "agents": {}}
     for fw in frameworks:
         print(f"{fw}:", flush=True)
-        measured = measure(fw, overrides[fw], a.fill, a.iters, a.repeats, a.warmup, tempfile.mkdtemp())
-        measured["median_ms"] = {name: statistics.median(v) for name, v in measured["ms"].items()}
+        if len(frameworks) == 1:
+            measured = measure(fw, overrides[fw], a.fill, a.iters, a.repeats, a.warmup, tempfile.mkdtemp())
+            measured["median_ms"] = {name: statistics.median(v) for name, v in measured["ms"].items()}
+        else:  # each framework in a process of its own: one profiler may hold the GPU's CUPTI per process
+            child = os.path.join(tempfile.mkdtemp(), fw)
+            cmd = [sys.executable, "-m", "bench", "breakdown", "--out", child, "--frameworks", fw,
+                   "--iters", str(a.iters), "--repeats", str(a.repeats), "--warmup", str(a.warmup),
+                   "--fill", str(a.fill), "--torch-backend", a.torch_backend, "--jax-backend", a.jax_backend,
+                   *(f"--{fw}-overrides={o}" for o in extras[fw]), *(["--tiny"] if a.tiny else [])]
+            if subprocess.run(cmd).returncode != 0:
+                print(f"{fw}: the breakdown's child process failed: {' '.join(cmd)}", file=sys.stderr)
+                continue
+            with open(os.path.join(child, "results.json")) as f:
+                measured = json.load(f)["agents"][fw]
         res["agents"][fw] = measured
         _report(out, res)
     print(_report(out, res))
-    return 0
+    return 0 if list(res["agents"]) == frameworks else 1
 
 
 if __name__ == "__main__":
