@@ -22,10 +22,15 @@ one to one onto this project's modules; only the names differ (``upstream_to_tor
   are projected to unit rows after every step, HEAD's are not. ``detect_actor_head`` tells them apart by the head
   rows' norms; ``--actor-head`` states it.
 
+* **Architecture**: ``upstream_architecture`` reads it from the actor's and critic's shapes (and the support from
+  ``bin_values``; ``agent_common.architecture``), ``upstream_learning_rate_peak`` the peak from the scheduler's base
+  LR. ``read_upstream`` checks every file's structure and refuses a missing, truncated or foreign one in one line.
+
 An imported checkpoint is written as ``<dst>/agent/`` (the agent's own files) plus ``<dst>/reward_normalizer.pkl``
-and ``<dst>/imported_from.json``: a run starts from it with ``agent_init_path=<dst>`` (a new run from its weights,
-optimizer state and reward normaliser). Exported upstream folders load in upstream's ``train.py`` through its
-``agent_load_path``.
+and ``<dst>/imported_from.json`` (what was imported, and the ``overrides`` the agent was built with): a run starts
+from it with ``agent_init_path=<dst>`` (a new run from its weights, optimizer state and reward normaliser), and
+``load_policy`` / ``evaluate`` load it. Exported upstream folders load in upstream's ``train.py`` through its
+``agent_load_path``. The command line is ``agent_interop.convert``.
 """
 
 from __future__ import annotations

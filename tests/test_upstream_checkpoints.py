@@ -573,3 +573,13 @@ def test_a_run_from_a_converted_folder_names_the_keys_its_networks_need(converte
     load_config([f"agent_init_path={converted['torch']}", *(f"agent.{k}" for k in (
         "actor_num_blocks=1", "actor_hidden_dim=8", "critic_num_blocks=1", "critic_hidden_dim=16",
         "critic_num_bins=11"))], "torch")
+
+
+def test_round_trip_without_architecture_keys_is_lossless(tmp_path):
+    """upstream-to-jax with only the schedule keys (which upstream's files do not hold), then jax-to-upstream with
+    none (the folder's record has them): upstream's files back bitwise."""
+    schedule = ["--overrides", "agent.learning_rate_warmup_step=0", "--overrides", "agent.learning_rate_decay_step=300"]
+    assert convert.main(["upstream-to-jax", CKPT, str(tmp_path / "j"), *schedule]) == 0
+    assert json.loads((tmp_path / "j" / "imported_from.json").read_text())["schedule_checked"]
+    assert convert.main(["jax-to-upstream", str(tmp_path / "j"), str(tmp_path / "u")]) == 0
+    _files_equal(CKPT, str(tmp_path / "u"))
