@@ -16,15 +16,20 @@ dots (``blocks_0.fc1.weight``) are read the same way. Shapes: actor ``embed.weig
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from agent_common.checkpoint import CheckpointError
 from agent_common.schema import ConfigError
+from agent_common.upstream_layout import IMPORTED_FILE
 
-__all__ = ["ARCHITECTURE_KEYS", "Architecture", "ArchitectureError", "detect_actor_head", "infer_architecture"]
+__all__ = ["ARCHITECTURE_KEYS", "Architecture", "ArchitectureError", "detect_actor_head", "infer_architecture",
+           "read_conversion_record"]
 
 ARCHITECTURE_KEYS = ("agent.actor_num_blocks", "agent.actor_hidden_dim", "agent.critic_num_blocks",
                      "agent.critic_hidden_dim", "agent.critic_num_bins")
@@ -202,3 +207,29 @@ def infer_architecture(actor: Mapping[str, Any], critic: Mapping[str, Any], atom
 def _dotted(name: str) -> str:
     """A flax path (``blocks_0/fc1/weight`` or joined with dots) or a torch name -> dotted, compiled prefix dropped."""
     return name.replace("/", ".").removeprefix("_orig_mod.")
+
+
+def read_conversion_record(folder: str) -> dict[str, Any] | None:
+    """A converted folder's ``imported_from.json`` (``agent_interop.convert``), its ``overrides`` (the keys its agent
+    was built with: the architecture read from the shapes, the actor head, the user's) as a list of ``key=value``
+    strings (a record without them: its actor head alone); None when the folder has no record.
+
+    Raises:
+        CheckpointError: the record is unreadable or not the converter's, naming it.
+    """
+    file = os.path.join(folder, IMPORTED_FILE)
+    if not os.path.isfile(file):
+        return None
+    try:
+        with open(file, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"cannot read {file} ({type(exc).__name__}: {exc}): the converter's record is damaged; "
+                              "convert the source again") from None
+    if not isinstance(record, dict) or not isinstance(record.get("overrides", []), list):
+        raise CheckpointError(f"{file} is not the converter's record (a JSON object with a list of overrides "
+                              f"expected); convert the source again")
+    overrides = [str(o) for o in record.get("overrides", [])]
+    if not overrides and "actor_head" in record:
+        overrides = [f"agent.actor_head={record['actor_head']}"]
+    return {**record, "overrides": overrides}

@@ -24,7 +24,6 @@ checkpoint).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agent_common.architecture import Architecture
+from agent_common.architecture import Architecture, read_conversion_record
 from agent_common.checkpoint import (
     AGENT_DIR,
     COMPLETE_FILE,
@@ -156,27 +155,6 @@ def _refuse_unknown(path: str, framework: str) -> None:
                       "agent_interop.convert --help")
 
 
-def _read_imported(path: str) -> dict[str, Any]:
-    """A converted folder's ``imported_from.json`` ({} when it has none).
-
-    Raises:
-        CheckpointError: the file is there but is not the converter's JSON record, naming it.
-    """
-    file = os.path.join(path, IMPORTED_FILE)
-    if not os.path.isfile(file):
-        return {}
-    try:
-        with open(file, encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"cannot read {file} ({type(exc).__name__}: {exc}): the converter's record is damaged; "
-                              "convert the source again") from None
-    if not isinstance(record, dict):
-        raise CheckpointError(f"{file} is not the converter's record (a JSON object expected, got "
-                              f"{type(record).__name__}); convert the source again")
-    return record
-
-
 def _converted_config(path: str, agent_dir: str, framework: str, overrides: Sequence[str],
                       read_architecture: Callable[[str], Architecture]) -> tuple[Config, Architecture]:
     """(config, architecture) of a converted folder: the architecture from its files, the keys the converter
@@ -191,10 +169,8 @@ def _converted_config(path: str, agent_dir: str, framework: str, overrides: Sequ
     if written_by != framework:
         raise ConfigError(f"{path} holds the {written_by} agent's files ({agent_dir}), this is the {framework} agent; "
                           f"convert it first: {converter_command(path, written_by or '<torch|jax>', framework)}")
-    record = _read_imported(path)
-    recorded = [str(o) for o in record.get("overrides", [])]
-    if not recorded and "actor_head" in record:  # the converter's record without its keys
-        recorded = [f"agent.actor_head={record['actor_head']}"]
+    record = read_conversion_record(path) or {}
+    recorded = record.get("overrides", [])
     arch = read_architecture(agent_dir)
     given = parse_overrides([*recorded, *overrides])
     if "env.env_name" not in given:

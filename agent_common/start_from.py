@@ -9,11 +9,11 @@ is refused with the conversion command. Nothing is moved or changed.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
+from agent_common.architecture import read_conversion_record
 from agent_common.checkpoint import (
     AGENT_DIR,
     LOOP_STATE_FILE,
@@ -107,15 +107,11 @@ def check_converted_architecture(source: InitSource, cfg: Any) -> None:
     Raises:
         CheckpointError: one line naming every key that differs, both values, and the overrides to add.
     """
-    record_file = os.path.join(source.path, IMPORTED_FILE)
-    if not os.path.isfile(record_file):
+    record = read_conversion_record(source.path)
+    if record is None:
         return
-    try:
-        with open(record_file, encoding="utf-8") as f:
-            recorded = dict(str(o).split("=", 1) for o in json.load(f).get("overrides", []) if "=" in str(o))
-    except (OSError, ValueError, AttributeError) as exc:
-        raise CheckpointError(f"agent_init_path={source.path}: cannot read {record_file} ({type(exc).__name__}: "
-                              f"{exc}); convert the source again") from None
+    record_file = os.path.join(source.path, IMPORTED_FILE)
+    recorded = dict(o.split("=", 1) for o in record["overrides"] if "=" in o)
     a = cfg.agent
     found = {k: recorded[k] for k in _CONVERTED_ARCHITECTURE if k in recorded}
     if "agent.normalized_G_max" in recorded:

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from agent_common.architecture import Architecture
+from agent_common.architecture import Architecture, read_conversion_record
 from agent_common.checkpoint import AGENT_DIR, CONFIG_FILE, CheckpointError
 from agent_common.schema import ConfigError
 from agent_common.upstream_layout import IMPORTED_FILE, is_upstream_checkpoint, upstream_checkpoints_in
@@ -99,18 +99,9 @@ def _stored_overrides(src: str, agent_dir: str) -> tuple[list[str], str]:
 
     step_dir = os.path.dirname(os.path.normpath(agent_dir)) if os.path.basename(
         os.path.normpath(agent_dir)) == AGENT_DIR else agent_dir
-    record_file = os.path.join(step_dir, IMPORTED_FILE)
-    if os.path.isfile(record_file):
-        try:
-            with open(record_file, encoding="utf-8") as f:
-                record = json.load(f)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointError(f"cannot read {record_file} ({type(exc).__name__}: {exc}): the converter's record "
-                                  "is damaged") from None
-        recorded = [str(o) for o in record.get("overrides", [])] if isinstance(record, dict) else []
-        if not recorded and isinstance(record, dict) and "actor_head" in record:
-            recorded = [f"agent.actor_head={record['actor_head']}"]
-        return recorded, record_file
+    record = read_conversion_record(step_dir)
+    if record is not None:
+        return record["overrides"], os.path.join(step_dir, IMPORTED_FILE)
     for config in (os.path.join(step_dir, CONFIG_FILE), os.path.join(run_dir_of_checkpoint(step_dir), CONFIG_FILE)):
         if os.path.isfile(config):
             stored = read_config_file(config)
