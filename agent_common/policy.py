@@ -166,9 +166,13 @@ def _converted_config(path: str, agent_dir: str, framework: str, overrides: Sequ
         CheckpointError: a file is missing or unreadable, naming it.
     """
     written_by = _agent_framework(agent_dir)
+    if written_by is None:
+        raise CheckpointError(f"{agent_dir} does not hold an agent's files ({', '.join(_AGENT_FILES)}, each .pt or "
+                              f"each .pkl; found: {', '.join(sorted(os.listdir(agent_dir))) or 'nothing'}): the "
+                              "conversion did not finish; convert the source again")
     if written_by != framework:
         raise ConfigError(f"{path} holds the {written_by} agent's files ({agent_dir}), this is the {framework} agent; "
-                          f"convert it first: {converter_command(path, written_by or '<torch|jax>', framework)}")
+                          f"convert it first: {converter_command(path, written_by, framework)}")
     record = read_conversion_record(path) or {}
     recorded = record.get("overrides", [])
     arch = read_architecture(agent_dir)

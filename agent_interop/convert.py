@@ -30,7 +30,8 @@ __all__ = ["DIRECTIONS", "main"]
 
 DIRECTIONS = ("upstream-to-torch", "upstream-to-jax", "torch-to-jax", "jax-to-torch", "torch-to-upstream",
               "jax-to-upstream")
-_NOT_KEPT = ("agent.categorical_target_backend", "agent.device_type", "agent.categorical_target_strict")
+_NOT_KEPT = ("agent.categorical_target_backend", "agent.device_type", "agent.categorical_target_strict",
+             "agent_load_path", "agent_init_path", "buffer_load_path", "save_path")  # set here, or runs' keys
 _SCHEDULE_KEYS = ("agent.learning_rate_init", "agent.learning_rate_end", "agent.learning_rate_warmup_step",
                   "agent.learning_rate_decay_step", "agent.learning_rate_warmup_rate",
                   "agent.learning_rate_decay_rate", "num_env_steps", "num_train_envs", "updates_per_interaction_step",
@@ -76,7 +77,7 @@ def _value(value: Any) -> str:
 
 def _user_overrides(overrides: list[str]) -> list[str]:
     """The user's overrides without the keys the converter sets itself (CPU agents, each framework's reference
-    target)."""
+    target) and the paths of a training run (a conversion neither resumes nor writes a run)."""
     return [o for o in overrides if o.split("=", 1)[0].strip() not in _NOT_KEPT]
 
 
@@ -312,10 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     a bad source, destination or key, one line on stderr)."""
     parser = argparse.ArgumentParser(
         prog="python -m agent_interop.convert", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Convert a FlashSAC checkpoint between this project's torch and JAX agents and upstream "
-                    "FlashSAC's layout (leeyngdo/FlashSAC), with its optimizer state, LR schedule position, update "
+        description="Convert a FlashSAC checkpoint between this project's torch and JAX agents and upstream\n"
+                    "FlashSAC's layout (leeyngdo/FlashSAC), with its optimizer state, LR schedule position, update\n"
                     "counter and reward normaliser.", epilog=_EPILOG)
-    parser.add_argument("direction", choices=DIRECTIONS, help="SOURCE-to-TARGET (below: what SRC and DST are)")
+    parser.add_argument("direction", choices=DIRECTIONS, metavar="DIRECTION",
+                        help=f"SOURCE-to-TARGET, one of: {', '.join(DIRECTIONS)}")
     parser.add_argument("src", metavar="SRC", help="the checkpoint to read (by direction, below)")
     parser.add_argument("dst", metavar="DST", help="a new folder to write (by direction, below)")
     parser.add_argument("--overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -324,8 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-check-hyperparameters", action="store_true",
                         help="convert even if the update configuration (LR schedule, gamma, ...) differs")
     parser.add_argument("--actor-head", choices=("paper", "upstream"), default=None,
-                        help="the checkpoint's actor head (default: detected from the head weights: the paper-era "
-                             "heads have unit rows; a converted folder's record)")
+                        help="the checkpoint's actor head (default: a converted folder's record, else detected "
+                             "from the head weights: the paper-era heads have unit rows)")
     args = parser.parse_args(argv)
     user = _user_overrides(args.overrides)
     check = not args.no_check_hyperparameters
