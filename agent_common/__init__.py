@@ -24,9 +24,9 @@ Pieces
                 ``evaluate(act, envs, num_episodes)``
     buffer, noise, normalizer, schedule, seeding
                 ``ReplayBuffer`` (n-step), ``ZetaNoise``, ``RewardNormalizer``, ``warmup_cosine_decay``, RNG streams
-    logger, wandb_logger, video, plot, policy
+    logger, wandb_logger, video, plot, policy, architecture
                 TensorBoard / ``eval.csv`` / W&B, evaluation videos, ``python -m agent_common.plot``,
-                ``load_policy`` and ``python -m agent_<framework>.evaluate``
+                ``load_policy`` and ``python -m agent_<framework>.evaluate``, what a checkpoint's shapes state
 
 Agent interface (what the host stepper calls; ``agent_common.protocol``: the protocols and their check; both
 frameworks implement it identically)

@@ -284,10 +284,10 @@ def check_init_path(cfg: Config, framework: str) -> None:
     """
     if cfg.agent_init_path is None:
         return
-    from agent_common.runs.start_from import resolve_init_source
+    from agent_common.runs.start_from import check_converted_architecture, resolve_init_source
 
     try:
-        resolve_init_source(cfg.agent_init_path, framework)
+        check_converted_architecture(resolve_init_source(cfg.agent_init_path, framework), cfg)
     except CheckpointError as exc:
         raise ConfigError(str(exc)) from None
 

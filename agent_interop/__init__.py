@@ -2,7 +2,8 @@
 
 The only package that imports both agents; the agents never import each other. Modules:
 
-* ``agent_interop.convert``: the ``python -m agent_interop.convert`` command (every direction);
+* ``agent_interop.convert``: the ``python -m agent_interop.convert`` command (every direction; the agents built from
+  the source's shapes and stored keys);
 * ``agent_interop.torch_jax``: the state converter (``torch_to_jax``, ``jax_to_torch``, checkpoint conversion) and
   ``make_agent_from_torch_init``;
 * ``agent_interop.upstream``: upstream FlashSAC's checkpoint layout in and out;

@@ -34,9 +34,10 @@ Typical use::
     jax_to_torch(jax_agent, torch_agent)        # and back (bitwise round trip)
     convert_torch_checkpoint(src_dir, dst_dir, torch_agent, jax_agent)   # a saved torch checkpoint -> JAX one
 
-or from the shell (both agents are built on the CPU from the training run's overrides)::
+or from the shell (both agents are built on the CPU from the checkpoint's shapes and stored config;
+``agent_interop.convert``)::
 
-    python -m agent_interop.convert torch-to-jax <run dir> <out dir> --overrides agent.critic_hidden_dim=128
+    python -m agent_interop.convert torch-to-jax <run dir> <out dir>
 
 torch and the agents are imported lazily inside the functions, so importing this module needs only jax / flax /
 numpy.

@@ -22,10 +22,15 @@ one to one onto this project's modules; only the names differ (``upstream_to_tor
   are projected to unit rows after every step, HEAD's are not. ``detect_actor_head`` tells them apart by the head
   rows' norms; ``--actor-head`` states it.
 
+* **Architecture**: ``upstream_architecture`` reads it from the actor's and critic's shapes (and the support from
+  ``bin_values``; ``agent_common.architecture``), ``upstream_learning_rate_peak`` the peak from the scheduler's base
+  LR. ``read_upstream`` checks every file's structure and refuses a missing, truncated or foreign one in one line.
+
 An imported checkpoint is written as ``<dst>/agent/`` (the agent's own files) plus ``<dst>/reward_normalizer.pkl``
-and ``<dst>/imported_from.json``: a run starts from it with ``agent_init_path=<dst>`` (a new run from its weights,
-optimizer state and reward normaliser). Exported upstream folders load in upstream's ``train.py`` through its
-``agent_load_path``.
+and ``<dst>/imported_from.json`` (what was imported, and the ``overrides`` the agent was built with): a run starts
+from it with ``agent_init_path=<dst>`` (a new run from its weights, optimizer state and reward normaliser), and
+``load_policy`` / ``evaluate`` load it. Exported upstream folders load in upstream's ``train.py`` through its
+``agent_load_path``. The command line is ``agent_interop.convert``.
 """
 
 from __future__ import annotations
@@ -38,13 +43,14 @@ from typing import Any
 
 import numpy as np
 
-from agent_common.runs.files import AGENT_DIR, LOOP_STATE_FILE, atomic_pickle, atomic_write_text, load_pickle
+from agent_common.architecture import Architecture, infer_architecture
+from agent_common.architecture import detect_actor_head as _detect_head
+from agent_common.runs.files import AGENT_DIR, LOOP_STATE_FILE, atomic_pickle, atomic_write_text, read_checkpoint_file
 from agent_common.runs.upstream_layout import (
     IMPORTED_FILE,
     REWARD_NORMALIZER_FILE,
     UPSTREAM_FILES,
     is_upstream_checkpoint,
-    upstream_checkpoints_in,
 )
 from agent_interop.torch_jax import ConversionError
 
@@ -54,6 +60,8 @@ __all__ = [
     "import_upstream",
     "read_upstream",
     "torch_name_to_upstream",
+    "upstream_architecture",
+    "upstream_learning_rate_peak",
     "upstream_to_torch_name",
 ]
 
@@ -126,43 +134,154 @@ def torch_name_to_upstream(net: str, name: str) -> str:
     raise ConversionError(f"{net} entry '{name}' has no counterpart in upstream's {net}")
 
 
-def read_upstream(path: str) -> dict[str, Any]:
-    """Upstream's files in ``path`` as loaded by torch: {"actor": {...}, ..., "agent_state": {...},
-    "reward_normalizer": {...} or None}.
+_OPTIMIZED = ("actor", "critic", "temperature")  # upstream's networks with an optimizer and a scheduler
+_NORMALIZER_KEYS = ("G_r", "G_r_max", "G_rms_mean", "G_rms_var", "G_rms_count")
+
+
+def _load_upstream_file(file: str) -> Any:
+    """One of upstream's ``.pt`` files as ``torch.load`` reads it (``weights_only``, as upstream loads its own).
 
     Raises:
-        ConversionError: ``path`` does not hold upstream's layout (the message says what is there).
+        ConversionError: the file is missing, truncated, or not a torch file; one line naming it and what it looks
+            like.
     """
     import torch
 
-    if not is_upstream_checkpoint(path):
-        present = sorted(os.listdir(path)) if os.path.isdir(path) else "no such directory"
-        raise ConversionError(f"{path} is not an upstream FlashSAC checkpoint folder (expected "
-                              f"{', '.join(UPSTREAM_FILES)} with upstream's parameter names; found: {present})")
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any reader failure: the file is damaged or foreign
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ConversionError(f"cannot read {file} ({_looks_like(file)}; {type(exc).__name__}: {first})") from None
+
+
+def _looks_like(file: str) -> str:
+    """What an unreadable ``.pt`` file looks like, from its first bytes."""
+    import zipfile
+
+    try:
+        with open(file, "rb") as f:
+            head = f.read(64)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    if not head:
+        return "an empty file"
+    if head.startswith(b"PK"):
+        try:
+            with zipfile.ZipFile(file) as archive:
+                bad = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError):
+            return "a truncated or damaged torch zip archive"
+        return (f"a zip archive whose member {bad} is damaged" if bad is not None
+                else "a zip archive that is not a torch checkpoint")
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "a JSON or text file, not a torch file"
+    return f"not a torch file (it starts with {head[:8]!r})"
+
+
+def _check_upstream_file(file: str, name: str, content: Any) -> None:
+    """Raises ``ConversionError`` naming ``file`` unless ``content`` has the structure upstream's ``save`` writes for
+    ``name`` (``actor`` ... ``temperature``, ``agent_state``, ``reward_normalizer``)."""
+    import torch
+
+    def fail(problem: str) -> None:
+        raise ConversionError(f"{file} is not upstream FlashSAC's {name}.pt: {problem}")
+
+    if not isinstance(content, dict):
+        fail(f"it holds a {type(content).__name__}, upstream's is a dict")
+    if name == "agent_state":
+        if not isinstance(content.get("update_step"), int | torch.Tensor):
+            fail(f"no update_step (keys: {sorted(map(str, content))})")
+        return
+    if name == "reward_normalizer":
+        missing = [k for k in _NORMALIZER_KEYS if not isinstance(content.get(k), torch.Tensor)]
+        if missing:
+            fail(f"no {', '.join(missing)} tensors (keys: {sorted(map(str, content))})")
+        return
+    weights = content.get("network_state_dict")
+    if not isinstance(weights, dict) or not weights:
+        fail(f"no network_state_dict (keys: {sorted(map(str, content))})")
+    bad = [k for k, v in weights.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        fail(f"network_state_dict entry {bad[0]!r} is not a named tensor")
+    if name not in _OPTIMIZED:
+        return
+    opt, sched = content.get("optimizer_state_dict"), content.get("scheduler_state_dict")
+    if opt is not None and not (isinstance(opt, dict) and isinstance(opt.get("param_groups"), list)
+                                and opt["param_groups"] and isinstance(opt.get("state"), dict)):
+        fail("optimizer_state_dict is not a torch optimizer's state (state, param_groups)")
+    if sched is not None and not (isinstance(sched, dict) and all(k in sched for k in (
+            "last_epoch", "_step_count", "_last_lr", "base_lrs"))):
+        fail("scheduler_state_dict is not a torch LR scheduler's state (last_epoch, _step_count, _last_lr, base_lrs)")
+
+
+def read_upstream(path: str) -> dict[str, Any]:
+    """Upstream's files in ``path`` as loaded by torch: {"actor": {...}, ..., "agent_state": {...},
+    "reward_normalizer": {...} or None}, each checked for the structure upstream's ``save`` writes.
+
+    Raises:
+        ConversionError: ``path`` does not hold upstream's layout, or one of its files is missing, truncated, not a
+            torch file or not upstream's; one line naming the folder or the file and what is wrong.
+    """
+    expected = f"an upstream FlashSAC checkpoint folder holds {', '.join(UPSTREAM_FILES)} (and reward_normalizer.pt)"
+    if not os.path.isdir(path):
+        raise ConversionError(f"{path}: no such directory ({expected})")
+    present = sorted(os.listdir(path))
+    missing = [f for f in UPSTREAM_FILES if not os.path.isfile(os.path.join(path, f))]
+    if len(missing) == len(UPSTREAM_FILES):
+        raise ConversionError(f"{path} is not an upstream FlashSAC checkpoint folder ({expected}; found: "
+                              f"{', '.join(present) or 'nothing'})")
+    if missing:
+        raise ConversionError(f"{os.path.join(path, missing[0])} is missing: {expected}")
     out: dict[str, Any] = {}
     for name in (*NETS, "agent_state", "reward_normalizer"):
         file = os.path.join(path, f"{name}.pt")
         if name == "reward_normalizer" and not os.path.exists(file):
             out[name] = None
             continue
-        out[name] = torch.load(file, map_location="cpu", weights_only=False)
+        out[name] = _load_upstream_file(file)
+        _check_upstream_file(file, name, out[name])
+    if not is_upstream_checkpoint(path):
+        names = sorted(out["actor"]["network_state_dict"])[:4]
+        raise ConversionError(f"{os.path.join(path, 'actor.pt')} holds {names}..., not upstream's actor names "
+                              "(embedder.norm.weight, predictor.mean_w.w.weight ...): a checkpoint of this project "
+                              "converts with torch-to-jax / jax-to-torch, an agent directory is given as SRC of "
+                              "torch-to-upstream")
     return out
 
 
+def upstream_architecture(path: str, files: dict[str, Any]) -> Architecture:
+    """What upstream's actor and critic in ``files`` (``read_upstream``) state (``agent_common.architecture``),
+    named in messages by upstream's own entry names."""
+    nets: dict[str, dict[str, np.ndarray]] = {}
+    atoms = None
+    for net in ("actor", "critic"):
+        nets[net] = {}
+        for up_name, value in files[net]["network_state_dict"].items():
+            if up_name.removeprefix("_orig_mod.") == "predictor.bin_values":
+                atoms = value.detach().float().numpy()
+                continue
+            nets[net][upstream_to_torch_name(net, up_name)] = value.detach().float().numpy()
+
+    def rename(net: str, name: str) -> str:
+        return "predictor.bin_values" if name == "atoms" else torch_name_to_upstream(net, name)
+
+    return infer_architecture(nets["actor"], nets["critic"], atoms, ("actor.pt", "critic.pt"), path, rename)
+
+
+def upstream_learning_rate_peak(files: dict[str, Any]) -> float | None:
+    """Upstream's ``learning_rate_peak``: its LR scheduler's base LR (its optimizers start at the peak, its
+    ``LambdaLR`` scales it by schedule / peak); None without a scheduler state."""
+    sched = files["actor"].get("scheduler_state_dict")
+    return float(sched["base_lrs"][0]) if sched else None
+
+
 def detect_actor_head(actor_state: dict[str, Any]) -> tuple[str, str]:
-    """("paper" | "upstream", why) from an upstream actor's ``network_state_dict``: the paper-era heads are projected
-    to unit rows after every step (every row norm 1), upstream HEAD's are never projected (initial norms ~1e-3·√d,
-    the log-std head starts at 0)."""
-    norms = []
-    for key in ("predictor.mean_w.w.weight", "predictor.std_w.w.weight"):
-        weight = np.asarray(actor_state[key].detach().cpu().numpy() if hasattr(actor_state[key], "detach")
-                            else actor_state[key], dtype=np.float64)
-        norms.append(np.linalg.norm(weight, axis=-1))
-    row_norms = np.concatenate(norms)
-    if np.all(np.abs(row_norms - 1.0) < 1e-4):
-        return "paper", f"every head row has unit norm ({row_norms.min():.6f}..{row_norms.max():.6f}): projected heads"
-    return "upstream", (f"head row norms {row_norms.min():.3g}..{row_norms.max():.3g} are not all 1: unprojected "
-                        "heads (upstream HEAD)")
+    """("paper" | "upstream", why) from an upstream actor's ``network_state_dict``
+    (``agent_common.architecture.detect_actor_head`` on its head weights)."""
+    weights = [actor_state[k] for k in ("predictor.mean_w.w.weight", "predictor.std_w.w.weight")]
+    return _detect_head(*(w.detach().cpu().numpy() if hasattr(w, "detach") else w for w in weights))
 
 
 def _param_names(state_dict: dict[str, Any]) -> list[str]:
@@ -389,136 +508,15 @@ def write_imported(dst: str, agent: Any, normalizer_state: dict[str, Any] | None
 
 def read_normalizer_state(src: str) -> dict[str, Any] | None:
     """The reward normaliser state of one of this project's checkpoints: an imported folder's
-    ``reward_normalizer.pkl`` or a training checkpoint's ``loop_state.pkl``; None when neither is there."""
-    imported = os.path.join(src, REWARD_NORMALIZER_FILE)
-    if os.path.exists(imported):
-        return load_pickle(imported)
-    loop_state = os.path.join(src, LOOP_STATE_FILE)
-    if os.path.exists(loop_state):
-        return load_pickle(loop_state).get("reward_normalizer")
-    return None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# command line (python -m agent_interop.convert {upstream-to-torch,upstream-to-jax,torch-to-upstream,jax-to-upstream})
-# ---------------------------------------------------------------------------------------------------------------
-
-DIRECTIONS = ("upstream-to-torch", "upstream-to-jax", "torch-to-upstream", "jax-to-upstream")
-
-
-def upstream_dims(path: str) -> tuple[int, int]:
-    """(observation width, action width) from an upstream checkpoint's actor."""
-    import torch
-
-    state = torch.load(os.path.join(path, "actor.pt"), map_location="cpu", weights_only=False)["network_state_dict"]
-    state = {k.removeprefix("_orig_mod."): v for k, v in state.items()}
-    return int(state["embedder.norm.weight"].shape[0]), int(state["predictor.mean_bias"].shape[0])
-
-
-def _agents(overrides: list[str], head: str, observation_dim: int, action_dim: int, jax: bool) -> tuple[Any, Any]:
-    """(torch agent, JAX agent or None) on the CPU for the overrides and the actor head."""
-    from agent_common.config import load_config
-    from agent_interop.synthetic import make_spaces
-    from agent_torch.agent import FlashSACAgent as TorchAgent
-
-    kept = [o for o in overrides if o.split("=", 1)[0].strip() not in
-            ("agent.categorical_target_backend", "agent.device_type", "agent.categorical_target_strict",
-             "agent.actor_head")]
-    common = [*kept, "agent.device_type=cpu", f"agent.actor_head={head}"]
-    spaces = make_spaces(observation_dim, action_dim)
-    torch_agent = TorchAgent(load_config([*common, "agent.categorical_target_backend=torch"], "torch"), *spaces)
-    jax_agent = None
-    if jax:
-        from agent_jax.agent import FlashSACAgent as JaxAgent
-
-        jax_overrides = [*common, "agent.categorical_target_backend=jax"]
-        if torch_agent.cfg.agent.use_amp:
-            jax_overrides.append("agent.use_amp=false")
-        jax_agent = JaxAgent(load_config(jax_overrides, "jax"), *spaces)
-    return torch_agent, jax_agent
-
-
-def _stated_head(overrides: list[str], actor_head: str | None) -> str | None:
-    if actor_head is not None:
-        return actor_head
-    for o in overrides:
-        key, _, value = o.partition("=")
-        if key.strip() == "agent.actor_head":
-            return value.strip()
-    return None
-
-
-def run(direction: str, src: str, dst: str, overrides: list[str], actor_head: str | None = None,
-        check_hyperparameters: bool = True) -> str:
-    """One conversion of the command line (see ``agent_interop.convert.main``); returns a one-line summary.
+    ``reward_normalizer.pkl`` or a training checkpoint's ``loop_state.pkl``; None when neither is there.
 
     Raises:
-        ConversionError: the source is not what the direction reads, or does not fit the config.
+        agent_common.runs.files.CheckpointError: the file is unreadable, naming it.
     """
-    from agent_common.normalizer import RewardNormalizer
-    from agent_interop.torch_jax import agent_dir_of, jax_to_torch, torch_to_jax
-
-    if direction.startswith("upstream-to-"):
-        target = direction.split("-")[-1]
-        if not is_upstream_checkpoint(src) and upstream_checkpoints_in(src):
-            src = upstream_checkpoints_in(src)[0]  # an upstream run folder: its newest step<N>
-        files = read_upstream(src)
-        detected, why = detect_actor_head(files["actor"]["network_state_dict"])
-        stated = _stated_head(overrides, actor_head)
-        head = stated or detected
-        observation_dim, action_dim = upstream_dims(src)
-        torch_agent, jax_agent = _agents(overrides, head, observation_dim, action_dim, target == "jax")
-        a = torch_agent.cfg.agent
-        normalizer = RewardNormalizer(torch_agent.cfg.gamma, a.normalized_G_max, enabled=a.normalize_reward)
-        info = import_upstream(files, torch_agent, normalizer, check_schedule=check_hyperparameters,
-                               check_head=stated is None)
-        info.update(source=os.path.abspath(src), source_program="upstream FlashSAC (leeyngdo/FlashSAC)",
-                    actor_head=head, actor_head_detected=detected, actor_head_reason=why,
-                    actor_head_stated=stated is not None, framework=target)
-        agent = torch_agent
-        if target == "jax":
-            torch_to_jax(torch_agent, jax_agent, check_hyperparameters)
-            agent = jax_agent
-        state = normalizer.state_dict() if info["reward_normalizer"] else None
-        write_imported(dst, agent, state, info)
-        return (f"converted {src} (upstream FlashSAC, actor head {head}: {'stated' if stated else why}) -> {dst} "
-                f"({target}); update step {info['update_step']}; start a run from it with --overrides "
-                f"agent_init_path={dst}")
-    if direction in ("torch-to-upstream", "jax-to-upstream"):
-        source = direction.split("-")[0]
-        agent_dir = agent_dir_of(src)
-        step_dir = os.path.dirname(os.path.normpath(agent_dir)) if os.path.basename(
-            os.path.normpath(agent_dir)) == AGENT_DIR else agent_dir
-        marker = os.path.join(agent_dir, "actor.pt" if source == "torch" else "actor.pkl")
-        if not os.path.exists(marker):
-            raise ConversionError(f"{src} holds no {source} agent ({marker} missing); the direction reads a {source} "
-                                  "checkpoint of this project (run, checkpoint, agent or imported folder)")
-        head = _stated_head(overrides, actor_head) or "paper"
-        imported = os.path.join(step_dir, "imported_from.json")
-        if _stated_head(overrides, actor_head) is None and os.path.exists(imported):
-            with open(imported) as f:
-                head = json.load(f).get("actor_head", head)
-        observation_dim, action_dim = _our_dims(agent_dir, source)
-        torch_agent, jax_agent = _agents(overrides, head, observation_dim, action_dim, source == "jax")
-        if source == "torch":
-            torch_agent.load(agent_dir, load_optimizer=True)
-        else:
-            jax_agent.load(agent_dir, load_optimizer=True)
-            jax_to_torch(jax_agent, torch_agent, check_hyperparameters)
-        export_upstream(torch_agent, dst, read_normalizer_state(step_dir))
-        note = "" if head == "upstream" else (" (its actor head is the paper-era one; upstream HEAD's code runs its "
-                                              "own head on these weights)")
-        return (f"exported {src} ({source}, actor head {head}) -> {dst} (upstream FlashSAC layout){note}; load it in "
-                f"upstream's train.py with --overrides agent_load_path={os.path.abspath(dst)}")
-    raise ConversionError(f"unknown direction {direction!r}; expected one of {DIRECTIONS}")
-
-
-def _our_dims(agent_dir: str, source: str) -> tuple[int, int]:
-    if source == "torch":
-        import torch
-
-        weights = torch.load(os.path.join(agent_dir, "actor.pt"), map_location="cpu",
-                             weights_only=False)["network_state_dict"]
-        return int(weights["input_bn.weight"].shape[0]), int(weights["mean_bias"].shape[0])
-    params = load_pickle(os.path.join(agent_dir, "actor.pkl"))["params"]
-    return int(np.shape(params["input_bn"]["weight"])[0]), int(np.shape(params["mean_bias"])[0])
+    imported = os.path.join(src, REWARD_NORMALIZER_FILE)
+    if os.path.exists(imported):
+        return read_checkpoint_file(imported)
+    loop_state = os.path.join(src, LOOP_STATE_FILE)
+    if os.path.exists(loop_state):
+        return read_checkpoint_file(loop_state).get("reward_normalizer")
+    return None

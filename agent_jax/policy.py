@@ -11,17 +11,50 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agent_common.architecture import Architecture, ArchitectureError, infer_architecture
 from agent_common.policy import Policy
 from agent_common.policy import load_policy as _load_policy
-from agent_common.runs.files import atomic_write
+from agent_common.runs.files import atomic_write, read_checkpoint_file
 from agent_jax.step import policy_actions
 
-__all__ = ["agent_factory", "export_actor", "load_exported", "load_policy"]
+__all__ = ["agent_factory", "export_actor", "load_exported", "load_policy", "read_architecture"]
 
 
 def load_policy(path: str, deterministic: bool = True, seed: int = 0, overrides: Sequence[str] = ()) -> Policy:
-    """The JAX checkpoint at ``path`` (run or checkpoint directory) as a ``Policy`` (``agent_common.policy``)."""
-    return _load_policy(path, "jax", agent_factory(), deterministic, seed, overrides)
+    """The JAX policy at ``path`` (a run or checkpoint directory, or a folder written by ``python -m
+    agent_interop.convert``) as a ``Policy`` (``agent_common.policy``)."""
+    return _load_policy(path, "jax", agent_factory(), deterministic, seed, overrides, read_architecture)
+
+
+def read_architecture(agent_dir: str) -> Architecture:
+    """What the JAX agent files in ``agent_dir`` (``actor.pkl``, ``critic.pkl``) state about the networks
+    (``agent_common.architecture``; the support is not in them).
+
+    Raises:
+        agent_common.runs.files.CheckpointError: a file is missing, unreadable or holds no parameters, naming it.
+        agent_common.architecture.ArchitectureError: the networks are not a FlashSAC agent's.
+    """
+    nets = {}
+    for name in ("actor", "critic"):
+        path = os.path.join(agent_dir, f"{name}.pkl")
+        state = read_checkpoint_file(path)
+        params = state.get("params") if isinstance(state, dict) else None
+        if not isinstance(params, dict):
+            raise ArchitectureError(f"{path} holds no params ({type(state).__name__}): not a JAX agent file of this "
+                                    "project")
+        nets[name] = _flat(params)
+    return infer_architecture(nets["actor"], nets["critic"], None, ("actor.pkl", "critic.pkl"), agent_dir)
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, np.ndarray]:
+    """Nested params -> {"blocks_0.fc1.weight": array}."""
+    out: dict[str, np.ndarray] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = np.asarray(value)
+    return out
 
 
 def agent_factory():  # noqa: ANN201  an agent_common.protocol.AgentFactory

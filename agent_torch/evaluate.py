@@ -1,4 +1,4 @@
-"""Evaluation only: ``python -m agent_torch.evaluate <run dir or checkpoint> --episodes N [--video [DIR]]
+"""Evaluation only: ``python -m agent_torch.evaluate <run, checkpoint or converted dir> --episodes N [--video [DIR]]
 [--sampled] [--seed S] [--replay-last-eval] [--export actor.pt]`` (``agent_common.policy.evaluate_main``)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Loads the checkpoint, plays the episodes, prints each return and the mean; returns the exit code."""
-    from agent_torch.policy import agent_factory, export_actor
+    """Loads the policy, plays the episodes, prints each return and the mean; returns the exit code."""
+    from agent_torch.policy import export_actor, load_policy
 
-    return evaluate_main(sys.argv[1:] if argv is None else argv, "torch", agent_factory, export_actor)
+    return evaluate_main(sys.argv[1:] if argv is None else argv, "torch", load_policy, export_actor)
 
 
 if __name__ == "__main__":

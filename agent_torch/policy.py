@@ -11,15 +11,39 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from agent_common.architecture import Architecture, ArchitectureError, infer_architecture
 from agent_common.policy import Policy
 from agent_common.policy import load_policy as _load_policy
+from agent_common.runs.files import read_checkpoint_file
 
-__all__ = ["agent_factory", "DeterministicActor", "export_actor", "load_exported", "load_policy"]
+__all__ = ["agent_factory", "DeterministicActor", "export_actor", "load_exported", "load_policy", "read_architecture"]
 
 
 def load_policy(path: str, deterministic: bool = True, seed: int = 0, overrides: Sequence[str] = ()) -> Policy:
-    """The torch checkpoint at ``path`` (run or checkpoint directory) as a ``Policy`` (``agent_common.policy``)."""
-    return _load_policy(path, "torch", agent_factory(), deterministic, seed, overrides)
+    """The torch policy at ``path`` (a run or checkpoint directory, or a folder written by ``python -m
+    agent_interop.convert``) as a ``Policy`` (``agent_common.policy``)."""
+    return _load_policy(path, "torch", agent_factory(), deterministic, seed, overrides, read_architecture)
+
+
+def read_architecture(agent_dir: str) -> Architecture:
+    """What the torch agent files in ``agent_dir`` (``actor.pt``, ``critic.pt``) state about the networks
+    (``agent_common.architecture``).
+
+    Raises:
+        agent_common.runs.files.CheckpointError: a file is missing, unreadable or holds no network state, naming it.
+        agent_common.architecture.ArchitectureError: the networks are not a FlashSAC agent's.
+    """
+    nets = {}
+    for name in ("actor", "critic"):
+        path = os.path.join(agent_dir, f"{name}.pt")
+        state = read_checkpoint_file(path, lambda p: torch.load(p, map_location="cpu", weights_only=False))
+        weights = state.get("network_state_dict") if isinstance(state, dict) else None
+        if not isinstance(weights, dict):
+            raise ArchitectureError(f"{path} holds no network_state_dict ({type(state).__name__}): not a torch agent "
+                                    "file of this project")
+        nets[name] = {k: v.detach().float().cpu().numpy() for k, v in weights.items() if isinstance(v, torch.Tensor)}
+    atoms = nets["critic"].pop("atoms", None)
+    return infer_architecture(nets["actor"], nets["critic"], atoms, ("actor.pt", "critic.pt"), agent_dir)
 
 
 def agent_factory():  # noqa: ANN201  an agent_common.protocol.AgentFactory

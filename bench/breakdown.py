@@ -24,6 +24,8 @@ their sum exceeds the fused whole): ``actor step`` (with its optimiser step and 
 step``, ``critic TD target``, ``critic step`` (the target included), ``target EMA``, ``weight normalisation`` (actor
 and critic), and ``eval action: agent.act`` against ``eval action: evaluation policy``
 (``agent_common.host.evaluation_policy``, the host-side snapshot the evaluation acts with), both on one observation.
+``kernels per update`` counts the device kernels of the loop's update calls with the profiler (GPU only); with both
+frameworks, each is measured in a process of its own (one profiler holds the GPU's CUPTI per process).
 ``training step`` is the loop's step composed of the parts (act, env step, host work, sample, update); each part's
 share of it is in the report. ``--tiny`` runs on the CPU with tiny networks and reference backends: it tests the
 job; its numbers say nothing about a GPU.
@@ -32,9 +34,12 @@ job; its numbers say nothing about a GPU.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,7 +56,7 @@ from bench.common import (
     write_results,
 )
 
-__all__ = ["FRAMEWORKS", "PARTS", "main", "recipe"]
+__all__ = ["FRAMEWORKS", "PARTS", "main", "perfetto_gpu_kernels", "recipe"]
 
 FRAMEWORKS = ("torch", "jax")
 STEP_PARTS = ("act", "env step", "host work", "replay sample", "update")  # the training step, in the loop's order
@@ -150,7 +155,89 @@ def _jax_parts(agent: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, Call
     return parts, jax.block_until_ready
 
 
-def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats: int, warmup: int) -> dict:
+KERNEL_SKIP = ("memcpy", "memset")  # device copies and fills are not kernels of the update
+
+
+def _kernel_summary(names_us: list[tuple[str, float]], updates: int) -> dict[str, Any]:
+    """{"per_update", "device_us_per_update", "top"} from the device kernels ``(name, µs)`` seen over ``updates``
+    updates; ``top``: the 15 most frequent kernel names with their count and µs per update."""
+    by_name: dict[str, list[float]] = {}
+    for name, us in names_us:
+        by_name.setdefault(name, []).append(us)
+    top = sorted(by_name.items(), key=lambda kv: -len(kv[1]))[:15]
+    return {"per_update": len(names_us) / updates, "device_us_per_update": sum(us for _, us in names_us) / updates,
+            "top": [{"name": n[:120], "per_update": len(v) / updates, "us_per_update": sum(v) / updates}
+                    for n, v in top]}
+
+
+def torch_kernels_per_update(update: Callable[[], Any], updates: int) -> dict[str, Any] | None:
+    """The device kernels of ``updates`` calls of ``update`` (already warmed up: graph captured), from the torch
+    profiler's CUDA activity (CUPTI records each kernel node of a replayed CUDA graph); None without CUDA."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(updates):
+            update()
+        torch.cuda.synchronize()
+    kernels = [(e.name, e.device_time) for e in prof.events()
+               if e.device_type == DeviceType.CUDA and not e.name.lower().startswith(KERNEL_SKIP)]
+    out = _kernel_summary(kernels, updates)
+    out["method"] = "torch.profiler CUDA activity over the loop's update calls (graph replay)"
+    return out
+
+
+def jax_kernels_per_update(update: Callable[[], Any], sync: Callable[[Any], Any], updates: int,
+                           trace_dir: str) -> dict[str, Any] | None:
+    """The device kernels of ``updates`` calls of ``update`` (already compiled; ``sync`` waits for the last), from a
+    ``jax.profiler`` trace's Perfetto export (``perfetto_gpu_kernels``); None without a GPU."""
+    import glob
+    import gzip
+    import json
+
+    import jax
+
+    if jax.default_backend() != "gpu":
+        return None
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+        for _ in range(updates):
+            out = update()
+        sync(out)
+    files = sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True))
+    if not files:
+        return None
+    with gzip.open(files[-1]) as f:
+        kernels, threads = perfetto_gpu_kernels(json.load(f))
+    if not kernels:
+        return {"per_update": None, "threads": threads}
+    out = _kernel_summary(kernels, updates)
+    out["method"] = "jax.profiler trace (Perfetto export), events on the GPU stream threads"
+    out["threads"] = threads
+    return out
+
+
+def perfetto_gpu_kernels(trace: dict | list) -> tuple[list[tuple[str, float]], list[str]]:
+    """The kernels ``[(name, µs)]`` of a Perfetto trace (JSON trace-event format, as ``jax.profiler`` exports it):
+    complete ("X") events on the threads named "...Stream..." of processes named "...GPU...", copies and fills
+    excluded; and the names of those stream threads (all GPU threads when there is none, for the report)."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    gpu = {pid for pid, name in procs.items() if "gpu" in name.lower()}
+    streams = {key for key, name in threads.items() if key[0] in gpu and "stream" in name.lower()}
+    kernels = [(e.get("name", ""), float(e.get("dur", 0.0))) for e in events
+               if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in streams
+               and not e.get("name", "").lower().startswith(KERNEL_SKIP)]
+    return kernels, sorted({threads[k] for k in (streams or {k for k in threads if k[0] in gpu})})
+
+
+def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats: int, warmup: int,
+            trace_root: str) -> dict:
     """The parts of one agent: {"ms": {part: [ms per call of each block]}, ...}. The env, replay buffer, reward
     normaliser and noise are built as the training loop builds them (seeded streams of ``agent_common.seeding``)."""
     from agent_common.buffer import ReplayBuffer
@@ -262,9 +349,17 @@ def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats
             ms[name] = _blocks(call, sync, update_iters if whole else iters, repeats,
                                update_warmup if whole else warmup)
             print(f"  {framework} {name}: {statistics.median(ms[name]):.3f} ms", flush=True)
+        # Kernels per update over whole actor-update periods, on the loop's update path (already warm).
+        if framework == "torch":
+            kernels = torch_kernels_per_update(update, 4 * period)
+        else:
+            kernels = jax_kernels_per_update(update, update_sync, 4 * period,
+                                             os.path.join(trace_root, f"jax-trace-{os.getpid()}"))
+        if kernels is not None:
+            print(f"  {framework} kernels per update: {kernels.get('per_update')}", flush=True)
     finally:
         envs.close()
-    return {"ms": ms, "build_and_fill_s": build_s, "device": str(getattr(agent, "device", "")),
+    return {"ms": ms, "kernels": kernels, "build_and_fill_s": build_s, "device": str(getattr(agent, "device", "")),
             "info": {k: v for k, v in agent.info().items() if isinstance(v, str)}}
 
 
@@ -284,8 +379,15 @@ def _report(out: str, res: dict) -> str:
             share = 100 * med[name] / med["training step"] if name in STEP_PARTS and med["training step"] else None
             cells += [fmt(med[name], ".3f"), fmt(share, ".0f")]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    kernels = {fw: res["agents"][fw].get("kernels") or {} for fw in frameworks}
+    lines.append("| kernels per update (profiler) | " + " | ".join(
+        f"{fmt(kernels[fw].get('per_update'), '.1f')} | " for fw in frameworks) + " |")
+    lines.append("| kernel device time per update, µs | " + " | ".join(
+        f"{fmt(kernels[fw].get('device_us_per_update'), '.0f')} | " for fw in frameworks) + " |")
     lines += ["", "The update's parts are timed alone (torch eagerly, JAX one jitted program each): their sum exceeds "
-              "`update`, which runs them as one CUDA graph (torch) or one program (JAX)."]
+              "`update`, which runs them as one CUDA graph (torch) or one program (JAX). Kernels per update: the "
+              "device kernels of 4 actor-update periods of the loop's update calls (torch: torch.profiler's CUDA "
+              "activity; JAX: a jax.profiler trace's GPU stream events), copies and fills excluded; on a CPU none."]
     if not gpu:
         lines += ["", "**No GPU: a CPU run; its numbers say nothing about the GPU.**"]
     return write_results(out, res, "\n".join(lines) + "\n")
@@ -324,12 +426,24 @@ def main(argv: list[str] | None = None) -> int:
                                                            "overrides": overrides}, "agents": {}}
     for fw in frameworks:
         print(f"{fw}:", flush=True)
-        measured = measure(fw, overrides[fw], a.fill, a.iters, a.repeats, a.warmup)
-        measured["median_ms"] = {name: statistics.median(v) for name, v in measured["ms"].items()}
+        if len(frameworks) == 1:
+            measured = measure(fw, overrides[fw], a.fill, a.iters, a.repeats, a.warmup, tempfile.mkdtemp())
+            measured["median_ms"] = {name: statistics.median(v) for name, v in measured["ms"].items()}
+        else:  # each framework in a process of its own: one profiler may hold the GPU's CUPTI per process
+            child = os.path.join(tempfile.mkdtemp(), fw)
+            cmd = [sys.executable, "-m", "bench", "breakdown", "--out", child, "--frameworks", fw,
+                   "--iters", str(a.iters), "--repeats", str(a.repeats), "--warmup", str(a.warmup),
+                   "--fill", str(a.fill), "--torch-backend", a.torch_backend, "--jax-backend", a.jax_backend,
+                   *(f"--{fw}-overrides={o}" for o in extras[fw]), *(["--tiny"] if a.tiny else [])]
+            if subprocess.run(cmd).returncode != 0:
+                print(f"{fw}: the breakdown's child process failed: {' '.join(cmd)}", file=sys.stderr)
+                continue
+            with open(os.path.join(child, "results.json")) as f:
+                measured = json.load(f)["agents"][fw]
         res["agents"][fw] = measured
         _report(out, res)
     print(_report(out, res))
-    return 0
+    return 0 if list(res["agents"]) == frameworks else 1
 
 
 if __name__ == "__main__":

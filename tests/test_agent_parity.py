@@ -379,9 +379,10 @@ def test_run_directory_checkpoint_keeps_framework_free_files(tmp_path):
         convert_torch_checkpoint(str(tmp_path / "nothing"), str(tmp_path / "x"), _torch_agent(), _jax_agent())
 
 
-def test_command_line_converts_a_run_both_ways(tmp_path):
-    """``python -m agent_interop.convert`` (in process): widths read from the checkpoint, agents built from the run's
-    overrides; torch -> JAX -> torch reproduces the original agent."""
+def test_command_line_converts_a_run_both_ways(tmp_path, capsys):
+    """``python -m agent_interop.convert`` (in process): the architecture read from the checkpoint's shapes (the
+    given keys checked against them; without them inferred), torch -> JAX -> torch reproduces the original agent; a
+    given width that does not fit is one line naming the key, the value given and the file's, exit status 2."""
     from agent_interop.convert import main
 
     source = _torch_agent()
@@ -389,13 +390,19 @@ def test_command_line_converts_a_run_both_ways(tmp_path):
     source.save(str(tmp_path / "torch"))
     overrides = [f"--overrides={o}" for o in SIZES if not o.startswith("agent.device_type")]
     assert main(["torch-to-jax", str(tmp_path / "torch"), str(tmp_path / "jax"), *overrides]) == 0
-    assert main(["jax-to-torch", str(tmp_path / "jax"), str(tmp_path / "back"), *overrides]) == 0
+    # no architecture keys: widths, block counts and atoms come from the files (the schedule is not in JAX's files)
+    assert main(["jax-to-torch", str(tmp_path / "jax"), str(tmp_path / "back"), "--overrides=num_env_steps=1000"]) == 0
     final = _torch_agent(seed=17)
     final.load(str(tmp_path / "back"))
     _assert_torch_identical(source, final)
-    with pytest.raises(ConversionError, match=r"does not fit the agent_torch agent .* size mismatch for "):
-        main(["torch-to-jax", str(tmp_path / "torch"), str(tmp_path / "bad"), *overrides,
-              "--overrides=agent.critic_hidden_dim=32"])
+    capsys.readouterr()
+    assert main(["torch-to-jax", str(tmp_path / "torch"), str(tmp_path / "bad"), *overrides,
+                 "--overrides=agent.critic_hidden_dim=32"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"error: agent.critic_hidden_dim=32 does not fit {tmp_path / 'torch'}: the file holds 64 "
+                          "(critic.pt embed.weight has shape (2, 64, 23))")
+    assert not (tmp_path / "bad").exists()
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from bench.__main__ import main
-from bench.breakdown import PARTS
+from bench.breakdown import PARTS, perfetto_gpu_kernels
 
 
 def test_tiny_run(tmp_path):
@@ -31,3 +31,19 @@ def test_bad_frameworks_are_refused(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["breakdown", "--tiny", "--out", "unused", "--frameworks", "torch,tf"])
     assert exc.value.code == 2 and "--frameworks" in capsys.readouterr().err
+
+
+def test_perfetto_kernels_are_the_gpu_stream_events_without_copies():
+    meta = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
+            {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "python"}},
+            {"ph": "M", "name": "thread_name", "pid": 2, "tid": 1, "args": {"name": "Stream #13(Compute)"}},
+            {"ph": "M", "name": "thread_name", "pid": 2, "tid": 2, "args": {"name": "XLA Ops"}}]
+    events = [{"ph": "X", "pid": 2, "tid": 1, "name": "loop_fusion_3", "dur": 2.5},
+              {"ph": "X", "pid": 2, "tid": 1, "name": "MemcpyD2H", "dur": 9.0},
+              {"ph": "X", "pid": 2, "tid": 2, "name": "fusion.3", "dur": 2.5},  # derived line: not a launch
+              {"ph": "X", "pid": 1, "tid": 7, "name": "PjitFunction", "dur": 40.0},
+              {"ph": "X", "pid": 2, "tid": 1, "name": "gemm_fusion", "dur": 4.0}]
+    kernels, threads = perfetto_gpu_kernels({"traceEvents": meta + events})
+    assert kernels == [("loop_fusion_3", 2.5), ("gemm_fusion", 4.0)] and threads == ["Stream #13(Compute)"]
+    assert perfetto_gpu_kernels(meta[:3]) == ([], [])

@@ -383,3 +383,204 @@ def test_training_run_starts_from_the_imported_weights(imported_dirs, tmp_path, 
     agent_state = torch.load(os.path.join(result.checkpoint, "agent", "agent_state.pt"), weights_only=False)
     assert agent_state["update_step"] == 5  # 16..20: this run's own updates, counted from 0
     assert sorted(os.listdir(imported_dirs[0])) == ["agent", "imported_from.json", "reward_normalizer.pkl"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# converted folders as first-class: the architecture from the shapes, load_policy / evaluate / export, refusals
+# ---------------------------------------------------------------------------------------------------------------
+
+TASK = "env.env_name=HalfCheetah-v4"
+POLICY_CPU = ["agent.device_type=cpu", "num_threads=1", "agent.use_compile=false", "env.max_episode_steps=10"]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """The fixture converted with the CLI and no architecture key (the task given): a torch and a JAX folder."""
+    root = tmp_path_factory.mktemp("converted")
+    for target in ("torch", "jax"):
+        assert convert.main([f"upstream-to-{target}", CKPT, str(root / target), "--overrides", TASK]) == 0
+    return {"torch": str(root / "torch"), "jax": str(root / "jax")}
+
+
+def _policy_module(framework: str):
+    import agent_jax.policy
+    import agent_torch.policy
+
+    return agent_torch.policy if framework == "torch" else agent_jax.policy
+
+
+def test_converter_reads_the_architecture_from_the_shapes(converted, imported_dirs):
+    """Without architecture keys the converter builds the agents the files state (widths, block counts, atoms,
+    support, head, LR peak) and writes the same networks and optimizer state as with the run's keys given."""
+    from agent_common.runs.files import load_pickle
+    from tests.agent_test_utils import assert_nested_equal
+
+    record = json.loads(open(os.path.join(converted["torch"], "imported_from.json")).read())
+    assert record["overrides"] == ["agent.actor_num_blocks=1", "agent.actor_hidden_dim=8", "agent.critic_num_blocks=1",
+                                   "agent.critic_hidden_dim=16", "agent.critic_num_bins=11",
+                                   "agent.normalized_G_max=5.0", "agent.actor_head=upstream",
+                                   "agent.learning_rate_peak=0.0003", TASK]
+    assert (record["observation_dim"], record["action_dim"]) == (OBS_DIM, ACT_DIM) and not record["schedule_checked"]
+    for net in ("actor", "critic", "target_critic", "temperature"):
+        ours = torch.load(os.path.join(converted["torch"], "agent", f"{net}.pt"), weights_only=False)
+        given = torch.load(os.path.join(imported_dirs[0], "agent", f"{net}.pt"), weights_only=False)
+        assert_nested_equal(ours, given, net)
+        assert_nested_equal(load_pickle(os.path.join(converted["jax"], "agent", f"{net}.pkl")),
+                            load_pickle(os.path.join(imported_dirs[1], "agent", f"{net}.pkl")), net)
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("agent.actor_num_blocks=2", "agent.actor_num_blocks=2 does not fit {src}: the file holds 1 (actor.pt "
+                                 "encoder.0.w1.w.weight is its last block)"),
+    ("agent.critic_num_bins=101", "agent.critic_num_bins=101 does not fit {src}: the file holds 11 (critic.pt "
+                                  "predictor.w.weight has shape (2, 11, 16))"),
+    ("agent.normalized_G_max=10.0", "agent.critic_min_v/critic_max_v=[-10.0, 10.0] (agent.normalized_G_max=10.0) does "
+                                    "not fit {src}: the critic's support is [-5.0, 5.0] (critic.pt "
+                                    "predictor.bin_values [-5, 5])"),
+    ("agent.learning_rate_peak=0.001", "agent.learning_rate_peak=0.001 does not fit {src}: upstream's scheduler base "
+                                       "LR (its learning_rate_peak) is 0.0003"),
+], ids=["blocks", "atoms", "support", "lr_peak"])
+def test_converter_checks_given_keys_against_the_file(given, message, tmp_path, capsys):
+    assert convert.main(["upstream-to-torch", CKPT, str(tmp_path / "out"), "--overrides", given]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + message.format(src=CKPT)) and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize(("file", "damage", "message"), [
+    ("critic.pt", _truncate, "cannot read {f} (a truncated or damaged torch zip archive; "),
+    ("critic.pt", lambda p: p.write_bytes(bytes(range(256)) * 8),
+     "cannot read {f} (not a torch file (it starts with b'\\x00\\x01\\x02\\x03\\x04\\x05\\x06\\x07'); "),
+    ("critic.pt", lambda p: p.write_text(json.dumps({"network_state_dict": {}})),
+     "cannot read {f} (a JSON or text file, not a torch file; "),
+    ("critic.pt", os.unlink, "{f} is missing: an upstream FlashSAC checkpoint folder holds actor.pt, critic.pt"),
+    ("critic.pt", lambda p: torch.save({"weights": torch.zeros(3)}, p),
+     "{f} is not upstream FlashSAC's critic.pt: no network_state_dict (keys: ['weights'])"),
+    ("actor.pt", _truncate, "cannot read {f} (a truncated or damaged torch zip archive; "),
+    ("agent_state.pt", lambda p: torch.save([1, 2], p),
+     "{f} is not upstream FlashSAC's agent_state.pt: it holds a list"),
+    ("reward_normalizer.pt", _truncate, "cannot read {f} (a truncated or damaged torch zip archive; "),
+], ids=["truncated", "not_torch", "json", "missing", "foreign_torch", "truncated_actor", "foreign_state",
+        "truncated_normalizer"])
+def test_converter_refuses_an_unreadable_upstream_file_in_one_line(file, damage, message, tmp_path, capsys):
+    src = tmp_path / "step300"
+    shutil.copytree(CKPT, src)
+    damage(src / file)
+    before = {p: (src / p).read_bytes() for p in os.listdir(src)}
+    assert convert.main(["upstream-to-torch", str(src), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + message.format(f=src / file)), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists() and before == {p: (src / p).read_bytes() for p in os.listdir(src)}
+
+
+def test_converter_refuses_an_unreadable_agent_file_and_a_used_destination(converted, tmp_path, capsys):
+    agent = tmp_path / "agent"
+    shutil.copytree(os.path.join(converted["torch"], "agent"), agent)
+    _truncate(agent / "critic.pt")
+    assert convert.main(["torch-to-jax", str(agent), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot read {agent / 'critic.pt'} (") and err.count("\n") == 1
+    assert convert.main(["torch-to-jax", converted["jax"], str(tmp_path / "out")]) == 2
+    assert f"holds the jax agent's files ({converted['jax']}/agent), not the torch agent's: python -m " \
+           f"agent_interop.convert jax-to-... {converted['jax']}" in capsys.readouterr().err
+    assert convert.main(["upstream-to-torch", CKPT, str(agent)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: DST {agent} holds actor.pt, agent_state.pt, critic.pt")
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_says_what_src_and_dst_are(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        convert.main(["--help"])
+    text = capsys.readouterr().out
+    assert exit_.value.code == 0
+    for fragment in ("upstream-to-torch, upstream-to-jax\n      SRC  an upstream FlashSAC checkpoint folder: actor.pt",
+                     "torch-to-jax, jax-to-torch\n      SRC  a run directory", "torch-to-upstream, jax-to-upstream",
+                     "python -m agent_interop.convert upstream-to-torch ", "python -m agent_torch.evaluate converted"):
+        assert fragment in text, fragment
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_a_converted_folder_loads_as_a_policy_acting_as_upstreams(converted, framework, tmp_path):
+    """load_policy on a converted upstream folder: the deterministic actions are upstream's own (fixture), and the
+    exported actor gives them too."""
+    module = _policy_module(framework)
+    policy = module.load_policy(converted[framework], overrides=POLICY_CPU)
+    assert policy.cfg.env.env_name == "HalfCheetah-v4" and policy.cfg.agent.actor_head == "upstream"
+    assert (policy.observation_dim, policy.action_dim) == (OBS_DIM, ACT_DIM)
+    _close(policy(REF["obs"]), REF["det_action"], ATOL, "deterministic action")
+    exported = module.load_exported(module.export_actor(policy, str(tmp_path / f"actor.{framework}")))
+    _close(exported(REF["obs"]), REF["det_action"], ATOL, "exported action")
+
+
+def test_evaluate_runs_a_converted_folder_and_refuses_what_is_not_one(converted, imported_dirs, tmp_path, capsys):
+    from agent_jax.evaluate import main as evaluate_jax
+    from agent_torch.evaluate import main as evaluate
+
+    cpu = [a for o in POLICY_CPU for a in ("--overrides", o)]
+    exported = tmp_path / "actor.pt"
+    assert evaluate([converted["torch"], "--episodes", "1", *cpu, "--export", str(exported)]) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint {converted['torch']} (HalfCheetah-v4, torch, deterministic actions)" in out
+    assert "over 1 episodes" in out and exported.is_file()
+    refusals = [  # (arguments, what the one error line says)
+        ([imported_dirs[0]], f"{imported_dirs[0]} (converted from upstream FlashSAC (leeyngdo/FlashSAC)) does not name "
+                             "the task its policy was trained on: give it with --overrides env.env_name=<task>"),
+        ([imported_dirs[0], "--overrides", "env.env_name=Hopper-v4"],
+         f"env.env_name=Hopper-v4 has 11 observations and 3 actions, the policy in {imported_dirs[0]} takes 17 and "
+         "gives 6"),
+        ([converted["torch"], "--overrides", "agent.actor_hidden_dim=16"],
+         "agent.actor_hidden_dim=16 does not fit"),
+        ([converted["torch"], "--replay-last-eval"], f"{converted['torch']} is a converted folder: it holds the agent "
+                                                     "only"),
+        ([CKPT], f"convert it, then load the converted folder: python -m agent_interop.convert upstream-to-torch "
+                 f"{CKPT} <new dir>"),
+        ([str(tmp_path)], f"{tmp_path} is not a policy to load (found: actor.pt); expected a run directory"),
+    ]
+    for args, message in refusals:
+        assert evaluate([*args, "--episodes", "1", *cpu]) == 2, args
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (args, err)
+    assert evaluate_jax([converted["torch"], "--episodes", "1", *cpu]) == 2
+    assert (f"this is the jax agent; convert it first: python -m agent_interop.convert torch-to-jax "
+            f"{converted['torch']}") in capsys.readouterr().err
+
+
+def test_converted_folders_convert_on_and_load(converted, tmp_path):
+    """torch-to-jax of a converted folder (a converted folder of the other framework) and of its bare agent
+    directory (no record: the head detected, the task given) load as JAX policies acting as upstream's."""
+    from agent_jax.policy import load_policy
+
+    assert convert.main(["torch-to-jax", converted["torch"], str(tmp_path / "j")]) == 0
+    assert json.loads((tmp_path / "j" / "imported_from.json").read_text())["framework"] == "jax"
+    _close(load_policy(str(tmp_path / "j"), overrides=POLICY_CPU)(REF["obs"]), REF["det_action"], ATOL, "folder")
+    assert convert.main(["torch-to-jax", os.path.join(converted["torch"], "agent"), str(tmp_path / "bare")]) == 0
+    policy = load_policy(str(tmp_path / "bare"), overrides=[*POLICY_CPU, TASK])
+    assert policy.cfg.agent.actor_head == "upstream" and policy.cfg.agent.actor_hidden_dim == 8
+    _close(policy(REF["obs"]), REF["det_action"], ATOL, "bare agent directory")
+
+
+def test_a_run_from_a_converted_folder_names_the_keys_its_networks_need(converted):
+    with pytest.raises(ConfigError) as err:
+        load_config([f"agent_init_path={converted['torch']}"], "torch")
+    assert ("do not fit this run's agent.actor_num_blocks=2, agent.actor_hidden_dim=128, agent.critic_num_blocks=2, "
+            "agent.critic_hidden_dim=256, agent.critic_num_bins=101; start the run with --overrides "
+            "agent.actor_num_blocks=1 --overrides agent.actor_hidden_dim=8") in str(err.value)
+    load_config([f"agent_init_path={converted['torch']}", *(f"agent.{k}" for k in (
+        "actor_num_blocks=1", "actor_hidden_dim=8", "critic_num_blocks=1", "critic_hidden_dim=16",
+        "critic_num_bins=11"))], "torch")
+
+
+def test_round_trip_without_architecture_keys_is_lossless(tmp_path):
+    """upstream-to-jax with only the schedule keys (which upstream's files do not hold), then jax-to-upstream with
+    none (the folder's record has them): upstream's files back bitwise."""
+    schedule = ["--overrides", "agent.learning_rate_warmup_step=0", "--overrides", "agent.learning_rate_decay_step=300"]
+    assert convert.main(["upstream-to-jax", CKPT, str(tmp_path / "j"), *schedule]) == 0
+    assert json.loads((tmp_path / "j" / "imported_from.json").read_text())["schedule_checked"]
+    assert convert.main(["jax-to-upstream", str(tmp_path / "j"), str(tmp_path / "u")]) == 0
+    _files_equal(CKPT, str(tmp_path / "u"))

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from agent_common.architecture import read_conversion_record
 from agent_common.runs.checkpoints import candidate_checkpoints
 from agent_common.runs.commands import converter_command
 from agent_common.runs.files import AGENT_DIR, LOOP_STATE_FILE, CheckpointError, load_pickle
@@ -24,7 +25,7 @@ from agent_common.runs.upstream_layout import (
     upstream_checkpoints_in,
 )
 
-__all__ = ["InitSource", "resolve_init_source"]
+__all__ = ["InitSource", "check_converted_architecture", "resolve_init_source"]
 
 _MARKERS = {"torch": "actor.pt", "jax": "actor.pkl"}
 
@@ -86,3 +87,40 @@ def resolve_init_source(path: str, framework: str) -> InitSource:
                               f"the {framework} agent; convert it first: "
                               f"{converter_command(path, written_by, framework)}")
     return InitSource(path=path, agent_dir=agent_dir, framework=written_by, normalizer_file=normalizer_file)
+
+
+_CONVERTED_ARCHITECTURE = ("agent.actor_num_blocks", "agent.actor_hidden_dim", "agent.critic_num_blocks",
+                           "agent.critic_hidden_dim", "agent.critic_num_bins")  # shapes (the head is not one)
+
+
+def check_converted_architecture(source: InitSource, cfg: Any) -> None:
+    """A converted folder's networks fit the new run's config: its ``imported_from.json`` records the architecture
+    the converter read from the checkpoint's shapes (its ``overrides``); a new run has its own config, so each of
+    those keys (widths, block counts, atoms, the support) must be given the same. A folder without that record (an
+    older converter's) is left to the agent's load.
+
+    Raises:
+        CheckpointError: one line naming every key that differs, both values, and the overrides to add.
+    """
+    record = read_conversion_record(source.path)
+    if record is None:
+        return
+    record_file = os.path.join(source.path, IMPORTED_FILE)
+    recorded = dict(o.split("=", 1) for o in record["overrides"] if "=" in o)
+    a = cfg.agent
+    found = {k: recorded[k] for k in _CONVERTED_ARCHITECTURE if k in recorded}
+    if "agent.normalized_G_max" in recorded:
+        g = float(recorded["agent.normalized_G_max"])
+        found.update({"agent.critic_min_v": repr(-g), "agent.critic_max_v": repr(g)})
+    found.update({k: recorded[k] for k in ("agent.critic_min_v", "agent.critic_max_v") if k in recorded})
+
+    def differs(key: str, text: str) -> bool:
+        value = getattr(a, key.split(".", 1)[1])
+        return str(value) != text if isinstance(value, str) else float(value) != float(text)
+
+    wrong = [k for k, v in found.items() if differs(k, v)]
+    if wrong:
+        have = ", ".join(f"{k}={getattr(a, k.split('.', 1)[1])}" for k in wrong)
+        give = " ".join(f"--overrides {k}={found[k]}" for k in wrong)
+        raise CheckpointError(f"agent_init_path={source.path}: its networks ({record_file}: the shapes of the "
+                              f"converted checkpoint) do not fit this run's {have}; start the run with {give}")

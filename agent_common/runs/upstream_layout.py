@@ -5,7 +5,7 @@ the pickled names only), and says what to run instead.
   ``temperature.pt``, ``agent_state.pt``, optionally ``reward_normalizer.pt``; upstream's parameter names such as
   ``embedder.norm.weight``), or a run folder of upstream's ``train.py`` that holds such ``step<N>`` folders.
 * A folder written by ``python -m agent_interop.convert upstream-to-{torch,jax}`` (``imported_from.json``): it starts a
-  new run through ``agent_init_path``; it is not a run to resume.
+  new run through ``agent_init_path`` (and ``evaluate`` / ``load_policy`` load it); it is not a run to resume.
 
 ``describe_foreign_checkpoint`` returns the message for a folder given as ``agent_load_path``; nothing here moves,
 changes or deletes anything.
@@ -74,5 +74,4 @@ def describe_foreign_checkpoint(path: str, given_as: str | None = None) -> str |
     return (f"{given_as}: this is upstream FlashSAC's checkpoint layout{where}, written by another "
             "program, not a checkpoint of this project (it was left as it is). Convert it, then start a new run "
             "from its weights: python -m agent_interop.convert upstream-to-torch "
-            f"{src} <new dir> --overrides <the run's architecture and schedule keys>  (or upstream-to-jax), then "
-            "--overrides agent_init_path=<new dir>")
+            f"{src} <new dir>  (or upstream-to-jax), then --overrides agent_init_path=<new dir>")
