@@ -26,6 +26,7 @@ from agent_common.keys import (
 )
 from agent_common.recipes import RECIPES, unknown_recipe
 from simulators import DEVICE, SIMULATORS, simulator
+from simulators.base import extra_problem
 
 __all__ = ["check_training_run", "resume_conflicts", "validate"]
 
@@ -218,7 +219,11 @@ def validate(cfg: Config, framework: str) -> None:
              "copies of the first evaluation envs")
     _require(not (cfg.record_video and sim.RECORDS_VIDEO), "record_video", cfg.record_video,
              f"must be false with env.env_type={cfg.env.env_type}: {sim.RECORDS_VIDEO}")
-    for problem in sim.check(cfg, framework):
+    _require(framework in sim.FRAMEWORKS, "env.env_type", sim.NAME,
+             f"{sim.ONLY_FRAMEWORKS} and is wired into the {' and '.join(sim.FRAMEWORKS)} agent only (got the "
+             f"{framework} agent); train it with python -m agent_{sim.FRAMEWORKS[0]}.train")
+    extra = extra_problem(sim.NAME, sim.NEEDS, sim.INSTALL, sim.missing())
+    for problem in ([extra] if extra else []) + list(sim.check(cfg, framework)):
         _require(False, *problem)
     if sim.STEPPER == DEVICE:
         _validate_device_run(cfg)

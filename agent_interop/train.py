@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = parse_args(rest, framework=known.agent, prog="python -m agent_interop.train")  # exits 2 on a bad key
     if simulator(cfg.env.env_type).STEPPER == DEVICE:
-        ap.error(f"--init-from: expected a host simulator (env.env_type=mujoco, dmc or myosuite), got "
+        ap.error(f"--init-from: expected env.env_type=mujoco, dmc or myosuite (a host simulator), got "
                  f"env.env_type={cfg.env.env_type}, whose device trainer builds its own agent")
     if known.agent == "jax":
         from agent_jax.train import run

@@ -41,10 +41,18 @@ class Simulator(Protocol):
         MODULES: the modules the extra installs, checked without importing them (``missing``).
         STEPPER: ``HOST`` or ``DEVICE``.
         FRAMEWORKS: the agents that train on it.
+        ONLY_FRAMEWORKS: why only those (the config error's reason), or None where both agents do.
         RESCALE_ACTION: ``env.rescale_action`` when it is null: whether actions in [-1, 1] are rescaled to the
             task's range (False: the task takes [-1, 1] itself).
         RECORDS_VIDEO: None where ``record_video`` works, else why it does not (the config error's reason).
         OWN_KEYS: config keys only this simulator reads, each with what it is (other simulators refuse a value).
+
+    A host simulator also declares ``EPISODE_STEPS`` (its episode limit when ``env.max_episode_steps`` is null, or
+    None: the registered one), ``RENDERS_ITSELF`` (gymnasium's ``render_mode``; else ``agent_common.video`` films its
+    physics), ``SNAPSHOT_KEYS`` and the functions ``make(env_name, seed, render_size)``, ``model_data(base)``,
+    ``control_timestep(base)``, ``task_state(base)`` and ``set_task_state(base, snapshot, restore_physics)``. A
+    device simulator declares ``ARRAYS`` (``"jax"`` or ``"torch"``) and ``ENV_MODULE``, the module whose
+    ``make_env(cfg, num_envs, seed, device)`` builds its envs (``simulators.make_device_env``).
     """
 
     NAME: str
@@ -56,6 +64,7 @@ class Simulator(Protocol):
     MODULES: tuple[str, ...]
     STEPPER: str
     FRAMEWORKS: tuple[str, ...]
+    ONLY_FRAMEWORKS: str | None
     RESCALE_ACTION: bool
     RECORDS_VIDEO: str | None
     OWN_KEYS: dict[str, str]
@@ -66,7 +75,8 @@ class Simulator(Protocol):
 
     def check(self, cfg: Any, framework: str) -> Iterator[Problem]:
         """The simulator's own checks of a config (``agent_common.keys.Config``, before its derived values are
-        filled) for the ``framework`` agent, in order; the first one found is the config error."""
+        filled) for the ``framework`` agent, in order, after the agent (``FRAMEWORKS``) and the extra
+        (``missing``); the first one found is the config error."""
         ...
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from simulators.base import DEVICE, Problem, extra_problem, missing_modules
+from simulators.base import DEVICE, Problem, missing_modules
 
 __all__ = ["NAME", "TASKS", "check", "missing"]
 
@@ -31,6 +31,7 @@ INSTALL = '-c constraints/ci.txt -e ".[mjlab]"'
 MODULES: tuple[str, ...] = ("mjlab",)
 STEPPER = DEVICE
 FRAMEWORKS: tuple[str, ...] = ("torch",)
+ONLY_FRAMEWORKS = "mjlab steps MuJoCo Warp from torch"
 RESCALE_ACTION = False
 RECORDS_VIDEO = "its evaluation videos are not recorded (MuJoCo Warp's state is not rendered here)"
 OWN_KEYS: dict[str, str] = {"env.device": "is the mjlab simulator's device"}
@@ -46,14 +47,7 @@ def missing() -> list[str]:
 
 
 def check(cfg: Any, framework: str) -> Iterator[Problem]:
-    """The torch agent, the extra, actions left to the task, and the simulator's device."""
-    if framework != "torch":
-        yield ("env.env_type", cfg.env.env_type,
-               f"mjlab steps MuJoCo Warp from torch and is wired into the torch agent only (got the {framework} "
-               "agent); train it with python -m agent_torch.train")
-    problem = extra_problem(NAME, NEEDS, INSTALL, missing())
-    if problem:
-        yield problem
+    """Actions left to the task, and the simulator's device."""
     if cfg.env.rescale_action:
         yield ("env.rescale_action", cfg.env.rescale_action,
                "mjlab tasks take actions in [-1, 1] and scale them themselves; set env.rescale_action=false")

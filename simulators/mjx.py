@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from simulators.base import DEVICE, Problem, extra_problem, missing_modules
+from simulators.base import DEVICE, Problem, missing_modules
 
 __all__ = ["DETERMINISTIC_FLAG", "DEVICE_LOOPS_FLAG", "NAME", "TASKS", "check", "missing", "xla_flags"]
 
@@ -25,6 +25,7 @@ MODULES: tuple[str, ...] = ("jax", "brax", "mujoco_mjx")
 """What the ``mjx`` extra installs; ``mujoco_mjx`` stands for the mujoco-mjx distribution."""
 STEPPER = DEVICE
 FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
+ONLY_FRAMEWORKS = None
 RESCALE_ACTION = True
 RECORDS_VIDEO = None
 OWN_KEYS: dict[str, str] = {}
@@ -50,10 +51,8 @@ def missing() -> list[str]:
 
 
 def check(cfg: Any, framework: str) -> Iterator[Problem]:
-    """The extra is installed."""
-    problem = extra_problem(NAME, NEEDS, INSTALL, missing())
-    if problem:
-        yield problem
+    """No checks of its own (the config checks its extra)."""
+    return iter(())
 
 
 def xla_flags(current: str, deterministic: bool = False) -> str:

@@ -24,6 +24,7 @@ INSTALL = ""
 MODULES: tuple[str, ...] = ()
 STEPPER = HOST
 FRAMEWORKS: tuple[str, ...] = ("torch", "jax")
+ONLY_FRAMEWORKS = None
 RESCALE_ACTION = True
 RECORDS_VIDEO = None
 OWN_KEYS: dict[str, str] = {}
@@ -40,7 +41,7 @@ def missing() -> list[str]:
 
 
 def check(cfg: Any, framework: str) -> Iterator[Problem]:
-    """No checks of its own."""
+    """No checks of its own (the config checks its extra)."""
     return iter(())
 
 

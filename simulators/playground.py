@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from simulators.base import DEVICE, Problem, extra_problem, missing_modules
+from simulators.base import DEVICE, Problem, missing_modules
 
 __all__ = ["DM_TASKS", "LOCOMOTION_TASKS", "MENAGERIE_ENV", "NAME", "TASKS", "check", "menagerie_problem",
            "missing"]
@@ -41,6 +41,7 @@ INSTALL = '-e ".[mjx,playground]"'
 MODULES: tuple[str, ...] = ("jax", "mujoco_playground", "mujoco_mjx")
 STEPPER = DEVICE
 FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
+ONLY_FRAMEWORKS = None
 RESCALE_ACTION = False
 RECORDS_VIDEO = None
 OWN_KEYS: dict[str, str] = {}
@@ -74,10 +75,7 @@ def menagerie_problem(task: str, path: str | None) -> str | None:
 
 
 def check(cfg: Any, framework: str) -> Iterator[Problem]:
-    """The extra, actions left to the task, and the Menagerie checkout of a locomotion task."""
-    problem = extra_problem(NAME, NEEDS, INSTALL, missing())
-    if problem:
-        yield problem
+    """Actions left to the task, and the Menagerie checkout of a locomotion task."""
     if cfg.env.rescale_action:
         yield ("env.rescale_action", cfg.env.rescale_action,
                "MuJoCo Playground tasks take actions in [-1, 1] themselves; set env.rescale_action=false")
