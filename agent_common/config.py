@@ -311,7 +311,7 @@ def parse_args(
     set_train_program(prog or f"python -m agent_{framework}.train")
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Train FlashSAC on gym-MuJoCo, DeepMind Control, MJX, MuJoCo Playground or mjlab (env.env_type). "
+        description="Train FlashSAC on one of the simulators below (env.env_type). "
         "Every config key below is set with --overrides KEY=VALUE; null means derived or taken from the named key.",
         epilog=training_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -52,11 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     if known.agent == known.init_from:
         ap.error(f"--init-from: expected the other framework than --agent {known.agent!r}, got {known.init_from!r}")
     from agent_common.config import parse_args
+    from agent_common.runs.commands import set_train_program
 
     cfg = parse_args(rest, framework=known.agent, prog="python -m agent_interop.train")  # exits 2 on a bad key
     if simulator(cfg.env.env_type).STEPPER == DEVICE:
         ap.error(f"--init-from: expected env.env_type=mujoco, dmc or myosuite (a host simulator), got "
                  f"env.env_type={cfg.env.env_type}, whose device trainer builds its own agent")
+    set_train_program(f"python -m agent_{known.agent}.train")  # a resume's printed command: the agent's own CLI
     if known.agent == "jax":
         from agent_jax.train import run
     else:
