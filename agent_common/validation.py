@@ -375,7 +375,7 @@ def check_training_run(cfg: Config, framework: str | None = None) -> None:
                           f"installed: {', '.join(missing)}")
     device = simulator(cfg.env.env_type).STEPPER == DEVICE
     _require(not (cfg.agent.act_before_update and device), "agent.act_before_update",
-             cfg.agent.act_before_update, f"applies to the gymnasium loop (env.env_type=mujoco or dmc), not to "
+             cfg.agent.act_before_update, f"applies to the host stepper (env.env_type=mujoco, dmc or myosuite), not to "
              f"env.env_type={cfg.env.env_type} (its envs step on the device): drop the override")
     _require(not (cfg.agent.act_before_update and cfg.num_devices > 1), "agent.act_before_update",
              cfg.agent.act_before_update, f"is not supported with num_devices={cfg.num_devices} (data parallel): "
