@@ -16,7 +16,8 @@ process, which the CPU's --tiny run and a GPU in exclusive-process compute mode 
 launch shape, builds each input once (rows of one master per input kind and shape) and writes each configuration's
 record as soon as it has it. DIR/results.json is rewritten (atomically) after every record, so a stopped run keeps
 what it checked; `--resume` continues a stopped run in the same DIR, skipping every configuration already recorded
-with the same GPU, versions, kernel code and matrix.
+with the same GPU, versions, kernel code and matrix; `--budget SECONDS` stops a run itself (and records the backends
+that finished) before a time limit would kill it.
 
 The result of each backend that ran every configuration (passed or not) is then written into a validation file:
 by default the user's own (${XDG_DATA_HOME:-~/.local/share}/flashsac/kernel_validation.json), which the dispatcher
@@ -271,10 +272,14 @@ def _read_all(out: Path, backends: tuple[str, ...]) -> dict[str, list[dict]]:
     return {b: read_records(records_path(out, b))[1] for b in backends}
 
 
+class _BudgetSpent(Exception):
+    """--budget's time is up: the run stops where it is (its records kept, --resume continues it)."""
+
+
 def _run_processes(out: Path, plan_path: Path, backends: tuple[str, ...], gpu: bool, resume: bool, on_change,
-                   progress: _Progress) -> dict[str, str]:
-    """One worker process per backend, all at once; `on_change()` after new records. Returns {backend: why its
-    process failed}."""
+                   progress: _Progress, deadline: float | None) -> dict[str, str]:
+    """One worker process per backend, all at once; `on_change()` after new records; at `deadline`
+    (time.monotonic()) the workers still running are stopped. Returns {backend: why its process failed}."""
     from kernel_validation.worker import records_path
 
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -286,6 +291,7 @@ def _run_processes(out: Path, plan_path: Path, backends: tuple[str, ...], gpu: b
         with open(logs[b], "a") as f:
             procs[b] = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
     seen: dict[str, int] = dict.fromkeys(backends, 0)
+    stopped: list[str] = []  # by the budget: incomplete, not failed
     try:
         while True:
             running = any(p.poll() is None for p in procs.values())
@@ -300,6 +306,14 @@ def _run_processes(out: Path, plan_path: Path, backends: tuple[str, ...], gpu: b
                 on_change()
             if not running:
                 break
+            if deadline is not None and time.monotonic() > deadline:
+                stopped += [b for b, p in procs.items() if p.poll() is None]
+                print(f"--budget spent: stopping {', '.join(stopped)} (their records are kept; --resume continues)")
+                for b in stopped:
+                    procs[b].terminate()
+                    procs[b].wait()
+                on_change()
+                break
             time.sleep(0.5)
     finally:
         for p in procs.values():
@@ -307,7 +321,7 @@ def _run_processes(out: Path, plan_path: Path, backends: tuple[str, ...], gpu: b
                 p.terminate()
     problems = {}
     for b, p in procs.items():
-        if p.wait() != 0:
+        if p.wait() != 0 and b not in stopped:
             tail = logs[b].read_text()[-3000:] if logs[b].exists() else ""
             problems[b] = f"its worker process exited with status {p.returncode} (log: {logs[b]})"
             print(f"{b}: {problems[b]}; the log ends:\n{tail}")
@@ -337,6 +351,9 @@ def main(argv: list[str] | None = None, *, prog: str = "flashsac-validate-kernel
     where.add_argument("--record-to", default=None, metavar="PATH", help="record into this validation file")
     where.add_argument("--no-record", action="store_true", help="record nothing" + (
         "" if bench else f" (default: the user's file {user_validation_path()})"))
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="stop after this many seconds, keeping every record (--resume continues), and record the "
+                        "backends that finished")
     p.add_argument("--mode", choices=("processes", "in-process"), default=None,
                    help="one process per backend at once (default on a GPU), or one after another in this process "
                         "(default with --tiny, and on a GPU in exclusive-process compute mode)")
@@ -403,18 +420,25 @@ def main(argv: list[str] | None = None, *, prog: str = "flashsac-validate-kernel
 
     progress = _Progress(plan, print)
     print(f"validating {', '.join(backends)} on {env['device']}: {len(cases)} configurations, {mode}; results in {out}")
+    deadline = None if args.budget is None else time.monotonic() + args.budget
     if mode == "processes":
         problems.update(_run_processes(out, plan_path, backends, gpu is not None, args.resume, write_results,
-                                       progress))
+                                       progress, deadline))
     else:
         from kernel_validation.worker import records_path, run_backend
 
         def on_record(backend: str, record: dict) -> None:
             progress(backend, record)
             write_results()
+            if deadline is not None and time.monotonic() > deadline:
+                raise _BudgetSpent
 
-        for b in backends:
-            run_backend(b, plan, records_path(out, b), gpu=gpu is not None, resume=args.resume, on_record=on_record)
+        try:
+            for b in backends:
+                run_backend(b, plan, records_path(out, b), gpu=gpu is not None, resume=args.resume,
+                            on_record=on_record)
+        except _BudgetSpent:
+            print(f"--budget spent after {args.budget:.0f} s: stopped (the records are kept; --resume continues)")
     res = write_results()
     diagnose(plan, res, gpu is not None)
     res["env"]["wall_seconds"] = round(time.perf_counter() - started, 1)

@@ -100,16 +100,21 @@ def test_a_required_backend_that_cannot_run_fails(tmp_path, monkeypatch, capsys)
 def test_a_stopped_run_keeps_what_it_checked_and_resume_runs_only_the_rest(tmp_path, monkeypatch, counted, capsys):
     monkeypatch.setattr(matrix, "cases", lambda tiny: THREE)
     args = ["--tiny", "--out", str(tmp_path), "--backends", "torch/triton"]
-    counted["stop_at"] = 2
-    with pytest.raises(KeyboardInterrupt):
-        cli.main(args)
+    assert cli.main([*args, "--budget", "0"]) == 1 and "--budget spent" in capsys.readouterr().out
     res = _results(tmp_path)  # written after the first configuration, whole
     assert len(res["rows"]) == 1 and not res["complete"]
     assert res["backends"]["torch/triton"] == {"validated": False,
                                                "incomplete": "1/3 configurations checked, repeats not yet"}
+    path = records_path(tmp_path, "torch/triton")
+    with open(path, "a") as f:
+        f.write('{"case": "half a li')  # what a worker stopped mid-write leaves
+    counted.update(n=0, stop_at=2)
+    with pytest.raises(KeyboardInterrupt):  # a kill while the third configuration runs
+        cli.main([*args, "--resume"])
+    assert len(_results(tmp_path)["rows"]) == 2 and counted["n"] == 2
     counted.update(n=0, stop_at=None)
     assert cli.main([*args, "--resume"]) == 0
-    assert counted["n"] == 2 + 4, "the two missing configurations and the repeats (1 + 3), nothing else"
+    assert counted["n"] == 1 + 4, "the missing configuration and the repeats (1 + 3), nothing else"
     res = _results(tmp_path)
     assert res["complete"] and len(res["rows"]) == 3 and res["backends"]["torch/triton"]["validated"]
     counted["n"] = 0
@@ -117,7 +122,6 @@ def test_a_stopped_run_keeps_what_it_checked_and_resume_runs_only_the_rest(tmp_p
     assert _results(tmp_path)["rows"] == res["rows"]
 
     # records of other versions (or another GPU, kernel code, matrix) are kept aside and not trusted
-    path = records_path(tmp_path, "torch/triton")
     headers, _ = read_records(path)
     lines = path.read_text().splitlines()
     lines[0] = json.dumps({"header": dict(headers[0], versions={"torch": "0.0"})})
