@@ -10,8 +10,9 @@ Packages import downward only (docs/agents.md, "Layout"):
 
 * ``ALLOWED`` lists, per package, the repository packages it may import; everything else is forbidden. So the two
   frameworks meet only in ``agent_interop`` and ``kernel_validation`` (``torch_impl`` / ``jax_impl``,
-  ``agent_torch`` / ``agent_jax`` never import each other), kernels and the spec never import implementations or agents, implementations never
-  import agents, and only ``bench`` itself and the tests of ``bench`` import ``bench``.
+  ``agent_torch`` / ``agent_jax`` never import each other), kernels and the spec never import implementations or
+  agents, implementations never import agents, and only ``bench`` itself and the tests of ``bench`` import
+  ``bench``.
 * ``FORBIDDEN_THIRD_PARTY`` keeps each package off the other framework: the spec and ``agent_common`` import
   neither torch nor JAX nor triton (numpy is the spec's float64 ground truth; ``agent_common`` may use omegaconf,
   gymnasium and the like), the torch side imports no JAX, the JAX side no torch.
