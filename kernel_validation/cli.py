@@ -365,6 +365,8 @@ def main(argv: list[str] | None = None, *, prog: str = "flashsac-validate-kernel
         p.error(f"--backends/--require must name backends of {BACKENDS}, got {bad or args.backends!r}")
     if ANCHOR not in backends:
         backends = (ANCHOR, *backends)  # every comparison needs it
+    if not set(require) <= set(backends):
+        p.error(f"--require {args.require}: every required backend must be in --backends {args.backends}")
     if args.tiny:  # before the kernels' modules are imported: the interpreters read these at import
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("FLASHSAC_PALLAS_INTERPRET", "1")
@@ -403,11 +405,11 @@ def main(argv: list[str] | None = None, *, prog: str = "flashsac-validate-kernel
     from shared_spec.dispatch import write_json_atomic
 
     started = time.perf_counter()
-    env = {"device": gpu or "cpu (interpreters)", "versions": versions(), "argv": [prog, *(argv or sys.argv[1:])],
+    env = {"device": gpu or "cpu (interpreters)", "versions": versions(),
+           "argv": [prog, *(sys.argv[1:] if argv is None else argv)],
            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"), "mode": mode,
            "plan": matrix.plan_hash(plan), "wall_seconds": 0.0}
     problems: dict[str, str] = {}
-    state: dict[str, Any] = {}
 
     def write_results(records: dict[str, list[dict]] | None = None) -> dict:
         res = merge(plan, backends, records if records is not None else _read_all(out, backends), problems)
@@ -415,7 +417,6 @@ def main(argv: list[str] | None = None, *, prog: str = "flashsac-validate-kernel
         res["env"] = env
         write_json_atomic(out / "results.json", res)
         (out / "results.md").write_text(markdown(res, env))
-        state["res"] = res
         return res
 
     progress = _Progress(plan, print)
@@ -458,15 +459,15 @@ def main(argv: list[str] | None = None, *, prog: str = "flashsac-validate-kernel
         recorded = [b for b, s in res["backends"].items() if "result" in s]
         print(f"recorded {', '.join(recorded) or 'nothing (no backend ran every configuration)'} into {target}")
     elif target is None and not args.tiny:
-        print("recorded nothing (--no-record)")
+        print("recorded nothing (" + ("--record or --record-to PATH records" if bench else "--no-record") + ")")
     missing = [b for b in require if not res["backends"][b].get("validated")]
     if res["mismatches"]:
         print(f"FAILED: {res['mismatches']} mismatches ({out / 'results.json'})")
     if missing:
         print(f"FAILED: required backends not validated: {missing}")
     if not res["complete"]:
-        print(f"NOT COMPLETE: {res['checked']} of {res['configurations']} configurations checked; continue with "
-              f"--resume --out {out}")
+        checked = ", ".join(f"{b} {n}/{res['configurations']}" for b, n in res["checked"].items())
+        print(f"NOT COMPLETE: configurations checked: {checked}; continue with --resume --out {out}")
     anchor_failed = "reason" in res["backends"][ANCHOR]
     if anchor_failed:
         print(f"FAILED: the anchor {ANCHOR} could not run: {res['backends'][ANCHOR]['reason']}")

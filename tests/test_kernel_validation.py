@@ -251,7 +251,8 @@ def test_a_gpu_run_records_into_the_users_file_which_auto_reads(tmp_path, monkey
 
 def test_bad_command_lines_and_a_damaged_validation_file_stop_before_any_work(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cli, "gpu_name", lambda: None)
-    for bad in (["--backends", "jax/cuda"], ["--tiny", "--record"], ["--tiny", "--record-to", "x.json"], []):
+    for bad in (["--backends", "jax/cuda"], ["--tiny", "--record"], ["--tiny", "--record-to", "x.json"],
+                ["--tiny", "--backends", "torch/triton", "--require", "jax/pallas"], []):
         with pytest.raises(SystemExit):
             cli.main(["--out", str(tmp_path), *bad])
     assert "no CUDA GPU here: run with --tiny" in capsys.readouterr().err
