@@ -434,12 +434,16 @@ def main(argv: list[str] | None = None, *, prog: str = "flashsac-validate-kernel
             if deadline is not None and time.monotonic() > deadline:
                 raise _BudgetSpent
 
+        every = [*plan["cases"], plan["determinism"]]
+        inputs = matrix.Inputs(every, every, keep=True)  # built once for all the backends
         try:
             for b in backends:
                 run_backend(b, plan, records_path(out, b), gpu=gpu is not None, resume=args.resume,
-                            on_record=on_record)
+                            on_record=on_record, inputs=inputs)
         except _BudgetSpent:
             print(f"--budget spent after {args.budget:.0f} s: stopped (the records are kept; --resume continues)")
+        finally:
+            inputs.close()
     res = write_results()
     diagnose(plan, res, gpu is not None)
     res["env"]["wall_seconds"] = round(time.perf_counter() - started, 1)

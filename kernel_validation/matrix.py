@@ -98,9 +98,11 @@ class Inputs:
         order: the cases this process will ask for, in order (the plan's minus those already recorded): what to build
             ahead and when to release.
         prefetch: build the next masters in a background thread (numpy releases the GIL in the large operations).
+        keep: never release a master (one Inputs serves several backends in turn, each asking for every case).
     """
 
-    def __init__(self, plan_cases: list[dict], order: list[dict] | None = None, prefetch: bool = True) -> None:
+    def __init__(self, plan_cases: list[dict], order: list[dict] | None = None, prefetch: bool = True,
+                 keep: bool = False) -> None:
         self.rows: dict[tuple, int] = {}
         for case in plan_cases:
             key = _master_key(case)
@@ -109,8 +111,10 @@ class Inputs:
         self.queue: list[tuple] = list(dict.fromkeys(_master_key(c) for c in order))  # first-use order
         self.last: dict[tuple, int] = {_master_key(c): i for i, c in enumerate(order)}
         self.calls = 0
+        self.keep = keep
         self.futures: dict[tuple, concurrent.futures.Future] = {}
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="inputs") if prefetch else None
+        self._ahead()  # the first masters start now (while the caller imports its framework)
 
     def _build(self, key: tuple) -> dict[str, np.ndarray]:
         from shared_spec import make_inputs
@@ -139,14 +143,19 @@ class Inputs:
             x = dict(master)
         else:
             x = {k: np.ascontiguousarray(v[:B] if k in ROW_ARGS else v[:, :B]) for k, v in master.items()}
-        if self.last.get(key) == self.calls:
+        if self.last.get(key) == self.calls and not self.keep:
             self.futures.pop(key, None)  # its last use: release it
         self.calls += 1
-        if self.pool is not None:  # build the next two masters of the order while this case runs
-            ahead = [k for k in self.queue if k in self.last and self.last[k] >= self.calls and k not in self.futures]
-            for k in ahead[:max(0, 2 - sum(not f.done() for f in self.futures.values()))]:
-                self._submit(k)
+        self._ahead()
         return x
+
+    def _ahead(self) -> None:
+        """Start building the next masters of the order (two at most pending) while the current case runs."""
+        if self.pool is None:
+            return
+        ahead = [k for k in self.queue if self.last[k] >= self.calls and k not in self.futures]
+        for k in ahead[:max(0, 2 - sum(not f.done() for f in self.futures.values()))]:
+            self._submit(k)
 
     def close(self) -> None:
         self.futures.clear()

@@ -112,12 +112,14 @@ def _resume(path: Path, env: dict, log: Callable[[str], None]) -> tuple[set[str]
 
 
 def run_backend(backend: str, plan: dict, path: str | os.PathLike, *, gpu: bool, resume: bool,
-                log: Callable[[str], None] = print, on_record: Callable[[str, dict], None] | None = None) -> None:
+                log: Callable[[str], None] = print, on_record: Callable[[str, dict], None] | None = None,
+                inputs: Inputs | None = None) -> None:
     """Run `backend` over `plan` ({"cases", "determinism", "repeats"}), appending its records to `path`.
 
     A backend that cannot run a case (it does not import, its gate refuses, its kernel raises) gets one
     {"case", "unavailable"} record and stops there. `on_record(backend, record)` is called after each record is
-    written (the command's progress in --in-process mode).
+    written (the command's progress in --in-process mode). `inputs`: the plan's inputs, shared by the backends run
+    one after another in one process (else built here).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,12 +137,24 @@ def run_backend(backend: str, plan: dict, path: str | os.PathLike, *, gpu: bool,
         if on_record is not None and "header" not in item:
             on_record(backend, item)
 
+    def order(done: set[str], determinism_done: bool) -> list[dict]:
+        return [c for c in plan["cases"] if case_key(c) not in done] + (
+            [] if determinism_done else [plan["determinism"]])
+
+    # The inputs start building now, while the framework imports: for the cases the records file lacks (whose env
+    # is checked once the framework tells the device).
+    _, recorded = read_records(path) if resume else ([], [])
+    guess = order({r["case"] for r in recorded if "digest" in r}, any("determinism" in r for r in recorded))
+    shared = inputs is not None
+    inputs = inputs if shared else Inputs([*plan["cases"], plan["determinism"]], guess)
     try:
         from kernel_validation.backends import Runner
 
         runner = Runner(backend, gpu)
         device = runner.device()
     except Exception as exc:  # the framework itself does not import
+        if not shared:
+            inputs.close()
         env = _env(backend, "unknown", plan)
         if not resume and path.exists():
             _set_aside(path)
@@ -150,9 +164,10 @@ def run_backend(backend: str, plan: dict, path: str | os.PathLike, *, gpu: bool,
     done, determinism_done = _resume(path, env, log) if resume else (set(), False)
     if not resume and path.exists():  # not continued: kept beside, not read
         _set_aside(path)
+    if not shared and order(done, determinism_done) != guess:  # the records were another env's: every case runs
+        inputs.close()
+        inputs = Inputs([*plan["cases"], plan["determinism"]], order(done, determinism_done))
     todo = [c for c in plan["cases"] if case_key(c) not in done]
-    order = todo + ([] if determinism_done else [plan["determinism"]])
-    inputs = Inputs([*plan["cases"], plan["determinism"]], order)
     try:
         for case in todo:
             x = inputs.get(case)
@@ -178,7 +193,8 @@ def run_backend(backend: str, plan: dict, path: str | os.PathLike, *, gpu: bool,
             write({"determinism": len(set(digests)) == 1, "repeats": plan["repeats"], "digest": digests[0],
                    "case": case_key(case)})
     finally:
-        inputs.close()
+        if not shared:
+            inputs.close()
 
 
 def main(argv: list[str] | None = None) -> int:
