@@ -288,6 +288,9 @@ def derive_auto_order(res: dict, source: str, metric: str = "us") -> dict[str, A
         if bands:
             bands[-1]["max_B"] = None
             out[framework] = {"reference": ref, "metric": metric, "bands": bands}
+    if not out:
+        raise ValueError(f"{source}: no kernel has a '{metric}' time at any B: not a kernel-speed results.json of "
+                         f"this format (`metric` names a column it lacks)")
     return {"format": AUTO_ORDER_FORMAT,
             "about": "backend='auto''s order among validated kernels per size band of B, fastest first, from a "
                      "kernel-speed run (shared_spec/dispatch.py reads it; `python -m bench kernel-speed --out DIR "
@@ -378,7 +381,11 @@ def _record_order(results_path: str, target: str | None) -> int:
     if not os.path.exists(results_path):
         print(f"no kernel-speed results at {results_path}: run `python -m bench kernel-speed --out DIR` first")
         return 2
-    data = record_auto_order(results_path, target)
+    try:
+        data = record_auto_order(results_path, target)
+    except ValueError as exc:
+        print(f"auto order not written: {exc}")
+        return 2
     for framework, spec in data["frameworks"].items():
         low = None
         for band in spec["bands"]:

@@ -56,6 +56,10 @@ def test_record_order_writes_a_file_the_dispatcher_reads(tmp_path, monkeypatch, 
     assert bands["jax"][0]["source"] == "speed/results.json"
     assert ks.main(["--out", "missing", "--order-only", "--order-to", str(target)]) == 2
     assert "no kernel-speed results" in capsys.readouterr().out
+    (run / "results.json").write_text(json.dumps(_results({512: {}})))
+    before = target.read_text()
+    assert ks.main(["--out", "speed", "--order-only", "--order-to", str(target)]) == 2
+    assert "no kernel has a 'us' time" in capsys.readouterr().out and target.read_text() == before
 
 
 def test_the_packaged_order_is_derived_from_the_committed_kernel_speed_run():
