@@ -115,7 +115,8 @@ class FlashSACAgent:
         self.amp_dtype, self.amp_reason = resolve_amp_dtype(a.use_amp, a.amp_dtype, self.device.platform)
         # Decide the TD-target backend once, outside jit (strict mode raises here, at construction).
         self.backend_decision = resolve_backend(a.categorical_target_backend, strict=a.categorical_target_strict,
-                                                num_bins=a.critic_num_bins, platform=self.device.platform)
+                                                num_bins=a.critic_num_bins, platform=self.device.platform,
+                                                rows=a.sample_batch_size)  # auto: the measured order of its band
         backend = self.backend_decision.backend
         observation_dim = int(observation_space.shape[0])
         action_dim = int(action_space.shape[0])

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["JAX_BACKENDS", "floor_bytes", "main", "run"]
+__all__ = ["JAX_BACKENDS", "derive_auto_order", "floor_bytes", "main", "record_auto_order", "run"]
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX initialises: torch shares the GPU
 
@@ -228,6 +228,93 @@ def _markdown(res: dict, env: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def derive_auto_order(res: dict, source: str, metric: str = "us") -> dict[str, Any]:
+    """auto's order per size band (shared_spec/dispatch.py's auto-order file) from a kernel-speed `res`.
+
+    Per framework (JAX: its kernels against each other and against the jnp reference, all timed in the same jitted
+    `lax.scan`; torch: its one kernel): at each measured B, the kernels that ran, fastest first by `metric` (ties: the
+    dispatcher's fixed order), leaving out a kernel slower than the framework's reference where the reference was
+    timed there (jax/jax; the torch reference is not timed) and a kernel not timed at that B. Consecutive Bs with the
+    same order form one band; a band ends at its largest measured B (the last band holds every larger B, the first
+    every smaller one).
+
+    Args:
+        res: the job's results.json content ({"sizes": {B: {metric: {"jax/pallas": us, ...}}}, "unavailable",
+            "env": {"device", "date", ...}}).
+        source: the results file's path as recorded in each band.
+        metric: the per-call time to order by ("us": microseconds per call in the job's harness).
+
+    Returns:
+        {"format", "about", "frameworks": {framework: {"reference", "metric", "bands": [{"max_B", "order",
+        "excluded": {kernel: why}, "us": {B: {kernel or reference: us}}, "source", "gpu", "date"}, ...]}}}.
+    """
+    from shared_spec.dispatch import AUTO_ORDER_FORMAT, KERNEL_BACKENDS, REFERENCE_BACKENDS
+
+    gpu, date = res["env"]["device"], res["env"]["date"][:10]
+    sizes = sorted((int(B), row) for B, row in res["sizes"].items())
+    out: dict[str, Any] = {}
+    for framework, kernels in KERNEL_BACKENDS.items():
+        ref = REFERENCE_BACKENDS[framework]
+        points = []
+        for B, row in sizes:
+            us = row.get(metric) or {}
+            ref_us = us.get(f"{framework}/{ref}")
+            timed = {k: float(us[f"{framework}/{k}"]) for k in kernels if us.get(f"{framework}/{k}") is not None}
+            if not timed:
+                continue
+            order = sorted((k for k in timed if ref_us is None or timed[k] < ref_us),
+                           key=lambda k: (timed[k], kernels.index(k)))
+            excluded = {k: f"slower than the {ref} reference at B = {B} ({timed[k]:.1f} vs {ref_us:.1f} us)"
+                        for k in timed if k not in order}
+            for k in kernels:
+                if k not in timed:
+                    why = res.get("unavailable", {}).get(k if framework == "jax" else f"{framework}/{k}")
+                    excluded[k] = "not timed" + (f" ({' '.join(why.split())[:160]})" if why else "")
+            times = {k: round(v, 3) for k, v in timed.items()} | ({} if ref_us is None else {ref: round(ref_us, 3)})
+            points.append((B, order, excluded, times))
+        bands: list[dict[str, Any]] = []
+        for B, order, excluded, timed in points:
+            if bands and bands[-1]["order"] == order and set(bands[-1]["excluded"]) == set(excluded):
+                band = bands[-1]
+                band["max_B"] = B
+                for k, why in excluded.items():
+                    if why not in band["excluded"][k]:
+                        band["excluded"][k] += f"; {why}"
+            else:
+                band = {"max_B": B, "order": order, "excluded": dict(excluded), "us": {}, "source": source,
+                        "gpu": gpu, "date": date}
+                bands.append(band)
+            band["us"][str(B)] = timed
+        if bands:
+            bands[-1]["max_B"] = None
+            out[framework] = {"reference": ref, "metric": metric, "bands": bands}
+    if not out:
+        raise ValueError(f"{source}: no kernel has a '{metric}' time at any B: not a kernel-speed results.json of "
+                         f"this format (`metric` names a column it lacks)")
+    return {"format": AUTO_ORDER_FORMAT,
+            "about": "backend='auto''s order among validated kernels per size band of B, fastest first, from a "
+                     "kernel-speed run (shared_spec/dispatch.py reads it; `python -m bench kernel-speed --out DIR "
+                     "--record-order` writes it). Measured at the run's N, E and dtype; applied to every "
+                     "configuration.",
+            "frameworks": out}
+
+
+def record_auto_order(results_path: str | os.PathLike, target: str | os.PathLike | None = None,
+                      metric: str = "us") -> dict[str, Any]:
+    """Derive auto's bands from the kernel-speed results.json at `results_path` (`derive_auto_order`) and write them
+    to `target` (default: the packaged shared_spec/data/kernel_auto_order.json), atomically; returns them."""
+    from shared_spec.dispatch import AUTO_ORDER_FILE, write_json_atomic
+
+    path = os.path.abspath(results_path)
+    with open(path) as f:
+        res = json.load(f)
+    cwd = os.getcwd()
+    source = os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
+    data = derive_auto_order(res, source, metric)
+    write_json_atomic(target or AUTO_ORDER_FILE, data)
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench kernel-speed", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="directory for results.json and results.md")
@@ -239,7 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--backends", default=",".join(JAX_BACKENDS), help=f"JAX backends, a subset of {JAX_BACKENDS}")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--record-order", action="store_true", help="derive backend='auto''s order per size band from "
+                   "this run's results.json and write it (shared_spec/data/kernel_auto_order.json; --order-to PATH)")
+    p.add_argument("--order-only", action="store_true", help="run nothing: derive the order from the results.json "
+                   "already in --out (implies --record-order)")
+    p.add_argument("--order-to", default=None, metavar="PATH", help="the auto-order file --record-order writes")
     args = p.parse_args(argv)
+    if args.order_only:
+        return _record_order(os.path.join(args.out, "results.json"), args.order_to)
     backends = tuple(b for b in args.backends.split(",") if b)
     if not backends or any(b not in JAX_BACKENDS for b in backends):
         p.error(f"--backends must name backends of {JAX_BACKENDS}, got {args.backends!r}")
@@ -275,6 +369,30 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(text)
     print(text)
+    if args.record_order:
+        return _record_order(os.path.join(args.out, "results.json"), args.order_to)
+    return 0
+
+
+def _record_order(results_path: str, target: str | None) -> int:
+    """`record_auto_order` for the command line: prints each framework's bands."""
+    from shared_spec.dispatch import AUTO_ORDER_FILE, band_label
+
+    if not os.path.exists(results_path):
+        print(f"no kernel-speed results at {results_path}: run `python -m bench kernel-speed --out DIR` first")
+        return 2
+    try:
+        data = record_auto_order(results_path, target)
+    except ValueError as exc:
+        print(f"auto order not written: {exc}")
+        return 2
+    for framework, spec in data["frameworks"].items():
+        low = None
+        for band in spec["bands"]:
+            print(f"{framework} {band_label(low, band['max_B']):>16}: {', '.join(band['order']) or 'the reference'}"
+                  + "".join(f"; {k} left out: {why}" for k, why in band["excluded"].items()))
+            low = band["max_B"]
+    print(f"auto order written to {target or AUTO_ORDER_FILE}")
     return 0
 
 
