@@ -4,8 +4,8 @@ Backends: "jax" (the jnp reference, always available) and three kernel backends,
 (only those with a passing GPU validation result, `shared_spec.dispatch.VALIDATION_FILE`):
 - "pallas": the Pallas kernel lowered through Pallas's Triton backend (jax_impl/pallas_kernel.py), while JAX ships
   that lowering (jax_impl/ops.py gates it on the jax version and on the lowering's presence);
-- "triton": the Triton kernel of triton_kernels/ (the source the torch backend launches) through jax-triton's XLA
-  custom call (jax_impl/triton_backend.py);
+- "triton": the Triton kernel of triton_kernels/ (the source the torch backend launches) through jaxlib's Triton
+  kernel-call handler, an XLA custom call (jax_impl/triton_backend.py);
 - "mosaic": the Pallas kernel on the Mosaic GPU backend (jax_impl/mosaic_kernel.py; Hopper and newer, with the Mosaic
   GPU runtime of the JAX CUDA plugin; jax_impl/mosaic_ops.py gates it).
 
