@@ -12,7 +12,7 @@ Backends: "jax" (the jnp reference, always available) and three kernel backends,
 AUTO_ORDER puts "pallas" first: it is the kernel measured inside jitted programs on the H200 (its kernel time is
 within 0.87x-1.04x of the Triton kernel's from B = 512 to 1M); "triton" runs that Triton kernel's own binary, and
 `python -m bench kernel-speed` on a GPU measures them in a `lax.scan` of dependent calls to revise the order. "mosaic"
-comes last: it sums every interior atom over all N sources (SPEC.md 8's windows in their dense form, the same bits).
+comes last: one row per warpgroup, its row sums reduced across four warps (docs/kernel_notes.md, "Speed notes").
 
 The backend is decided in Python (outside jit, or at trace time), once per configuration, and a fallback is logged
 once; pass the result of `resolve_backend` into jitted code to decide it once, up front. Each kernel's gate runs it

@@ -118,7 +118,7 @@ def test_row_chunks_when_flat_offsets_would_overflow(monkeypatch):
     a, _ = inputs(7, 5, 2, "mixed", seed=4)
     whole = np.asarray(mk.launch(*a, 0.9, interpret=True))
     mk._jitted.clear_cache()
-    monkeypatch.setattr(mk, "MAX_FLAT", 2 * 128 * 3)  # 3 rows per chunk
+    monkeypatch.setattr(mk, "MAX_FLAT", 2 * 5 * 3)  # 3 rows of 2 critics x 5 atoms per chunk
     try:
         chunked = np.asarray(mk.launch(*a, 0.9, interpret=True))
     finally:
@@ -127,9 +127,10 @@ def test_row_chunks_when_flat_offsets_would_overflow(monkeypatch):
 
 
 # The instructions the GPU path must carry (the Triton kernel's): exp, the rounded products and fused accumulations,
-# the exact sums' truncation, split and join.
+# the exact sums' truncation, split and join; with interior atoms (N > 2) the window's reciprocal and start.
 PTX = ("ex2.approx.ftz.f32", "mul.rn.f32", "fma.rn.f32", "cvt.rzi.s64.f32", "and.b32 $0, $0, 524287",
        "shr.u64 a, a, 19", "cvt.rn.f32.s64")
+WINDOW_PTX = ("rcp.approx.ftz.f32", "cvt.rpi.u32.f32", "cvt.rpi.f32.f32")
 
 
 @pytest.mark.parametrize("default_semantics", ["this-jax", "Warpgroup"])
@@ -155,7 +156,11 @@ def test_lowers_for_cuda_to_a_mosaic_gpu_call_with_the_triton_kernels_ptx(N, E, 
     finally:
         mk._jitted.clear_cache()
     assert "stablehlo.custom_call @mosaic_gpu_v2" in text and "__gpu$xla.gpu.triton" not in text
-    missing = [op for op in PTX if op not in text]
+    # The rows are read and written in place (per-lane loads and masked stores): no padded copy, no sliced output.
+    assert "stablehlo.pad" not in text and "stablehlo.slice" not in text
+    if N > 2:  # the windows' per-lane gathers from the staged row and the loop past the unrolled steps
+        assert "memref.load" in text and "scf.for" in text
+    missing = [op for op in PTX + (WINDOW_PTX if N > 2 else ()) if op not in text]
     assert not missing, f"instructions missing from the lowered kernel: {missing}"
 
 
