@@ -292,8 +292,10 @@ def _td_kernel(gamma_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, p_smem, *
         pst = jnp.where(pst < inf, pst, 0.0)  # as in the Triton kernel's interpret mode (the row is NaN anyway)
     e_lo = fixed_sum(pst * clamp01(1.0 - b), inv_scale)
     e_hi = fixed_sum(pst * clamp01(b - (N - 2.0)), inv_scale)
-    # The total mass overflows fp32 only if max p >= 2**(127 - log2 BLOCK_N); the test is exact for every row.
-    bad = bad | ~(fixed_sum(pst, inv_scale) < inf)
+    # The total mass can overflow fp32 only if max p >= 2**(127 - log2 BLOCK_N); only then is it summed (the same
+    # way), as in the Triton kernel: a branch (scf.if), which real data never takes.
+    bad = jax.lax.cond((m_bits >> 23) >= 254 - BLOCK_N.bit_length(),
+                       lambda bad: bad | ~(fixed_sum(pst, inv_scale) < inf), lambda bad: bad, bad)
 
     def hat(bj):
         return jnp.minimum(clamp01((kf + 1.0) - bj), clamp01(bj - (kf - 1.0)))

@@ -89,6 +89,20 @@ def test_interpreted_kernel_matches_the_spec_and_the_pallas_kernel_bitwise(B, N,
     assert np.array_equal(bits(got), bits(pallas))
 
 
+def test_total_mass_overflow_branch():
+    """Log-probs of 87 overflow the row's total mass (a NaN row), 80 do not (SPEC.md 6.5): the total is summed only
+    in the branch such rows take (the Triton kernel's), with the interpreted Pallas kernel's bits."""
+    x = make_inputs(6, 101, 2, kind="random", seed=14)
+    sel = np.argmin(x["next_qs"], axis=0)
+    x["next_log_probs"][sel[1], 1] = 87.0
+    x["next_log_probs"][sel[3], 3] += np.float32(80.0)
+    a = [jnp.asarray(x[k]) for k in NAMES]
+    got = np.asarray(mk.launch(*a, 0.99, interpret=True))
+    want = R.categorical_td_target(**x, gamma=0.99)
+    assert np.isnan(got[1]).all() and np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(bits(got), bits(np.asarray(pk.launch(*a, 0.99, interpret=True))))
+
+
 def test_deterministic_and_rows_independent():
     a, _ = inputs(9, 33, 2, "nonfinite", seed=5)
     first = np.asarray(mk.launch(*a, 0.97, interpret=True))
