@@ -286,28 +286,44 @@ def _profile_plan(B: int, N: int, E: int, itemsize: int) -> tuple[int, int]:
     return min(sets, calls), calls
 
 
+TIMED_SEED = 5
+CASE_SEED = 11
+MIXED_MAX_B = 65536  # adversarial "mixed" rows at the timed sizes up to this B (make_inputs' mixed kind is slow)
+
+
 def bitwise_cases(sizes: tuple[int, ...], N: int, E: int, dtype: str, tiny: bool) -> list[dict]:
-    """The bitwise check's cases, timed shapes first: {"B", "N", "E", "dtype", "kind", "offset"} (offset: the
-    row-offset form, a strided view in torch)."""
+    """The bitwise check's cases, timed shapes first: {"B", "N", "E", "dtype", "kind", "seed", "offset"} (offset: the
+    row-offset form, a strided view in torch). At every timed size the timed inputs themselves, and up to
+    MIXED_MAX_B rows adversarial "mixed" rows."""
     base = dict(N=N, E=E, dtype=dtype, offset=False)
-    kinds = ("mixed",) if tiny else ("random", "mixed")
-    out = [dict(base, B=B, kind=k) for B in sizes for k in kinds]
-    if tiny:  # the interpreters: the timed shape and its row-offset form
-        return out + [dict(base, B=sizes[0], kind="nonfinite", offset=True)]
+    if tiny:  # the interpreters: the timed shape's mixed rows and its row-offset form
+        return [dict(base, B=sizes[0], kind="mixed", seed=CASE_SEED),
+                dict(base, B=sizes[0], kind="nonfinite", seed=CASE_SEED, offset=True)]
+    out = [dict(base, B=B, kind="random", seed=TIMED_SEED) for B in sizes]
+    out += [dict(base, B=B, kind="mixed", seed=CASE_SEED) for B in sizes if B <= MIXED_MAX_B]
     extra = [dict(B=1, N=101, E=2, kind="nonfinite"), dict(B=7, N=2, E=3, kind="mixed"),
              dict(B=5, N=33, E=1, dtype="bfloat16", kind="nonfinite"),
              dict(B=300, N=101, E=2, kind="mixed", offset=True), dict(B=129, N=256, E=2, kind="mixed")]
-    return out + [dict(base, **c) for c in extra]
+    return out + [dict(base, seed=CASE_SEED, **c) for c in extra]
 
 
 def _case_name(c: dict) -> str:
     return (f"B={c['B']} N={c['N']} E={c['E']} {c['dtype']} {c['kind']}" + (" offset" if c["offset"] else ""))
 
 
-def _case_inputs(c: dict) -> dict[str, np.ndarray]:
+def _inputs(cfg: dict, B: int, N: int, E: int, kind: str, seed: int) -> dict[str, np.ndarray]:
+    """`shared_spec.make_inputs(B, N, E, seed=seed, kind=kind)`, made once per job: the first part to ask saves it in
+    cfg["refs"] (shared by the parts' processes), the others load it (at 1M rows, making it takes tens of seconds)."""
+    path = os.path.join(cfg["refs"], f"inputs_{B}_{N}_{E}_{kind}_{seed}.npz")
+    if os.path.exists(path):
+        with np.load(path) as z:
+            return {k: z[k] for k in INPUT_NAMES}
     from shared_spec import make_inputs
 
-    return make_inputs(c["B"], c["N"], c["E"], seed=11, kind=c["kind"])
+    x = make_inputs(B, N, E, seed=seed, kind=kind)
+    np.savez(path + ".tmp.npz", **x)
+    os.replace(path + ".tmp.npz", path)
+    return x
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -346,7 +362,6 @@ def run_torch_part(cfg: dict, log=print) -> dict[str, Any]:
     import torch
 
     import torch_impl
-    from shared_spec import make_inputs
 
     gpu = torch.cuda.is_available() and not cfg["tiny"]
     dev = "cuda" if gpu else "cpu"
@@ -365,8 +380,7 @@ def run_torch_part(cfg: dict, log=print) -> dict[str, Any]:
 
     N, E = cfg["N"], cfg["E"]
     for B in cfg["sizes"]:
-        x = make_inputs(B, N, E, seed=5, kind="random")
-        t = tensors(x)
+        t = tensors(_inputs(cfg, B, N, E, "random", TIMED_SEED))
         try:
             call(t)
         except Exception as exc:
@@ -403,7 +417,7 @@ def run_torch_part(cfg: dict, log=print) -> dict[str, Any]:
         for c in bitwise_cases(cfg["sizes"], N, E, cfg["dtype"], cfg["tiny"]):
             if time.time() > cfg["deadline"]:
                 break
-            x = _case_inputs(c)
+            x = _inputs(cfg, c["B"], c["N"], c["E"], c["kind"], c["seed"])
             t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in x.items()}
             if c["offset"]:  # upstream's x.chunk(2, dim=1)[1]: views into (E, 2B[, N]) with a decoy first half
                 for k in ("next_qs", "next_log_probs"):
@@ -453,7 +467,6 @@ def run_jax_part(backend: str, cfg: dict, log=print) -> dict[str, Any]:
     import jax.numpy as jnp
 
     import jax_impl
-    from shared_spec import make_inputs
 
     name = f"jax/{backend}"
     gpu = jax.default_backend() == "gpu"
@@ -468,7 +481,7 @@ def run_jax_part(backend: str, cfg: dict, log=print) -> dict[str, Any]:
     single = jax.jit(op, static_argnames=("row_offset",))
     for B in cfg["sizes"]:
         K = cfg["K_for"](B)
-        x = make_inputs(B, N, E, seed=5, kind="random")
+        x = _inputs(cfg, B, N, E, "random", TIMED_SEED)
         args = [jnp.asarray(x[k]) for k in INPUT_NAMES]
         args[1] = args[1].astype(jnp.dtype(cfg["dtype"]))
         gamma = jnp.float32(GAMMA)
@@ -530,7 +543,7 @@ def _bitwise(single, cfg: dict, log) -> dict[str, Any]:
         if time.time() > cfg["deadline"] or not os.path.exists(ref_path):
             skipped.append(_case_name(c))
             continue
-        x = _case_inputs(c)
+        x = _inputs(cfg, c["B"], c["N"], c["E"], c["kind"], c["seed"])
         a = [jnp.asarray(x[k]) for k in INPUT_NAMES]
         kw = {}
         if c["offset"]:  # the whole (E, 2B[, N]) arrays, their second half read in place
@@ -757,7 +770,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as refs:
         cfg["refs"] = refs
         res = run(cfg, ("torch", *backends), argv, isolate)
-    env = {"device": res.pop("device") or "cpu (interpreters)", "versions": versions(), "argv": sys.argv, "N": N,
+    device = res.pop("device") or ("cpu (interpreters)" if args.tiny else "GPU (the torch part reported no name)")
+    env = {"device": device, "versions": versions(), "argv": sys.argv, "N": N,
            "E": args.E, "dtype": args.dtype,
            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
            "seconds": round(time.time() - start, 1)}
