@@ -37,7 +37,11 @@ results.json (`res`), per (implementation, B): `res["sizes"][str(B)]` holds "K" 
 {name: in-program µs}, "device_us" {name: kernel µs}, "device_program_us" {name: all kernels of a call, µs},
 "vs_jax" {JAX name: us / jnp's us}, "vs_floor" {name: us / floor}, "device_vs_torch" {name: device_us / the torch
 kernel's}, "device_vs_floor", "device_kernels" {name: {kernel name: launches per call}}, "command_buffers" {JAX
-name: command-buffer computations in the compiled scan program}, "scan_step_us", "scan_sum_us". Names are
+name: occurrences of "command_buffer" in the compiled scan program's HLO: > 0 when XLA's HLO pass made command
+buffers (an XLA that converts thunks after compilation shows 0 either way)}, "step_device_us" / "step_program_us" /
+"step_kernels" {JAX name: the kernel's / all kernels' device µs and the kernels of one scan step, from a profile of
+one run of the scan},
+"scan_step_us", "scan_sum_us". Names are
 "torch/triton" and "jax/<backend>". Also "bandwidth" {"bytes_per_s" (the floor's), "buffer_bytes", "method",
 "measured" {method: bytes/s}}, "bitwise" {JAX name: {"equal", "compared", "skipped", "rows"}}, "unavailable" {name:
 reason}, "checks", "part_seconds", "env".
@@ -59,7 +63,6 @@ import gzip
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -238,13 +241,14 @@ def _wall(fn, args, reps: int) -> float:
 
 
 def _compiled_scan(op, K: int, args: tuple) -> tuple[Any, int]:
-    """(the compiled scan program of `op`, how many command-buffer computations XLA made in it)."""
+    """(the compiled scan program of `op`, how often "command_buffer" occurs in its optimised HLO: > 0 when XLA put
+    some of its thunks into command buffers, CUDA graphs)."""
     compiled = _scan_program(op, K).lower(*args).compile()
     try:
         text = compiled.as_text() or ""
     except Exception:  # some backends do not print their executables
         text = ""
-    return compiled, len(re.findall(r"^%?command_buffer\S* ", text, re.M))  # computation headers
+    return compiled, text.count("command_buffer")
 
 
 def _graph_us(fn, reps: int) -> float:
@@ -460,6 +464,26 @@ def _triton_proto_check(args: tuple) -> str:
     return "equal" if bytes(jaxlib_bytes) == mine else "DIFFERENT"
 
 
+def _jax_profile(launch, runs: int, per: int | None = None) -> dict:
+    """`summarize_kernels` of `runs` calls of launch(i) under jax.profiler (per call, or per `per` units of the
+    runs together: the steps of a scan); a failed profile is a note, not an error (the timings stand)."""
+    import jax
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            with jax.profiler.trace(tmp):
+                out = None
+                for i in range(runs):
+                    out = launch(i)
+                jax.block_until_ready(out)
+            del out
+            traces = glob.glob(os.path.join(tmp, "**", "*.trace.json.gz"), recursive=True)
+            events = jax_kernel_events(load_trace(traces[0])) if traces else []
+        return summarize_kernels(events, per or runs)
+    except Exception as exc:  # the profiler, not the kernel
+        return summarize_kernels([], 1) | {"note": f"profile failed: {_fail(exc)}"}
+
+
 def run_jax_part(backend: str, cfg: dict, log=print) -> dict[str, Any]:
     """One JAX backend: in-program and device times per B (for "jax" also the scan baselines), and with
     cfg["bitwise"] its outputs on the bitwise cases against the torch kernel's saved ones."""
@@ -502,19 +526,11 @@ def run_jax_part(backend: str, cfg: dict, log=print) -> dict[str, Any]:
         copies = [args] + [[jnp.array(a, copy=True) for a in args] for _ in range(sets - 1)]
         if gpu:
             jax.block_until_ready(single(*args, gamma))  # compiled before the profile
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                with jax.profiler.trace(tmp):
-                    out = None
-                    for i in range(calls):
-                        out = single(*copies[i % sets], gamma)
-                    jax.block_until_ready(out)
-                del out
-                traces = glob.glob(os.path.join(tmp, "**", "*.trace.json.gz"), recursive=True)
-                row["device"] = summarize_kernels(jax_kernel_events(load_trace(traces[0])) if traces else [], calls)
-        except Exception as exc:  # the profiler, not the kernel: keep the in-program figure
-            row["device"] = summarize_kernels([], 1) | {"note": f"profile failed: {_fail(exc)}"}
+        row["device"] = _jax_profile(lambda i, c=copies, n=sets, g=gamma: single(*c[i % n], g), calls)
         del copies
+        # The in-program step's own kernels (one run of the scan): the kernel's device time inside the program,
+        # and what else a step runs (the output's sum, the loop's bookkeeping).
+        row["step"] = _jax_profile(lambda i, f=compiled, a=(*args, gamma): f(*a), 1, per=K)
         part["sizes"][B] = row
         cfg["save"](part)
         log(f"{name} B={B}: {row['us']:.2f} us in-program, device {row['device']['device_us']}, command buffers "
@@ -625,7 +641,8 @@ def run(cfg: dict, parts: tuple[str, ...], argv: list[str], isolate: bool, log=p
         floor_us = (floor_bytes(B, cfg["N"], cfg["E"], itemsize) / res["bandwidth"]["bytes_per_s"] * 1e6
                     if res["bandwidth"] else None)
         row: dict[str, Any] = {"K": cfg["K_for"](B), "floor_us": floor_us, "us": {}, "device_us": {},
-                               "device_program_us": {}, "device_kernels": {}, "command_buffers": {}}
+                               "device_program_us": {}, "device_kernels": {}, "command_buffers": {},
+                               "step_device_us": {}, "step_program_us": {}, "step_kernels": {}}
         for part, pres in results.items():
             got = pres.get("sizes", {}).get(str(B)) or pres.get("sizes", {}).get(B)
             if not got:
@@ -637,6 +654,10 @@ def run(cfg: dict, parts: tuple[str, ...], argv: list[str], isolate: bool, log=p
             row["device_kernels"][name] = got["device"]["kernels"]
             if "command_buffers" in got:
                 row["command_buffers"][name] = got["command_buffers"]
+            if "step" in got:  # the in-program step's kernels (device µs of the kernel, of all kernels, names)
+                row["step_device_us"][name] = got["step"]["device_us"]
+                row["step_program_us"][name] = got["step"]["program_us"]
+                row["step_kernels"][name] = got["step"]["kernels"]
             for k in ("scan_step_us", "scan_sum_us"):
                 if k in got:
                     row[k] = got[k]
@@ -672,15 +693,18 @@ def _markdown(res: dict, env: dict) -> str:
                                                 f"[{_fmt(row['device_vs_floor'].get(n))}x]")
         lines.append(f"| {B} | {_fmt(row['floor_us'])} | " + " | ".join(cells) + " |")
     lines += ["", "## In-program (JAX: a jitted lax.scan step, its (B, N) output sum included; torch: CUDA-graph "
-              "replay)", "", "Microseconds per call; [x jnp reference]; scan step: trivial body / (B, N) sum only; "
-              "cb: command-buffer computations XLA made in the scan program.", "",
+              "replay)", "", "Microseconds per call; [x jnp reference]; (kernel: its device time inside the step, from "
+              "a profile of one run of the scan); scan step: trivial body / (B, N) sum only; "
+              "cb: \"command_buffer\" in the compiled scan program's HLO (> 0: XLA's HLO pass made command "
+              "buffers).", "",
               "| B | " + " | ".join(names) + " | scan step µs | cb |", "|---" * (len(names) + 3) + "|"]
     for B, row in res["sizes"].items():
         cells = []
         for n in names:
             us = row["us"].get(n)
+            step = row["step_device_us"].get(n)
             cells.append("—" if us is None else f"{us:.2f}" + (f" [{row['vs_jax'][n]:.2f}x]" if n in row["vs_jax"]
-                                                                else ""))
+                                                                else "") + (f" (kernel {step:.2f})" if step else ""))
         cb = " ".join(f"{n.split('/')[1]}:{v}" for n, v in row["command_buffers"].items())
         lines.append(f"| {B} | " + " | ".join(cells) + f" | {_fmt(row.get('scan_step_us'))} / "
                      f"{_fmt(row.get('scan_sum_us'))} | {cb} |")

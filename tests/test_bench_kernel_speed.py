@@ -33,12 +33,12 @@ def test_tiny_run_times_every_backend_and_checks_the_bits(tmp_path, capsys):
 
 
 def test_isolated_parts_and_a_failing_worker(tmp_path):
-    """Each implementation in its own process (the GPU default): torch first, its reference outputs shared."""
-    assert ks.main(["--tiny", "--isolate", "--out", str(tmp_path), "--backends", "jax", "--bitwise"]) == 0
+    """Each implementation in its own process (the GPU default): torch first, the inputs it made shared."""
+    assert ks.main(["--tiny", "--isolate", "--out", str(tmp_path), "--backends", "jax"]) == 0
     res = json.loads((tmp_path / "results.json").read_text())
     (row,) = res["sizes"].values()
     assert set(row["us"]) == {"jax/jax", "torch/triton"} and set(res["part_seconds"]) == {"torch", "jax"}
-    assert res["unavailable"] == {} and len(res["reference_spec_ok"]) == 2
+    assert res["unavailable"] == {} and row["scan_sum_us"] > 0
     cfg = {"refs": str(tmp_path), "deadline": 0.0, "hard_deadline": 0.0}
     got = ks._spawn("pallas", ["--tiny", "--out", str(tmp_path), "--sizes", "0"], cfg, log=lambda s: None)
     assert got["sizes"] == {} and got["unavailable"]["jax/pallas"].startswith("worker exited 2: ")
