@@ -28,10 +28,11 @@ the faster is the floor. The same memcpy captured 20 times in one CUDA graph is 
 Each implementation runs in its own subprocess (`--isolate`, the default on a GPU: the two profilers both use CUPTI,
 and one backend's crash or missing runtime does not stop the others; a backend that cannot run is listed with its
 reason): torch first (floor, timings, the reference outputs of the bitwise check), then each JAX backend. With
---bitwise, each JAX kernel's output is compared bit for bit (NaN positions as one pattern) with the torch kernel's on
-the timed sizes (random and adversarial "mixed" rows) and a few adversarial shapes (B = 1, odd B, N = 2, E = 1 and 3,
-bf16, N = 256, the row-offset form against a strided torch view); the torch kernel's outputs are checked against the
-float64 spec on their first rows. Checks past --budget-s are skipped and listed.
+--bitwise, each JAX kernel's output is compared bit for bit (NaN positions as one pattern) with the torch kernel's
+on the timed sizes (the timed inputs, and adversarial "mixed" rows up to B = 65,536) and a few adversarial shapes
+(B = 1, odd B, N = 2 and 33, E = 1 and 3, bf16, the row-offset form against a strided torch view); the torch
+kernel's outputs are checked against the float64 spec on their first rows. Checks past --budget-s are skipped and
+listed, and a part still running 45 s later is stopped (what it measured by then is kept).
 
 results.json (`res`), per (implementation, B): `res["sizes"][str(B)]` holds "K" (scan length), "floor_us", "us"
 {name: in-program µs}, "device_us" {name: kernel µs}, "device_program_us" {name: all kernels of a call, µs},
@@ -77,7 +78,7 @@ __all__ = ["JAX_BACKENDS", "PARTS", "bitwise_cases", "floor_bytes", "jax_kernel_
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX initialises: torch shares the GPU
 
-JAX_BACKENDS = ("jax", "triton", "pallas", "mosaic")
+JAX_BACKENDS = ("triton", "mosaic", "pallas", "jax")  # the order the parts run in (after torch) by default
 PARTS = ("torch", *JAX_BACKENDS)  # one subprocess each, torch first
 SIZES = (512, 2048, 65536, 262_144, 1_048_576)
 GAMMA = 0.99
@@ -307,7 +308,7 @@ def bitwise_cases(sizes: tuple[int, ...], N: int, E: int, dtype: str, tiny: bool
     out += [dict(base, B=B, kind="mixed", seed=CASE_SEED) for B in sizes if B <= MIXED_MAX_B]
     extra = [dict(B=1, N=101, E=2, kind="nonfinite"), dict(B=7, N=2, E=3, kind="mixed"),
              dict(B=5, N=33, E=1, dtype="bfloat16", kind="nonfinite"),
-             dict(B=300, N=101, E=2, kind="mixed", offset=True), dict(B=129, N=256, E=2, kind="mixed")]
+             dict(B=300, N=101, E=2, kind="mixed", offset=True)]
     return out + [dict(base, seed=CASE_SEED, **c) for c in extra]
 
 
