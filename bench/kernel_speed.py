@@ -41,7 +41,7 @@ kernel's}, "device_vs_floor", "device_kernels" {name: {kernel name: launches per
 name: occurrences of "command_buffer" in the compiled scan program's HLO: > 0 when XLA's HLO pass made command
 buffers (an XLA that converts thunks after compilation shows 0 either way)}, "step_device_us" / "step_program_us" /
 "step_kernels" {JAX name: the kernel's / all kernels' device µs and the kernels of one scan step, from a profile of
-one run of the scan},
+one run of the scan (XLA runs command buffers as their plain thunks while a profiler is active: the same kernels)},
 "scan_step_us", "scan_sum_us". Names are
 "torch/triton" and "jax/<backend>". Also "bandwidth" {"bytes_per_s" (the floor's), "buffer_bytes", "method",
 "measured" {method: bytes/s}}, "bitwise" {JAX name: {"equal", "compared", "skipped", "rows"}}, "unavailable" {name:
