@@ -2,7 +2,7 @@
 Triton kernel over the adversarial matrix, and the float64 spec: the installed command `flashsac-validate-kernels`
 (kernel_validation/cli.py) as a benchmark job.
 
-GPU (jax-triton from its wheel, as docs/kernel_backends.md says), recording into the packaged validation file
+GPU, recording into the packaged validation file
 (shared_spec/data/kernel_validation.json, which `backend="auto"` reads; commit it with the run's folder):
 
     python -m bench kernel-validate --out bench/results/kernel-validation/<gpu>-<date> --record

@@ -5,16 +5,16 @@ a passing GPU validation entry (shared_spec/dispatch.py: the packaged and the us
 measured order of the call's size band (shared_spec/data/kernel_auto_order.json) or, without one, in AUTO_ORDER:
 - "pallas": the Pallas kernel lowered through Pallas's Triton backend (jax_impl/pallas_kernel.py), while JAX ships
   that lowering (jax_impl/ops.py gates it on the jax version and on the lowering's presence);
-- "triton": the Triton kernel of triton_kernels/ (the source the torch backend launches) through jax-triton's XLA
-  custom call (jax_impl/triton_backend.py);
+- "triton": the Triton kernel of triton_kernels/ (the source the torch backend launches) through jaxlib's Triton
+  kernel-call handler, an XLA custom call (jax_impl/triton_backend.py);
 - "mosaic": the Pallas kernel on the Mosaic GPU backend (jax_impl/mosaic_kernel.py; Hopper and newer, with the Mosaic
   GPU runtime of the JAX CUDA plugin; jax_impl/mosaic_ops.py gates it).
 
 AUTO_ORDER, the order where no measured band applies (B unknown, or no bands file), puts "pallas" first: it is the
 kernel measured inside jitted programs on the H200 (its kernel time is within 0.87x-1.04x of the Triton kernel's from
-B = 512 to 1M); "triton" runs that Triton kernel's own binary; "mosaic" comes last: it sums every interior atom over
-all N sources (SPEC.md 8's windows in their dense form, the same bits). `python -m bench kernel-speed --record-order`
-measures them in a `lax.scan` of dependent calls and writes the bands.
+B = 512 to 1M); "triton" runs that Triton kernel's own binary; "mosaic" comes last: one row per warpgroup, its row sums
+reduced across four warps (docs/kernel_notes.md, "Speed notes"). `python -m bench kernel-speed --record-order`
+measures them and writes the bands.
 
 The backend is decided in Python (outside jit, or at trace time), once per configuration, and a fallback is logged
 once; pass the result of `resolve_backend` into jitted code to decide it once, up front. Each kernel's gate runs it

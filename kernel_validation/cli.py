@@ -1,7 +1,8 @@
 """Validate the kernel backends on this machine's GPU and record the result where `backend="auto"` reads it.
 
 `flashsac-validate-kernels` (or `python -m kernel_validation`; `python -m bench kernel-validate` in a checkout) runs
-torch `triton`, JAX `triton` (jax-triton), JAX `pallas` (Pallas-Triton) and JAX `mosaic` (Pallas on Mosaic GPU) over
+torch `triton`, JAX `triton` (jaxlib's Triton kernel call), JAX `pallas` (Pallas-Triton) and JAX `mosaic` (Pallas on
+Mosaic GPU) over
 the adversarial matrix (`kernel_validation.matrix.cases`: every input kind at several B, large B and partial last
 programs, N 2 ... 1024, E 1 ... 16, gamma around the band threshold, bf16/fp16 log-probs, strided rows read in place),
 each through its public op with a strict backend. The torch Triton kernel is the anchor: every other kernel must give
