@@ -199,13 +199,11 @@ def test_same_seed_same_actions_and_losses():
     assert np.all(np.abs(actions_a[0]) <= 1.0)
 
 
-@pytest.mark.parametrize("num_devices", [1, 2])
-def test_policy_snapshot_keeps_the_policy_it_was_taken_from(num_devices):
+def test_policy_snapshot_keeps_the_policy_it_was_taken_from():
     """``policy_snapshot()`` acts bitwise as ``act(obs, None)`` did when it was taken, also after updates, which
-    donate the state's buffers and change the actor (the loop's background initial evaluation relies on it). With
-    the state replicated over 2 host devices a copy that shared the CPU device's shard would be deleted by the
-    first update ("Buffer has been deleted or donated")."""
-    agent = _agent(0, f"num_devices={num_devices}")
+    donate the state's buffers and change the actor (the loop's background initial evaluation relies on it; with
+    the state on 2 devices: tests/test_runs.py)."""
+    agent = _agent(0)
     obs = _batch(9)["observation"][:3]
     before = agent.act(obs, None)
     leaves, _ = agent.actor_leaves()

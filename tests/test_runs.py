@@ -543,10 +543,10 @@ def test_background_initial_evaluation_outlives_the_first_donated_update_on_2_de
     monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", True)
     monkeypatch.setattr(loop_module, "evaluate", held_evaluate)
     overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + [
-        "num_devices=2", "num_env_steps=20", "evaluation_per_interaction_step=20",
-        "save_checkpoint_per_interaction_step=20", f"save_path={tmp_path / 'run'}"]
+        "num_devices=2", "num_env_steps=18", "evaluation_per_interaction_step=18", "agent.actor_update_period=1",
+        "save_checkpoint_per_interaction_step=18", f"save_path={tmp_path / 'run'}"]  # one update program
     result = train(load_config(overrides, "jax"), factory)
-    assert result.status == "completed" and [step for step, _ in result.evaluations] == [0, 20]
+    assert result.status == "completed" and [step for step, _ in result.evaluations] == [0, 18]
     assert donated and all(leaf.is_deleted() for leaf in donated)  # the evaluation ran after the donation
     np.testing.assert_array_equal(seen["after"], seen["before"], strict=True)
 
