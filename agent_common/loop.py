@@ -509,7 +509,8 @@ class _Loop:
         evaluation may run alongside the updates. Without one, the evaluation calls ``agent.act`` and must be over
         before the loop's first call into the agent (the first policy action or update); it runs in the background
         only where the main thread makes no framework calls until then (one process, the host replay buffer: the
-        warm-up is host work), and is otherwise left to the caller.
+        warm-up is host work), and is otherwise left to the caller. Tests hold the evaluation on its thread by
+        replacing this module's ``evaluate`` (tests/test_runs.py: until given training steps or the first update).
         """
         if not BACKGROUND_INITIAL_EVALUATION:
             return None
