@@ -243,7 +243,9 @@ class HostStepper:
     def evaluation(self, num_episodes: int) -> Evaluation:
         """The deterministic policy on the evaluation envs (``evaluation_policy``, taken now). With a policy
         snapshot it may run on another thread while the steps go on: it steps only the evaluation envs and draws
-        from no RNG the training uses, so what it returns does not depend on when it runs."""
+        from no RNG the training uses, so what it returns does not depend on when it runs. Tests hold it on its
+        thread by replacing this module's ``evaluate`` (tests/test_runs.py: until given training steps or the first
+        update)."""
         policy = evaluation_policy(self.agent)
         envs = self.eval_envs
         self.eval_envs_before_last_eval = get_env_states(envs)

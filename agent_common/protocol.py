@@ -104,7 +104,8 @@ class SnapshotAgent(Agent, Protocol):
     """``capabilities.policy_snapshot``: a copy of the deterministic policy another thread may call."""
 
     def policy_snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
-        """The deterministic policy as it is now (``act(obs, None)``), unchanged by later updates."""
+        """The deterministic policy as it is now (``act(obs, None)``), on memory of its own: later updates (in
+        place, or donating the agent's buffers) neither change nor invalidate it."""
         ...
 
 

@@ -6,7 +6,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import flax.serialization
@@ -41,7 +41,7 @@ from jax_impl import dispatch_stats, resolve_backend
 if TYPE_CHECKING:  # gymnasium is not needed to build and update the agent
     import gymnasium as gym
 
-__all__ = ["FlashSACAgent", "make_agent", "policy_actions", "resolve_device"]
+__all__ = ["FlashSACAgent", "host_copies", "make_agent", "policy_actions", "resolve_device"]
 
 log = logging.getLogger("flashsac.agent_jax")
 
@@ -76,6 +76,28 @@ def _act_on_leaves(actor_def: Any, leaves: tuple[jax.Array, ...], treedef: Any, 
                               deterministic=noise is None)  # (E, A)
     action.copy_to_host_async()
     return np.asarray(action, dtype=np.float32)
+
+
+def host_copies(leaves: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
+    """Copies of ``leaves`` on the host CPU device that own their memory, whatever the leaves' layout (one device,
+    replicated or sharded over several devices, a GPU): no later donation, deletion or in-place write of a leaf
+    reaches them, so another thread may read them while training goes on.
+
+    The values are read back through NumPy (one batched read-back, then a host copy of each: on the CPU
+    ``device_get`` returns views of the device buffers) and placed on the CPU device, where the arrays hold those
+    private host copies. ``jax.device_put(leaf, cpu, may_alias=False)`` is no such copy: for a leaf replicated over
+    host devices it returns the leaf's shard on that device, buffer and all, and an update that donates the leaf
+    deletes it (``tests/test_agent_jax_train.py`` checks each layout by buffer address and by deleting the source).
+
+    Args:
+        leaves: arrays of any placement (fully addressable from this process, as the agent's state is).
+
+    Returns:
+        One (shape, dtype)-equal array per leaf on ``jax.devices("cpu")[0]``.
+    """
+    host = jax.devices("cpu")[0]
+    values = jax.device_get(tuple(leaves))  # the read-backs of every leaf start before the first one is waited for
+    return tuple(jax.device_put(np.array(value, copy=True), host) for value in values)
 
 
 def _to_numpy(tree: Any) -> Any:
@@ -115,7 +137,8 @@ class FlashSACAgent:
         self.amp_dtype, self.amp_reason = resolve_amp_dtype(a.use_amp, a.amp_dtype, self.device.platform)
         # Decide the TD-target backend once, outside jit (strict mode raises here, at construction).
         self.backend_decision = resolve_backend(a.categorical_target_backend, strict=a.categorical_target_strict,
-                                                num_bins=a.critic_num_bins, platform=self.device.platform)
+                                                num_bins=a.critic_num_bins, platform=self.device.platform,
+                                                rows=a.sample_batch_size)  # auto: the measured order of its band
         backend = self.backend_decision.backend
         observation_dim = int(observation_space.shape[0])
         action_dim = int(action_space.shape[0])
@@ -229,11 +252,11 @@ class FlashSACAgent:
 
         Later updates do not change it (they donate the state's buffers, so the copy is what keeps these values), and
         it reads no agent state, so another thread may call it while training goes on: the training loop runs the
-        initial evaluation with it in the background.
+        initial evaluation with it in the background. The copies own their memory on every layout (``host_copies``),
+        also with the state replicated over ``num_devices`` devices.
         """
         leaves, treedef = self.actor_leaves()
-        host = jax.devices("cpu")[0]
-        copies = tuple(jax.device_put(leaf, host, may_alias=False) for leaf in leaves)
+        copies = host_copies(leaves)
         actor_def = self._actor_def
 
         def policy(observation: np.ndarray) -> np.ndarray:

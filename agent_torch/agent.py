@@ -104,6 +104,7 @@ class FlashSACAgent:
             num_bins=support.num_bins,
             num_critics=2,
             needs_grad=False,
+            rows=a.sample_batch_size,  # auto: the measured order of its size band
         )
         observation_dim = int(observation_space.shape[0])
         action_dim = int(action_space.shape[0])

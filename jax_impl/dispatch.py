@@ -1,18 +1,20 @@
 """Backend dispatch for the JAX categorical TD target: JAX validation on top of the shared dispatcher.
 
-Backends: "jax" (the jnp reference, always available) and three kernel backends, which `auto` tries in AUTO_ORDER
-(only those with a passing GPU validation result, `shared_spec.dispatch.VALIDATION_FILE`):
+Backends: "jax" (the jnp reference, always available) and three kernel backends, which `auto` tries among those with
+a passing GPU validation entry (shared_spec/dispatch.py: the packaged and the user's validation files), in the
+measured order of the call's size band (shared_spec/data/kernel_auto_order.json) or, without one, in AUTO_ORDER:
 - "pallas": the Pallas kernel lowered through Pallas's Triton backend (jax_impl/pallas_kernel.py), while JAX ships
   that lowering (jax_impl/ops.py gates it on the jax version and on the lowering's presence);
-- "triton": the Triton kernel of triton_kernels/ (the source the torch backend launches) through jax-triton's XLA
-  custom call (jax_impl/triton_backend.py);
+- "triton": the Triton kernel of triton_kernels/ (the source the torch backend launches) through jaxlib's Triton
+  kernel-call handler, an XLA custom call (jax_impl/triton_backend.py);
 - "mosaic": the Pallas kernel on the Mosaic GPU backend (jax_impl/mosaic_kernel.py; Hopper and newer, with the Mosaic
   GPU runtime of the JAX CUDA plugin; jax_impl/mosaic_ops.py gates it).
 
-AUTO_ORDER puts "pallas" first: it is the kernel measured inside jitted programs on the H200 (its kernel time is
-within 0.87x-1.04x of the Triton kernel's from B = 512 to 1M); "triton" runs that Triton kernel's own binary, and
-`python -m bench kernel-speed` on a GPU measures them in a `lax.scan` of dependent calls to revise the order. "mosaic"
-comes last: it sums every interior atom over all N sources (SPEC.md 8's windows in their dense form, the same bits).
+AUTO_ORDER, the order where no measured band applies (B unknown, or no bands file), puts "pallas" first: it is the
+kernel measured inside jitted programs on the H200 (its kernel time is within 0.87x-1.04x of the Triton kernel's from
+B = 512 to 1M); "triton" runs that Triton kernel's own binary; "mosaic" comes last: one row per warpgroup, its row sums
+reduced across four warps (docs/kernel_notes.md, "Speed notes"). `python -m bench kernel-speed --record-order`
+measures them and writes the bands.
 
 The backend is decided in Python (outside jit, or at trace time), once per configuration, and a fallback is logged
 once; pass the result of `resolve_backend` into jitted code to decide it once, up front. Each kernel's gate runs it
@@ -113,7 +115,7 @@ _register_lazy("mosaic", "jax_impl.mosaic_ops", "categorical_td_target_mosaic", 
 
 
 def resolve_backend(backend: str = "auto", strict: bool = False, *, num_bins: int = 101, num_critics: int = 2,
-                    dtype: Any = jnp.float32, platform: str | None = None) -> Decision:
+                    dtype: Any = jnp.float32, platform: str | None = None, rows: int | None = None) -> Decision:
     """Decide (once per configuration, in Python, outside jit) which backend runs: "jax" or a kernel.
 
     Args:
@@ -122,6 +124,8 @@ def resolve_backend(backend: str = "auto", strict: bool = False, *, num_bins: in
         strict: raise BackendUnavailable instead of falling back.
         num_bins, num_critics, dtype: N, E and the log-prob dtype.
         platform: the JAX platform that will run the op ("cpu", "gpu", ...); default jax.default_backend().
+        rows: the B rows of the calls (e.g. the update's batch): auto then follows the measured order of B's size
+            band (shared_spec/dispatch.py); None: the fixed order AUTO_ORDER.
 
     Returns:
         The Decision (requested, backend that runs, reason). The first fallback for a configuration is logged with
@@ -130,7 +134,7 @@ def resolve_backend(backend: str = "auto", strict: bool = False, *, num_bins: in
     DISPATCHER.check_request(backend, strict)
     dtype_name = dtype if isinstance(dtype, str) else jnp.dtype(dtype).name
     config = (platform or jax.default_backend(), dtype_name, int(num_critics), int(num_bins))
-    return DISPATCHER.decide(backend, strict, config)
+    return DISPATCHER.decide(backend, strict, config, None if rows is None else int(rows))
 
 
 def _platform(x: object) -> str:
@@ -232,7 +236,8 @@ def categorical_td_target(next_qs, next_log_probs, reward, terminated, next_alph
     # The metadata checks are cached per input signature; gamma is checked on every call (it is cheap).
     platform, dtype_name, E, N = _checked_config(args, min_v, max_v, row_offset)
     _check_gamma(gamma)
-    decision = resolve_backend(backend, strict, num_bins=N, num_critics=E, dtype=dtype_name, platform=platform)
+    decision = resolve_backend(backend, strict, num_bins=N, num_critics=E, dtype=dtype_name, platform=platform,
+                               rows=int(args[2].shape[0]))
     # The row offset is passed on only when given, so an implementation registered with the five-array signature
     # (a test's or the harness's wrapper) still serves the plain form.
     rows = {} if row_offset is None else {"row_offset": int(row_offset)}
@@ -283,7 +288,8 @@ def backend_info(next_log_probs: Any = None, backend: str = "auto") -> dict[str,
             raise ValueError(f"next_log_probs must be an (E, B, N) array, got {type(next_log_probs).__name__} "
                              f"{shape}")
         config = (_platform(next_log_probs), jnp.dtype(next_log_probs.dtype).name, shape[0], shape[2])
-    return DISPATCHER.info(default, (default, "float32", 2, 101), config, backend, interpret=_interpreted())
+    return DISPATCHER.info(default, (default, "float32", 2, 101), config, backend,
+                           rows=None if config is None else int(shape[1]), interpret=_interpreted())
 
 
 def _interpreted() -> bool:

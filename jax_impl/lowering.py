@@ -38,7 +38,7 @@ def pallas_triton_missing() -> str | None:
     except ImportError as exc:
         why = " ".join(str(exc).split())[:200]
         return (f"jax {jax.__version__} has no Pallas-Triton lowering ({PALLAS_TRITON_MODULE}: {why}); use "
-                f"backend='triton' (jax-triton)")
+                f"backend='triton' (the Triton kernel through jaxlib's Triton kernel call)")
     return None
 
 

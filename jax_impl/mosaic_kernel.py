@@ -2,27 +2,25 @@
 target: the kernel and its `pallas_call` only (gate, self-test and registration: jax_impl/mosaic_ops.py).
 
 The algorithm is the Triton kernel's (SPEC.md section 8) with one row per program (one warpgroup of 128 threads, the
-row's NP = max(128, BLOCK_N) lanes in Mosaic GPU's strided register layout), and the same fp32 operations in the same
-order (SPEC.md section 3), with the Triton kernel's PTX where it uses inline PTX: exp is `ex2.approx.ftz.f32(x *
-fp32(log2 e))`, every product that meets an addition is `mul.rn.f32` or `fma.rn.f32`, and the edge atoms' exact sums
-truncate each term with `cvt.rzi.s64.f32`, split it into its low 19 bits and the rest, sum both parts over the row
-in int32 (exact in any order) and join them with the Triton kernel's `cvt.rn.f32.s64`, so the integers, and the sum,
-are those of the Triton kernel. The inline PTX goes through `plgpu.inline_mgpu` (`llvm.inline_asm` on each register).
-Mosaic GPU marks its own fp additions and multiplications contractible (LLVM may fuse a product into the next add),
-so no plain product of this kernel meets an addition (tests/test_jax_mosaic.py checks the kernel's jaxpr).
+row's NP = max(128, BLOCK_N) lanes in Mosaic GPU's strided register layout, one lane a thread at N <= 128), and the
+same fp32 operations in the same order (SPEC.md section 3), with the Triton kernel's PTX where it uses inline PTX:
+exp is `ex2.approx.ftz.f32(x * fp32(log2 e))`, every product that meets an addition is `mul.rn.f32` or
+`fma.rn.f32`, and the edge atoms' exact sums truncate each term with `cvt.rzi.s64.f32`, split it into its low 19 bits
+and the rest, sum both parts over the row in int32 (exact in any order) and join them with the Triton kernel's
+`cvt.rn.f32.s64`, so the integers, and the sum, are those of the Triton kernel. The inline PTX goes through
+`plgpu.inline_mgpu` (`llvm.inline_asm` on each register). Mosaic GPU marks its own fp additions and multiplications
+contractible (LLVM may fuse a product into the next add), so no plain product of this kernel meets an addition
+(tests/test_jax_mosaic.py checks the kernel's jaxpr).
 
-Two differences of form, neither changing a bit:
-- The interior atoms' windows are the dense form: every lane adds, for every source j = 0 .. N - 1 in ascending
-  order, fma(p_j, w, acc) with the hat weight w of the unclamped b_j (p_j read from the probabilities staged in
-  shared memory). Sources outside the run feeding atom k add p * 0 = +0, which changes nothing, so the sum equals
-  the Triton kernel's window sum (SPEC.md 8: the window contains the run). It costs N steps a row where the Triton
-  kernel takes about 3 (band rows); Mosaic GPU has no per-lane gather from shared memory.
-- The hat weight is the first form of SPEC.md 8 (min(clamp((k + 1) - b), clamp(b - (k - 1)))) for every atom; for
-  k >= 2 it gives the same bits as the Triton kernel's clamp(1 - |b - k|) (both equal the section-3 weight inside
-  (k - 1, k + 1) and 0 outside).
-Mosaic GPU loads and stores whole register arrays without lane masks, so the log-probs are read from rows of NP
-elements (-inf padded by XLA when N < NP) and the target is written as (B, NP) rows (sliced to N by XLA when
-N < NP): one extra copy of each when N is not a power of 2 >= 128.
+The interior atoms' windows are the Triton kernel's (SPEC.md 8 step 3): each lane scans the W sources from its
+window start j0, p_j gathered per lane from the probabilities staged in shared memory (`_gather`: a `memref.load` per
+register, the per-lane gather Mosaic GPU's Pallas API does not offer), 3 unrolled steps for band rows (W = 3 at
+gamma = 0.99), then a loop up to the row's W. One difference of form, changing no bit: the hat weight is the first
+form of SPEC.md 8 (min(clamp((k + 1) - b), clamp(b - (k - 1)))) for every atom; for k >= 2 it gives the same bits as
+the Triton kernel's clamp(1 - |b - k|) (both equal the section-3 weight inside (k - 1, k + 1) and 0 outside). Rows
+are read and written in place: each lane loads log-prob min(k, N - 1) of the selected row (`_gather` on the flat
+log-probs; lanes past N become -inf, probability 0) and stores its target lane if k < N (`_store_lanes`), so no XLA
+pad or slice copies the rows.
 
 In interpret mode (any platform) the same kernel body runs in Mosaic GPU's interpret mode (GMEM, SMEM, the
 warpgroup's threads and barriers simulated on the CPU) with the Pallas-Triton kernel's interpret-mode arithmetic
@@ -44,7 +42,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from shared_spec.launch_config import kernel_config
 from shared_spec.reference import check_shapes
-from shared_spec.support import CategoricalSupport
+from shared_spec.support import BAND_MIN_DISCOUNT, CategoricalSupport
 
 __all__ = ["KERNEL_NAME", "launch", "padded_lanes", "trace_count"]
 
@@ -65,11 +63,16 @@ def _load(ref, layout):
 
 
 HALF = 19  # the exact sums' split (the Triton kernel's HALF)
+# The interior atoms' windows (SPEC.md 8, the Triton kernel's constants): rows with 0 < g < G_BAND_MIN scan the whole
+# row; the window margin in units of N / g source steps; the window steps every row takes, unrolled.
+G_BAND_MIN = BAND_MIN_DISCOUNT
+WINDOW_MARGIN = 2.0**-18
+UNROLL = 3
 FLT_MAX = 3.4028234663852886e38
 _LOG2E = 1.4426950408889634  # rounded to fp32 as the Triton kernel does
 KERNEL_NAME = "categorical_td_target_mosaic"
 WARPGROUP = 128
-# Flat int32 offsets: E * R * NP (and B * NP) must stay below MAX_FLAT; larger inputs are split over rows.
+# Flat int32 offsets: E * R * N (and B * N) must stay below MAX_FLAT; larger inputs are split over rows.
 MAX_FLAT = 2**31 - 1
 _trace_count = [0]
 
@@ -77,6 +80,8 @@ _LO_ASM = "{ .reg .b64 a; cvt.rzi.s64.f32 a, $1; cvt.u32.u64 $0, a; and.b32 $0, 
 _HI_ASM = "{ .reg .b64 a; cvt.rzi.s64.f32 a, $1; shr.u64 a, a, 19; cvt.u32.u64 $0, a; }"
 _JOIN_ASM = ("{ .reg .b64 a, b; cvt.u64.u32 a, $1; shl.b64 a, a, 19; cvt.u64.u32 b, $2; add.s64 a, a, b; "
              "cvt.rn.f32.s64 $0, a; }")
+# clamp(ceil(x), 0, hi) as an int32 (the window start; the Triton kernel's min.f32 and saturating conversion).
+_WINDOW_START_ASM = "{ .reg .f32 t; min.f32 t, $1, $2; cvt.rpi.u32.f32 $0, t; }"
 
 
 def trace_count() -> int:
@@ -122,6 +127,77 @@ def _ptx(text: str, out_dtype, constraints: str, *xs: jax.Array, NP: int) -> jax
     return f(*(_vec(x, NP, False) for x in xs))
 
 
+def _gather(ref, idx: jax.Array, NP: int, dtype=jnp.float32) -> jax.Array:
+    """ref[idx] for a flat shared- or global-memory ref of `dtype` and (NP,) int32 indices in bounds: each thread
+    loads its own lanes' elements (a `memref.load` per register of the strided layout: ld.shared / ld.global at a
+    per-thread address; consecutive lanes read consecutive elements), the per-lane gather that Mosaic GPU's Pallas
+    API does not offer."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, llvm, memref, vector
+
+    layout = plgpu.Layout.WG_STRIDED((NP,), vec_size=1)
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(), layout),
+                       return_type=plgpu.ShapeDtypeStruct((NP,), dtype, layout=layout))
+    def f(ctx, mem, index):
+        del ctx
+        elem, index_ty = ir.MemRefType(mem.type).element_type, ir.IndexType.get()
+
+        def load(i):
+            return memref.load(mem, [arith.index_cast(index_ty, i)])
+
+        def op(v):
+            if not isinstance(v.type, ir.VectorType):
+                return load(v)
+            [n] = ir.VectorType(v.type).shape
+            res = llvm.mlir_undef(ir.VectorType.get([n], elem))
+            for i in range(n):
+                pos = ir.DenseI64ArrayAttr.get([i])
+                res = vector.insert(load(vector.extract(v, dynamic_position=[], static_position=pos)), res,
+                                    dynamic_position=[], static_position=pos)
+            return res
+
+        return index._pointwise(op, output_is_signed=None)
+
+    return f(ref, _vec(idx, NP, False))
+
+
+def _store_lanes(ref, idx: jax.Array, x: jax.Array, lane: jax.Array, n: int, NP: int) -> None:
+    """ref[idx] = x on the lanes with lane < n (a flat global-memory f32 ref; (NP,) int32 idx and lane, f32 x): each
+    thread stores its own lanes' elements under an `scf.if` (the row's lanes past N are not written)."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, memref, scf, vector
+
+    layout = plgpu.Layout.WG_STRIDED((NP,), vec_size=1)
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(), layout, layout, layout))
+    def f(ctx, mem, index, value, lanes):
+        del ctx
+        index_ty, i32 = ir.IndexType.get(), ir.IntegerType.get_signless(32)
+        bound = arith.constant(i32, n)
+
+        def store(i, v, k):
+            cond = arith.cmpi(arith.CmpIPredicate.slt, k, bound)
+            if_op = scf.IfOp(cond)
+            with ir.InsertionPoint(if_op.then_block):
+                memref.store(v, mem, [arith.index_cast(index_ty, i)])
+                scf.yield_([])
+
+        def op(iv, vv, kv):
+            if not isinstance(iv.type, ir.VectorType):
+                store(iv, vv, kv)
+                return iv
+            [m] = ir.VectorType(iv.type).shape
+            for j in range(m):
+                pos = ir.DenseI64ArrayAttr.get([j])
+                store(*(vector.extract(t, dynamic_position=[], static_position=pos) for t in (iv, vv, kv)))
+            return iv
+
+        index._pointwise(op, value, lanes)  # the stores are the point; the returned array is unused
+
+    f(ref, _vec(idx, NP, False), _vec(x, NP, False), _vec(lane, NP, False))
+
+
 def _vec(x, NP: int, interpret: bool) -> jax.Array:
     """x broadcast to an (NP,) array in the strided layout (a row value on every lane, as the Triton kernel's (BR, 1)
     per-row registers)."""
@@ -136,8 +212,8 @@ def _round(x: jax.Array) -> jax.Array:
 
 def _td_kernel(gamma_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, p_smem, *, B: int, R: int, E: int, N: int,
                NP: int, BLOCK_N: int, row_offset: int, min_v: float, inv_delta: float, interpret: bool):
-    """One program: row `program_id` (SPEC.md 8 steps 1-4). Refs: gamma (1,) f32; q (E*R,) f32; lp (E*R*NP,)
-    f32/bf16/f16 (rows of NP, -inf past N); r, d, s (B,) f32; out (B*NP,) f32; p_smem (NP,) f32 (the staged
+    """One program: row `program_id` (SPEC.md 8 steps 1-4). Refs: gamma (1,) f32; q (E*R,) f32; lp (E*R*N,)
+    f32/bf16/f16; r, d, s (B,) f32; out (B*N,) f32; p_smem (NP,) f32 (the staged
     probabilities)."""
     f32 = jnp.float32
     inf = float("inf")
@@ -193,13 +269,16 @@ def _td_kernel(gamma_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, p_smem, *
     kf = k_i.astype(f32)
 
     # 2. The full-row pass (lane = source j): p_j staged in shared memory; the edge atoms' exact sums.
-    base = (sel * R + (row_offset + row)) * NP
+    base = (sel * R + (row_offset + row)) * N  # the selected critic's row, read in place (lanes past N: -inf)
     if interpret:
-        lp = lp_ref[pl.ds(base, NP)].astype(f32)
+        lp = lp_ref[pl.ds(base, N)].astype(f32)
+        if NP > N:
+            lp = jnp.concatenate([lp, jnp.full((NP - N,), -inf, f32)])
         p = jax.pure_callback(np.exp, jax.ShapeDtypeStruct((NP,), f32), lp)
     else:
-        lp = _load(lp_ref.at[pl.ds(base, NP)], plgpu.Layout.WG_STRIDED((NP,), vec_size=1))
-        p = _ptx("ex2.approx.ftz.f32 $0, $1;", f32, "=f,f", lp.astype(f32) * np.float32(_LOG2E), NP=NP)
+        lp = _gather(lp_ref, base + jnp.minimum(k_i, N - 1), NP, lp_ref.dtype).astype(f32)
+        lp = jnp.where(k_i < N, lp, -inf)
+        p = _ptx("ex2.approx.ftz.f32 $0, $1;", f32, "=f,f", lp * np.float32(_LOG2E), NP=NP)
     p_smem[...] = p
     m_bits = jnp.max(jax.lax.bitcast_convert_type(p, jnp.int32) & 0x7FFFFFFF)  # the bits of the row's max p
     bad = bad | (m_bits >= 0x7F800000)  # a NaN or +inf probability
@@ -213,20 +292,55 @@ def _td_kernel(gamma_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, p_smem, *
         pst = jnp.where(pst < inf, pst, 0.0)  # as in the Triton kernel's interpret mode (the row is NaN anyway)
     e_lo = fixed_sum(pst * clamp01(1.0 - b), inv_scale)
     e_hi = fixed_sum(pst * clamp01(b - (N - 2.0)), inv_scale)
-    # The total mass overflows fp32 only if max p >= 2**(127 - log2 BLOCK_N); the test is exact for every row.
-    bad = bad | ~(fixed_sum(pst, inv_scale) < inf)
+    # The total mass can overflow fp32 only if max p >= 2**(127 - log2 BLOCK_N); only then is it summed (the same
+    # way), as in the Triton kernel: a branch (scf.if), which real data never takes.
+    bad = jax.lax.cond((m_bits >> 23) >= 254 - BLOCK_N.bit_length(),
+                       lambda bad: bad | ~(fixed_sum(pst, inv_scale) < inf), lambda bad: bad, bad)
 
     def hat(bj):
         return jnp.minimum(clamp01((kf + 1.0) - bj), clamp01(bj - (kf - 1.0)))
 
-    # 3. Interior atoms: every source in ascending j adds fma(p_j, hat(b_j), acc); sources outside the run add +0.
+    # 3. Interior atoms 1 <= k <= N - 2 (lane = destination atom k), the Triton kernel's windows (SPEC.md 8): the
+    #    sources feeding atom k form a run (b is non-decreasing in j); the lane scans W sources from j0 in ascending
+    #    j, each adding fma(p_j, hat(b_j), acc) with p_j gathered from the staged row, and every source of the window
+    #    outside the run adds +0, so the sum does not depend on the window. Band rows (1/16 <= g <= 1): j0 and
+    #    W = ceil(2 / g + 2 eps) from the line c + g j with a margin above the estimates' fp32 error (their roundings
+    #    only move the window, never the result; each product is mul.rn: Mosaic GPU may contract plain ones); rows
+    #    with 0 < g < 1/16 or g > 1: the whole row; g == 0 and invalid rows: UNROLL sources of weight 0. j0 is
+    #    clamped into [0, N - W], so every gather is in bounds; one row per program, so W is the program's.
     acc = _vec(0.0, NP, interpret)
     if N > 2:
-        def step(j, acc):
-            jf = _vec(j.astype(f32), NP, interpret)
-            return fma(_vec(p_smem[j], NP, interpret), hat(cs + mul(gl, jf)), acc)
+        band = live & (g >= G_BAND_MIN) & (g <= 1.0)
+        inv_g = (1.0 / jnp.where(band, g, 1.0) if interpret else
+                 _ptx("rcp.approx.ftz.f32 $0, $1;", f32, "=f,f", jnp.where(band, g, 1.0), NP=NP))
+        eps = mul(N * WINDOW_MARGIN, inv_g)  # in source steps; far above the fp32 error of the estimates
+        w_est = mul(2.0, inv_g) + mul(2.0, eps)
+        w_ceil = jnp.ceil(w_est) if interpret else _ptx("cvt.rpi.f32.f32 $0, $1;", f32, "=f,f", w_est, NP=NP)
+        n_win = jnp.where(band, jnp.minimum(w_ceil, N * 1.0), jnp.where(live, N * 1.0, UNROLL * 1.0))
+        t0 = mul(1.0 + jnp.where(band, c, 0.0), inv_g) + eps
+        start = mul(kf, inv_g) - t0  # j0 = ceil((k - 1 - c) / g - eps) as k / g - ((1 + c) / g + eps)
+        if interpret:
+            j0 = jnp.minimum(jnp.maximum(jnp.ceil(start), 0.0), N - n_win).astype(jnp.int32)
+            row_p = p_smem[...]
 
-        acc = jax.lax.fori_loop(0, N, step, acc)
+            def gather(idx):
+                return row_p[idx]
+        else:
+            j0 = _ptx(_WINDOW_START_ASM, jnp.int32, "=r,f,f", start, N - n_win, NP=NP)
+
+            def gather(idx):
+                return _gather(p_smem, idx, NP)
+        jf0 = j0.astype(f32)
+
+        def step(w, acc):
+            wi = _vec(jnp.asarray(w, jnp.int32), NP, interpret)
+            jf = jf0 + wi.astype(f32)  # exact: small integers
+            return fma(gather(j0 + wi), hat(cs + mul(gl, jf)), acc)
+
+        for w in range(UNROLL):
+            acc = step(w, acc)
+        n_w = jnp.max(n_win).astype(jnp.int32)  # the row's W (an integer: >= UNROLL)
+        acc = jax.lax.fori_loop(UNROLL, n_w, step, acc)
 
     # 4. Edges, the two-hot of g == 0 rows (mass e_lo at b* = clamp(c)), NaN rows through the multiplier e_d.
     done = ~live | bad
@@ -237,7 +351,10 @@ def _td_kernel(gamma_ref, q_ref, lp_ref, r_ref, d_ref, s_ref, out_ref, p_smem, *
     acc = fma_nan(e_d, hat(b_star), acc)
     acc = jnp.where(k_i == 0, lo, acc)
     acc = jnp.where(k_i == N - 1, hi, acc)
-    out_ref[pl.ds(row * NP, NP)] = acc
+    if interpret:
+        out_ref[pl.ds(row * N, N)] = acc[:N]
+    else:
+        _store_lanes(out_ref, row * N + k_i, acc, k_i, N, NP)
 
 
 def interpret_params(**kwargs):
@@ -261,33 +378,28 @@ def _mosaic_forward(q, lp, r, d, s, gamma, min_v: float, max_v: float, interpret
     E, R, N = lp.shape
     B = r.shape[0]
     NP = padded_lanes(N)
-    rows_max = max(1, MAX_FLAT // (E * NP))
+    rows_max = max(1, MAX_FLAT // (E * N))
     if R > rows_max:  # int32 flat offsets would overflow: independent row chunks (rows never interact)
         o = row_offset
         parts = [_mosaic_forward(q[:, o + i:o + min(i + rows_max, B)], lp[:, o + i:o + min(i + rows_max, B)],
                                  r[i:i + rows_max], d[i:i + rows_max], s[i:i + rows_max], gamma, min_v, max_v,
                                  interpret, 0) for i in range(0, B, rows_max)]
         return jnp.concatenate(parts, axis=0)
-    if NP != N:  # rows of NP lanes; -inf is probability 0 (the Triton kernel's masked lanes)
-        lp = jnp.pad(lp[:, row_offset:row_offset + B], ((0, 0), (0, 0), (0, NP - N)), constant_values=-jnp.inf)
-        q = q[:, row_offset:row_offset + B]
-        R, row_offset = B, 0
     sup = CategoricalSupport(N, float(min_v), float(max_v))
     kernel = functools.partial(
         _td_kernel, B=B, R=R, E=E, N=N, NP=NP, BLOCK_N=kernel_config(1, N, True)["BLOCK_N"], row_offset=row_offset,
         min_v=float(np.float32(sup.min_v)), inv_delta=float(np.float32(sup.inv_bin_width)), interpret=bool(interpret))
     out = plgpu.kernel(
         kernel,
-        out_type=jax.ShapeDtypeStruct((B * NP,), jnp.float32),
+        out_type=jax.ShapeDtypeStruct((B * N,), jnp.float32),
         grid=(B,),
         grid_names=("row",),
         scratch_types=[plgpu.SMEM((NP,), jnp.float32)],
         compiler_params=plgpu.CompilerParams(lowering_semantics=LOWERING_SEMANTICS),
         interpret=(interpret_params() if interpret is True else interpret) or None,
         kernel_name=KERNEL_NAME,
-    )(gamma.reshape(1), q.reshape(E * R), lp.reshape(E * R * NP), r, d, s)
-    out = out.reshape(B, NP)
-    return out if NP == N else out[:, :N]
+    )(gamma.reshape(1), q.reshape(E * R), lp.reshape(E * R * N), r, d, s)
+    return out.reshape(B, N)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))

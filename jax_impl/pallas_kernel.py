@@ -14,7 +14,7 @@ So the two kernels agree bit for bit on the same GPU (`python -m bench kernel-va
 on the tile shape or on how a compiler lays tensors out in registers.
 
 Everything Pallas-Triton specific lives behind `_pallas_forward` (one function), so another lowering (Mosaic GPU,
-jax-triton) can be added later without touching callers.
+a Triton kernel call) can be added later without touching callers.
 """
 
 from __future__ import annotations

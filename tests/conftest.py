@@ -28,6 +28,18 @@ if os.environ.get("JAX_COMPILATION_CACHE_DIR") in (None, os.environ.get("FLASHSA
     os.environ["FLASHSAC_TEST_JAX_CACHE_DIR"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
     atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
+# The user's own kernel validation file (${XDG_DATA_HOME:-~/.local/share}/flashsac/kernel_validation.json, which
+# flashsac-validate-kernels writes) changes what backend="auto" chooses: the tests and the processes they start read
+# an empty data directory of their own instead (made once, by the first test process; its children inherit it).
+if os.environ.get("FLASHSAC_TEST_DATA_HOME") is None or (
+        os.environ.get("XDG_DATA_HOME") != os.environ["FLASHSAC_TEST_DATA_HOME"]):
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["XDG_DATA_HOME"] = os.environ["FLASHSAC_TEST_DATA_HOME"] = tempfile.mkdtemp(prefix="flashsac-test-data-")
+    atexit.register(shutil.rmtree, os.environ["XDG_DATA_HOME"], ignore_errors=True)
+
 import gc  # noqa: E402
 import random  # noqa: E402
 import subprocess  # noqa: E402

@@ -134,6 +134,43 @@ def test_resume_is_bitwise(full_run, tmp_path, capsys):
         assert read_eval_csv(os.path.join(resumed, "eval.csv")) == read_eval_csv(os.path.join(run, "eval.csv"))
 
 
+def test_the_step_0_evaluation_is_over_before_the_first_donated_advance(tmp_path, monkeypatch, capsys):
+    """The device loop keeps no array across a donated call: its step-0 evaluation reads the carry's actor and has
+    returned before the first ``advance`` (``train_steps`` donates the carry, deleting those arrays). An evaluation
+    moved onto a thread is held here until the first advance has returned, so it fails this order every time
+    instead of reading donated (or newer) parameters now and then."""
+    import threading
+
+    from agent_jax.vector import JaxVectorTrainer
+
+    events: list[str] = []
+    read: list = []  # the actor parameters the step-0 evaluation read
+    advanced = threading.Event()
+    real_evaluate, real_advance = JaxVectorTrainer.evaluate, JaxVectorTrainer.advance
+
+    def evaluate(self, num_episodes):
+        if threading.current_thread() is not threading.main_thread():
+            assert advanced.wait(120), "the loop never advanced"
+        if not read:
+            read.extend(jax.tree_util.tree_leaves(self.carry.agent.actor.params))
+        events.append("evaluate")
+        metrics = real_evaluate(self, num_episodes)
+        events.append("evaluated")
+        return metrics
+
+    def advance(self, num_steps):
+        events.append("advance")
+        real_advance(self, num_steps)
+        advanced.set()
+
+    monkeypatch.setattr(JaxVectorTrainer, "evaluate", evaluate)
+    monkeypatch.setattr(JaxVectorTrainer, "advance", advance)
+    assert main(_argv(*COMMON, *FP16_N_STEP, "num_env_steps=80", f"save_path={tmp_path / 'run'}")) == 0
+    assert "[completed] env_step=80 " in capsys.readouterr().out
+    assert events == ["evaluate", "evaluated", "advance", "advance", "evaluate", "evaluated"]
+    assert read and all(leaf.is_deleted() for leaf in read)  # the first advance donated what the evaluation read
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ("agent.buffer_device_type=cpu", "invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx"),
     ("updates_per_interaction_step=1.5", "must be a whole number with env.env_type=mjx"),

@@ -201,17 +201,57 @@ def test_same_seed_same_actions_and_losses():
 
 def test_policy_snapshot_keeps_the_policy_it_was_taken_from():
     """``policy_snapshot()`` acts bitwise as ``act(obs, None)`` did when it was taken, also after updates, which
-    donate the state's buffers and change the actor (the loop's background initial evaluation relies on it)."""
+    donate the state's buffers and change the actor (the loop's background initial evaluation relies on it; with
+    the state on 2 devices: tests/test_runs.py)."""
     agent = _agent(0)
     obs = _batch(9)["observation"][:3]
     before = agent.act(obs, None)
+    leaves, _ = agent.actor_leaves()
     policy = agent.policy_snapshot()
     for i in range(2):
         agent.update(_batch(i))
     agent.flush_metrics()
+    assert all(leaf.is_deleted() for leaf in leaves)  # the updates donated what the snapshot was taken from
     assert not np.array_equal(agent.act(obs, None), before)
     np.testing.assert_array_equal(policy(obs), before)
     np.testing.assert_array_equal(agent.policy_snapshot()(obs), agent.act(obs, None))
+
+
+def _layouts() -> dict[str, object]:
+    """Placements of the default backend's devices: each device alone, and over two devices (when there are two)
+    replicated and split along axis 0."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devices = jax.devices()
+    out: dict[str, object] = {f"device {d.id}": d for d in devices[:2]}
+    if len(devices) >= 2:
+        mesh = Mesh(np.array(devices[:2]), ("d",))
+        out["replicated over 2"] = NamedSharding(mesh, PartitionSpec())
+        out["sharded over 2"] = NamedSharding(mesh, PartitionSpec("d"))
+    return out
+
+
+def test_host_copies_own_their_memory_on_every_layout():
+    """``host_copies`` shares no buffer with its source on any layout of the default backend's devices (GPUs where
+    JAX runs on them; here 2 host devices, conftest), and still reads its values once the source is deleted (as a
+    donating update deletes it)."""
+    from agent_jax.agent import host_copies
+
+    layouts = _layouts()
+    if jax.default_backend() == "cpu":  # conftest's 2 host devices: the replicated layout is the one that aliased
+        assert "replicated over 2" in layouts, f"expected 2 host devices, got layouts {sorted(layouts)}"
+    for name, placement in layouts.items():
+        values = [np.arange(24, dtype=np.float32).reshape(4, 6), np.asarray([3, -1], np.int32)]
+        sources = [jax.device_put(v, placement) for v in values]
+        copies = host_copies(sources)
+        shared = ({s.data.unsafe_buffer_pointer() for a in sources for s in a.addressable_shards}
+                  & {s.data.unsafe_buffer_pointer() for a in copies for s in a.addressable_shards})
+        assert not shared, f"{name}: the copies share buffers with their source"
+        for source in sources:
+            source.delete()
+        for copy, value in zip(copies, values, strict=True):
+            assert copy.devices() == {jax.devices("cpu")[0]}, name
+            np.testing.assert_array_equal(np.asarray(copy), value, err_msg=name, strict=True)
 
 
 def test_checkpoint_round_trip(tmp_path):

@@ -517,6 +517,26 @@ def _all_state(agent: FlashSACAgent) -> dict[str, object]:
     return out
 
 
+def test_policy_snapshot_owns_its_copy_of_the_actor():
+    """``policy_snapshot()`` acts with an actor of its own: in-place writes to the agent's actor parameters and BN
+    statistics (what its updates and CUDA-graph replays do) never reach it, so the background step-0 evaluation
+    keeps the step-0 policy. Its actions are those ``act(obs, None)`` gave when it was taken (bitwise on the CPU in
+    fp32, the CPU fp32 rounding of the same policy on a GPU)."""
+    agent = _agent()
+    obs = np.random.default_rng(3).standard_normal((3, 17)).astype(np.float32)
+    before = agent.act(obs, None)
+    policy = agent.policy_snapshot()
+    with torch.no_grad():
+        for tensor in [*agent.actor.module.parameters(), *agent.actor.module.buffers()]:
+            if tensor.is_floating_point():
+                tensor.add_(0.5)
+    assert not np.array_equal(agent.act(obs, None), before)
+    if agent.device.type == "cpu":
+        np.testing.assert_array_equal(policy(obs), before, strict=True)
+    else:
+        np.testing.assert_allclose(policy(obs), before, rtol=1e-5, atol=1e-5)
+
+
 def test_checkpoint_round_trip(tmp_path):
     agent = _agent(seed=0)
     batch = _real_batch(16)

@@ -5,11 +5,13 @@ Packages import downward only (docs/agents.md, "Layout"):
     shared_spec  <-  triton_kernels  <-  torch_impl  <-  agent_torch  \
                                      <-  jax_impl    <-  agent_jax    -  agent_interop  <-  bench
     shared_spec  <-  simulators  <-  agent_common    <-  agent_torch, agent_jax       /
+    torch_impl, jax_impl  <-  kernel_validation  <-  bench
 
 * ``ALLOWED`` lists, per package, the repository packages it may import; everything else is forbidden. So the two
-  frameworks never meet below ``agent_interop`` (``torch_impl`` / ``jax_impl``, ``agent_torch`` / ``agent_jax``
-  never import each other), kernels and the spec never import implementations or agents, implementations never
-  import agents, and only ``bench`` itself and the tests of ``bench`` import ``bench``.
+  frameworks meet only in ``agent_interop`` and ``kernel_validation`` (``torch_impl`` / ``jax_impl``,
+  ``agent_torch`` / ``agent_jax`` never import each other), kernels and the spec never import implementations or
+  agents, implementations never import agents, and only ``bench`` itself and the tests of ``bench`` import
+  ``bench``.
 * ``FORBIDDEN_THIRD_PARTY`` keeps each package off the other framework: the spec and ``agent_common`` import
   neither torch nor JAX nor triton (numpy is the spec's float64 ground truth; ``agent_common`` may use omegaconf,
   gymnasium and the like), the torch side imports no JAX, the JAX side no torch.
@@ -47,6 +49,8 @@ ALLOWED: dict[str, set[str]] = {
     "agent_jax": SPEC_LAYER | {"jax_impl", "agent_common", "simulators"},
     "agent_interop": KERNEL_LAYER | {"torch_impl", "jax_impl", "agent_common", "simulators", "agent_torch",
                       "agent_jax"},
+    # the kernel validation command: both frameworks' ops (each in its own worker process), no agent
+    "kernel_validation": KERNEL_LAYER | {"torch_impl", "jax_impl"},
 }
 ALLOWED["bench"] = set(ALLOWED) | {"bench"}
 ALLOWED["tests"] = ALLOWED["bench"] | {"tests"}  # bench only in BENCH_TEST_FILES

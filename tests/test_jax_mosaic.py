@@ -89,6 +89,20 @@ def test_interpreted_kernel_matches_the_spec_and_the_pallas_kernel_bitwise(B, N,
     assert np.array_equal(bits(got), bits(pallas))
 
 
+def test_total_mass_overflow_branch():
+    """Log-probs of 87 overflow the row's total mass (a NaN row), 80 do not (SPEC.md 6.5): the total is summed only
+    in the branch such rows take (the Triton kernel's), with the interpreted Pallas kernel's bits."""
+    x = make_inputs(6, 101, 2, kind="random", seed=14)
+    sel = np.argmin(x["next_qs"], axis=0)
+    x["next_log_probs"][sel[1], 1] = 87.0
+    x["next_log_probs"][sel[3], 3] += np.float32(80.0)
+    a = [jnp.asarray(x[k]) for k in NAMES]
+    got = np.asarray(mk.launch(*a, 0.99, interpret=True))
+    want = R.categorical_td_target(**x, gamma=0.99)
+    assert np.isnan(got[1]).all() and np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(bits(got), bits(np.asarray(pk.launch(*a, 0.99, interpret=True))))
+
+
 def test_deterministic_and_rows_independent():
     a, _ = inputs(9, 33, 2, "nonfinite", seed=5)
     first = np.asarray(mk.launch(*a, 0.97, interpret=True))
@@ -118,7 +132,7 @@ def test_row_chunks_when_flat_offsets_would_overflow(monkeypatch):
     a, _ = inputs(7, 5, 2, "mixed", seed=4)
     whole = np.asarray(mk.launch(*a, 0.9, interpret=True))
     mk._jitted.clear_cache()
-    monkeypatch.setattr(mk, "MAX_FLAT", 2 * 128 * 3)  # 3 rows per chunk
+    monkeypatch.setattr(mk, "MAX_FLAT", 2 * 5 * 3)  # 3 rows of 2 critics x 5 atoms per chunk
     try:
         chunked = np.asarray(mk.launch(*a, 0.9, interpret=True))
     finally:
@@ -127,9 +141,10 @@ def test_row_chunks_when_flat_offsets_would_overflow(monkeypatch):
 
 
 # The instructions the GPU path must carry (the Triton kernel's): exp, the rounded products and fused accumulations,
-# the exact sums' truncation, split and join.
+# the exact sums' truncation, split and join; with interior atoms (N > 2) the window's reciprocal and start.
 PTX = ("ex2.approx.ftz.f32", "mul.rn.f32", "fma.rn.f32", "cvt.rzi.s64.f32", "and.b32 $0, $0, 524287",
        "shr.u64 a, a, 19", "cvt.rn.f32.s64")
+WINDOW_PTX = ("rcp.approx.ftz.f32", "cvt.rpi.u32.f32", "cvt.rpi.f32.f32")
 
 
 @pytest.mark.parametrize("default_semantics", ["this-jax", "Warpgroup"])
@@ -155,7 +170,11 @@ def test_lowers_for_cuda_to_a_mosaic_gpu_call_with_the_triton_kernels_ptx(N, E, 
     finally:
         mk._jitted.clear_cache()
     assert "stablehlo.custom_call @mosaic_gpu_v2" in text and "__gpu$xla.gpu.triton" not in text
-    missing = [op for op in PTX if op not in text]
+    # The rows are read and written in place (per-lane loads and masked stores): no padded copy, no sliced output.
+    assert "stablehlo.pad" not in text and "stablehlo.slice" not in text
+    if N > 2:  # the windows' per-lane gathers from the staged row and the loop past the unrolled steps
+        assert "memref.load" in text and "scf.for" in text
+    missing = [op for op in PTX + (WINDOW_PTX if N > 2 else ()) if op not in text]
     assert not missing, f"instructions missing from the lowered kernel: {missing}"
 
 

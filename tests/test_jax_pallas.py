@@ -495,7 +495,7 @@ class TestPallasDispatch:
         assert lines["AUTO"] == "jax"
         info = lines["INFO"]
         assert info.startswith("the pallas backend failed to import (jax ") and "no Pallas-Triton lowering" in info
-        assert info.endswith("use backend='triton' (jax-triton))")
+        assert info.endswith("use backend='triton' (the Triton kernel through jaxlib's Triton kernel call))")
         assert lines["MOSAIC"] == "available", "the Mosaic GPU kernel does not need the Pallas-Triton lowering"
         assert lines["STRICT"].startswith("backend='pallas' with strict=True: the pallas kernel cannot run: the pallas "
                                           "backend failed to import (jax ")

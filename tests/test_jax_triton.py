@@ -1,5 +1,6 @@
-"""The "triton" JAX backend: the Triton kernel of triton_kernels/ from JAX (jax-triton on the GPU, Triton's
-interpreter through a host callback under TRITON_INTERPRET=1), its custom call lowered for CUDA, and its gate."""
+"""The "triton" JAX backend: the Triton kernel of triton_kernels/ from JAX (jaxlib's Triton kernel-call handler on the
+GPU, Triton's interpreter through a host callback under TRITON_INTERPRET=1), its custom call lowered for CUDA, and its
+gate."""
 
 from __future__ import annotations
 
@@ -82,9 +83,12 @@ class TestJaxTritonInterpreted(OpTests):
 
 
 def test_custom_call_lowered_for_cuda_holds_the_kernel_its_operands_and_grid():
-    """jax-triton lowers the backend's call for CUDA on this CPU machine (its jaxlib kernel-call builders recorded):
-    one custom call inside the scan's while loop, operands (q, lp, r, d, s, gamma) with gamma a device scalar, the
-    pinned grid, warps and scalars, and PTX with the torch entry point's approximate and rounded instructions."""
+    """The backend's call lowered for CUDA on this CPU machine: one `triton_kernel_call_ffi` custom call (jaxlib's
+    typed-FFI handler, which XLA may record into command buffers) inside the scan's while loop, operands (q, lp, r, d,
+    s, gamma) with gamma a device scalar; its opaque attribute decodes (google.protobuf, from triton.proto's fields) to
+    the compiled PTX without line information, the pinned grid, warps and parameters in the kernel's order, with the
+    same bytes as protobuf's own serialisation, and the PTX has the torch entry point's approximate and rounded
+    instructions."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT
     specs = ["2,1000,101,24,bfloat16", "3,1048576,51,0,float32"]  # pinned RPP 1 with a row offset; RPP > 1
@@ -96,30 +100,33 @@ def test_custom_call_lowered_for_cuda_holds_the_kernel_its_operands_and_grid():
     for spec, res in zip(specs, results, strict=True):
         E, B, N, off, dtype = spec.split(",")
         E, B, N, off = int(E), int(B), int(N), int(off)
-        (call,) = res["custom_calls"]
         R_ = B + off
         lp_type = {"bfloat16": "bf16", "float32": "f32"}[dtype]
+        assert res["call"].startswith("%") and "stablehlo.custom_call @triton_kernel_call_ffi(" in res["call"]
         assert (f"(tensor<{E}x{R_}xf32>, tensor<{E}x{R_}x{N}x{lp_type}>, tensor<{B}xf32>, tensor<{B}xf32>, "
-                f"tensor<{B}xf32>, tensor<1xf32>) -> tensor<{B}x{N}xf32>") in call, call
+                f"tensor<{B}xf32>, tensor<1xf32>) -> tensor<{B}x{N}xf32>") in res["call"], res["call"]
         assert res["in_while"]
         exp = res["expected"]
-        assert res["kernel"] == {"name": "categorical_td_target_kernel_jax", "num_warps": exp["num_warps"],
-                                 "num_ctas": 1, "cc": 90}
-        (rec,) = res["calls"]
-        assert rec["grid"] == [exp["grid"][0], 1, 1]
+        call = res["decoded"]["kernel_call"]
+        kernel = {"kernel_name": "categorical_td_target_kernel_jax", "num_warps": exp["num_warps"],
+                  "compute_capability": 90, "num_ctas": 1}
+        if res["shared"]:
+            kernel["shared_mem_bytes"] = res["shared"]
+        assert call["kernel"] == kernel and res["decoded"]["name"] == "categorical_td_target_triton"
+        assert res["ptx_is_compiled"] and not res["line_info"] and res["protobuf_bytes_equal"]
+        assert (call["grid_0"], call["grid_1"], call["grid_2"]) == (exp["grid"][0], 1, 1)
         if B > 1 << 16:
             assert exp["constexprs"]["RPP"] > 1 and exp["grid"][0] * exp["constexprs"]["RPP"] * exp["constexprs"][
                 "BR"] >= B
         sc = exp["scalars"]
-        want = [["array", 0, 16], ["scalar", sc["q_stride_e"], "i32"], ["scalar", 2, "i32"], ["array", 0, 16],
-                ["scalar", sc["lp_stride_e"], "i32"], ["scalar", N, "i32"],  # lp_stride_n == 1: a constant
-                ["array", 0, 16], ["scalar", 2, "i32"], ["array", 0, 16], ["scalar", 2, "i32"],
-                ["array", 0, 16], ["scalar", 2, "i32"], ["array", 0, 16], ["scalar", B, "i32"],
-                ["scalar", -5.0, "fp32"], ["scalar", (N - 1) / 10.0, "fp32"], ["scalar", N, "i32"], ["array", 0, 16]]
-        assert rec["params"] == want
+        arr = {"array": {"ptr_divisibility": "16"}}
+        want = [arr, {"i32": sc["q_stride_e"]}, {"i32": 1}, arr, {"i32": sc["lp_stride_e"]}, {"i32": N},  # lp: unit
+                arr, {"i32": 1}, arr, {"i32": 1}, arr, {"i32": 1}, arr, {"i32": B},  # stride along N: a constant
+                {"f32": -5.0}, {"f32": (N - 1) / 10.0}, {"i32": N}, arr]
+        assert call["parameters"] == want
         assert res["ops"] == res["torch_ops"], "the same source: the same approximate and rounded instructions"
         assert res["ops"]["ex2.approx.ftz.f32"] > 0 and res["ops"]["rcp.approx.ftz.f32"] > 0 and res["gamma_load"]
-        assert res["cache_dir"] is None, "jax-triton's TRITON_CACHE_DIR='' is undone after its import"
+        assert res["opaque_bytes"] < 12_000, "no TTIR and no line information in the opaque string"
 
 
 class TestJaxTritonGate:
@@ -140,14 +147,29 @@ class TestJaxTritonGate:
         monkeypatch.setattr(tb, "INTERPRET", False)
         assert "needs an NVIDIA GPU" in tb.triton_gate(("cpu", "float32", 2, 101))
 
-        def no_jax_triton():
-            raise ImportError("jax-triton requires JAX to be installed with GPU support")
-
-        monkeypatch.setattr(tb, "jax_triton_module", no_jax_triton)
-        reason = tb.triton_gate(("gpu", "float32", 2, 101))
-        assert "jax-triton cannot be imported (jax-triton requires JAX" in reason and "jax-triton==0.3.1" in reason
+        monkeypatch.setattr(tb, "jaxlib_triton_reason", lambda: "jaxlib's CUDA plugin is not installed (...)")
+        assert "jaxlib's CUDA plugin is not installed" in tb.triton_gate(("gpu", "float32", 2, 101))
         monkeypatch.setattr(tb.triton, "__version__", "3.7.0")
         assert "triton 3.7.0 is outside the tested range" in tb.triton_gate(("gpu", "float32", 2, 101))
+
+    def test_jaxlib_handler_reason(self, monkeypatch):
+        """The handler's presence is read from jaxlib's CUDA plugin registrations (absent on this CPU jaxlib)."""
+        from jax._src.lib import gpu_triton
+
+        if getattr(gpu_triton, "_cuda_triton", None) is None:
+            assert "jaxlib's CUDA plugin is not installed" in tb.jaxlib_triton_reason()
+
+        class Plugin:
+            names: tuple = ("triton_kernel_call",)  # a plugin with the legacy handler only
+
+            @classmethod
+            def registrations(cls):
+                return dict.fromkeys(cls.names)
+
+        monkeypatch.setattr(gpu_triton, "_cuda_triton", Plugin, raising=False)
+        assert "has no 'triton_kernel_call_ffi' handler (jaxlib >= 0.10.1" in tb.jaxlib_triton_reason()
+        monkeypatch.setattr(Plugin, "names", ("triton_kernel_call", "triton_kernel_call_ffi"))
+        assert tb.jaxlib_triton_reason() is None
 
     def test_self_test_failure_is_a_logged_fallback(self, monkeypatch, caplog):
         def broken(*args):

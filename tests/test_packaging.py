@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
-def _check_module():
-    spec = importlib.util.spec_from_file_location("check_gpu_install", REPO / ".ci" / "check_gpu_install.py")
+def _check_module(name: str = "check_gpu_install"):
+    spec = importlib.util.spec_from_file_location(name, REPO / ".ci" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -77,10 +77,39 @@ def test_constraints_pin_every_dependency_inside_its_range():
     assert not outside, f"constraints/ci.txt pins outside pyproject's ranges: {outside}"
 
 
-def test_ci_installs_with_the_constraints_and_checks_the_gpu_line():
+def test_ci_installs_with_the_constraints_and_checks_the_gpu_line_and_the_wheel():
     run = (REPO / ".ci" / "run").read_text()
     assert {"dev", "mjx"} <= set(_ci_extras())
     assert run.index("constraints/ci.txt") < run.index(".ci/check_gpu_install.py") < run.index("pytest")
+    assert run.index("constraints/ci.txt") < run.index(".ci/check_wheel.py") < run.index("pytest")
+
+
+def _wheel_report(site: str, packaged: str) -> dict:
+    entry = {"gpu": "NVIDIA H100", "passed": True, "file": packaged}
+    return {"site": site, "files": {p: f"{site}/{p}/__init__.py" for p in ("shared_spec", "kernel_validation")},
+            "validation_file": packaged, "validation_files": [packaged, "/home/u/.local/share/flashsac/x.json"],
+            "torch": {"triton": entry}, "jax": {"pallas": entry, "mosaic": "no GPU validation result"},
+            "bands": {"torch": [{"band": "every B"}], "jax": [{"band": "B<=512"}]}}
+
+
+def test_wheel_check_finds_the_checkout_standing_in_for_the_wheel_and_unread_package_data(tmp_path):
+    check = _check_module("check_wheel")
+    assert {"shared_spec", "kernel_validation", "agent_torch"} <= set(check.installed_packages(PYPROJECT))
+    site, checkout = str(tmp_path / "venv" / "site-packages"), str(tmp_path / "checkout")
+    packaged = f"{site}/shared_spec/data/kernel_validation.json"
+    assert check.installed_problems(_wheel_report(site, packaged), checkout) == []
+    shadowed = _wheel_report(site, f"{checkout}/shared_spec/data/kernel_validation.json")
+    shadowed["files"]["shared_spec"] = f"{checkout}/shared_spec/__init__.py"
+    problems = check.installed_problems(shadowed, checkout)
+    assert problems == [
+        f"shared_spec imports from {checkout}/shared_spec/__init__.py (the checkout), not the wheel in {site}",
+        f"the packaged validation file is {checkout}/shared_spec/data/kernel_validation.json, outside {site}"]
+    unread = _wheel_report(site, packaged)
+    unread["torch"]["triton"] = dict(unread["torch"]["triton"], file="/home/u/.local/share/flashsac/x.json")
+    unread["jax"]["pallas"] = "no GPU validation result for jax/pallas"
+    unread["bands"]["jax"] = []
+    assert [p.split(" ")[0] for p in check.installed_problems(unread, checkout)] == [
+        "torch_impl.backend_info()'s", "jax_impl.backend_info()", "jax_impl.backend_info()"]
 
 
 def test_gpu_check_picks_each_minor_and_reads_the_triton_pin():

@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -500,6 +501,60 @@ def test_background_initial_evaluation_equals_the_sequential_run(tmp_path, monke
         loop_b = run_files.load_pickle(str(b / "loop_state.pkl"))
         loop_a.pop("config_yaml"), loop_b.pop("config_yaml")  # names the run directory
         assert_nested_equal(loop_a, loop_b, f"{step}/loop_state")
+
+
+def test_background_initial_evaluation_outlives_the_first_donated_update_on_2_devices(tmp_path, monkeypatch):
+    """The JAX agent with its state replicated over 2 host devices (conftest): the step-0 evaluation, held on its
+    thread until the first update has returned (which donates the very actor arrays its snapshot was copied from),
+    then acts with the step-0 policy, bitwise as before the update, and the run completes. A snapshot sharing a
+    buffer with the state fails here with "Buffer has been deleted or donated"."""
+    import threading
+
+    import jax
+
+    from agent_common import driver, host
+    from agent_jax.agent import make_agent as jax_agent
+
+    assert len(jax.devices()) >= 2, "needs 2 JAX devices (XLA_FLAGS=--xla_force_host_platform_device_count=2)"
+    updated = threading.Event()
+    donated: list = []  # the actor's leaves when the first update is called
+    seen: dict[str, object] = {}
+    real_evaluate = host.evaluate
+
+    def factory(cfg, observation_space, action_space):
+        agent = jax_agent(cfg, observation_space, action_space)
+        real_update = agent.update
+
+        def update(batch):
+            leaves = agent.actor_leaves()[0]
+            metrics = real_update(batch)
+            if not updated.is_set():
+                donated.extend(leaves)
+                updated.set()  # the first update has been dispatched: its donated inputs are gone
+            return metrics
+
+        agent.update = update
+        return agent
+
+    def held_evaluate(act, envs, num_episodes):
+        if threading.current_thread() is threading.main_thread():
+            return real_evaluate(act, envs, num_episodes)
+        probe = np.linspace(-1, 1, 2 * envs.single_observation_space.shape[0], dtype=np.float32).reshape(2, -1)
+        before = act(probe)
+        assert updated.wait(120), "the loop never ran its first update"
+        seen["after"] = act(probe)  # (2, A), the snapshot's policy after the donation
+        seen["before"] = before
+        return real_evaluate(act, envs, num_episodes)
+
+    monkeypatch.setattr(driver, "BACKGROUND_INITIAL_EVALUATION", True)
+    monkeypatch.setattr(host, "evaluate", held_evaluate)
+    overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + [
+        "num_devices=2", "num_env_steps=18", "evaluation_per_interaction_step=18", "agent.actor_update_period=1",
+        "save_checkpoint_per_interaction_step=18", f"save_path={tmp_path / 'run'}"]  # one update program
+    result = train(load_config(overrides, "jax"), host_trainer(factory))
+    assert result.status == "completed" and [step for step, _ in result.evaluations] == [0, 18]
+    assert donated and all(leaf.is_deleted() for leaf in donated)  # the evaluation ran after the donation
+    np.testing.assert_array_equal(seen["after"], seen["before"], strict=True)
 
 
 def test_a_stop_while_the_initial_evaluation_runs_waits_for_it(tmp_path, monkeypatch, capsys):

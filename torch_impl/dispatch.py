@@ -66,7 +66,7 @@ def _config(device: torch.device, dtype: torch.dtype, E: int, N: int, needs_grad
 
 def resolve_backend(backend: str = "auto", strict: bool = False, *, device: torch.device | str = "cpu",
                     dtype: torch.dtype = torch.float32, num_bins: int = 101, num_critics: int = 2,
-                    needs_grad: bool = False) -> Decision:
+                    needs_grad: bool = False, rows: int | None = None) -> Decision:
     """Decide (once per configuration) which backend runs; log and count a fallback the first time it happens.
 
     Args:
@@ -74,6 +74,8 @@ def resolve_backend(backend: str = "auto", strict: bool = False, *, device: torc
         strict: raise BackendUnavailable instead of falling back.
         device, dtype, num_bins, num_critics: the input configuration (device of the tensors, log-prob dtype, N, E).
         needs_grad: grad mode is on and an input requires grad (the kernel is forward-only).
+        rows: the B rows of the calls (e.g. the update's batch): auto then follows the measured order of B's size
+            band (shared_spec/dispatch.py); None: the fixed order.
 
     Returns:
         The Decision (requested, backend that runs, reason).
@@ -81,7 +83,7 @@ def resolve_backend(backend: str = "auto", strict: bool = False, *, device: torc
     DISPATCHER.check_request(backend, strict)
     device = device if isinstance(device, torch.device) else torch.device(device)
     return DISPATCHER.decide(backend, strict, _config(device, dtype, int(num_critics), int(num_bins),
-                                                      bool(needs_grad)))
+                                                      bool(needs_grad)), None if rows is None else int(rows))
 
 
 def _validate(args: tuple, min_v: object, max_v: object) -> tuple[torch.device, torch.dtype, int, int]:
@@ -275,7 +277,8 @@ def _call(q, lp, r, d, s, gamma, min_v, max_v, backend, strict, key: tuple | Non
         check_gamma(gamma)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or lp.requires_grad or r.requires_grad
                                               or d.requires_grad or s.requires_grad)
-    decision = DISPATCHER.decide(backend, strict, _config(device, dtype, E, N, needs_grad))  # request checked above
+    rows = lp.shape[1]  # B: auto's measured band
+    decision = DISPATCHER.decide(backend, strict, _config(device, dtype, E, N, needs_grad), rows)  # request checked
     name = decision.backend
     impl = IMPLEMENTATIONS[name]
     lo, hi = float(min_v), float(max_v)
@@ -291,7 +294,7 @@ def _call(q, lp, r, d, s, gamma, min_v, max_v, backend, strict, key: tuple | Non
     out = DISPATCHER.call(decision, config, strict, lambda: impl(*args, float(gamma), lo, hi),
                           lambda: IMPLEMENTATIONS["torch"](*args, float(gamma), lo, hi), eager=eager,
                           variant=_launch_variant(args[1]) if eager else (), sync=_sync)
-    if DISPATCHER.decide(backend, False, config).backend != name:  # the kernel failed at its first launch
+    if DISPATCHER.decide(backend, False, config, rows).backend != name:  # the kernel failed at its first launch
         return out
     if check is not None:
         fast = _EAGER_LAUNCHER(*args) if impl is _TRITON_IMPL and _EAGER_LAUNCHER is not None else None
@@ -341,10 +344,11 @@ def backend_info(next_log_probs: torch.Tensor | None = None, backend: str = "aut
         if not isinstance(next_log_probs, torch.Tensor) or next_log_probs.dim() != 3:
             raise ValueError(f"next_log_probs must be an (E, B, N) torch.Tensor, got {type(next_log_probs).__name__}"
                              f" {tuple(getattr(next_log_probs, 'shape', ()))}")
-        E, _, N = next_log_probs.shape
+        E, rows, N = next_log_probs.shape
         config = _config(next_log_probs.device, next_log_probs.dtype, E, N, bool(needs_grad))
     ops = _kernel_module()
     return DISPATCHER.info(str(default), _config(default, torch.float32, 2, 101, False), config, backend,
+                           rows=None if config is None else int(rows),
                            interpret=bool(ops is not None and ops.INTERPRET))
 
 

@@ -472,7 +472,7 @@ def _kernel_body(q_ptr, q_stride_e, q_stride_b, lp_ptr, lp_stride_e, lp_stride_b
                  d_stride, s_ptr, s_stride, out_ptr, out_stride_b, B, gamma, min_v, inv_delta, E: tl.constexpr,
                  N: tl.constexpr, BLOCK_N: tl.constexpr, BR: tl.constexpr, RPP: tl.constexpr, Q: tl.constexpr):
     # The whole kernel, shared by its two entry points (inlined into each): `categorical_td_target_kernel` (torch)
-    # and `categorical_td_target_kernel_jax` (jax-triton).
+    # and `categorical_td_target_kernel_jax` (JAX, through jaxlib's Triton kernel call: triton_kernels/xla_call.py).
     gamma = tl.cast(gamma, tl.float32)  # scalars arrive as fp32 from eager launches, fp64 from Inductor
     min_v = tl.cast(min_v, tl.float32)
     inv_delta = tl.cast(inv_delta, tl.float32)
@@ -548,28 +548,27 @@ def categorical_td_target_kernel(
 
 @triton.jit
 def categorical_td_target_kernel_jax(
-    q_ptr, q_stride_e, q_stride_b_p1,  # next_qs (E, R): critic means; its row stride plus one
+    q_ptr, q_stride_e, q_stride_b,  # next_qs (E, R): critic means
     lp_ptr, lp_stride_e, lp_stride_b, lp_stride_n,  # next_log_probs (E, R, N)
-    r_ptr, r_stride_p1,  # reward (B,); its stride plus one
-    d_ptr, d_stride_p1,  # terminated (B,)
-    s_ptr, s_stride_p1,  # next_alpha_log_pi (B,)
+    r_ptr, r_stride,  # reward (B,)
+    d_ptr, d_stride,  # terminated (B,)
+    s_ptr, s_stride,  # next_alpha_log_pi (B,)
     gamma_ptr,  # (1,) fp32 gamma ** n_step (an operand: a traced gamma never recompiles)
     B,  # number of rows
     min_v,  # fp32 min_v
     inv_delta,  # fp32 (N - 1) / (max_v - min_v)
     out_stride_b,  # N
-    out_ptr,  # output (B, N) fp32 (jax-triton passes the outputs after the inputs)
+    out_ptr,  # output (B, N) fp32 (XLA passes the outputs after the inputs)
     ROW_OFFSET: tl.constexpr,  # the target reads rows [ROW_OFFSET, ROW_OFFSET + B) of next_qs and next_log_probs
     E: tl.constexpr, N: tl.constexpr, BLOCK_N: tl.constexpr, BR: tl.constexpr, RPP: tl.constexpr, Q: tl.constexpr,
 ):
-    # The entry point for jax-triton: the same kernel body as `categorical_td_target_kernel`, with gamma read from a
-    # device scalar and the row offset applied to the base pointers. jax-triton turns every integer argument equal to
-    # 1 into a constant; the row strides arrive plus one, so that they stay runtime values, as
-    # `categorical_td_target_kernel` keeps them (its do_not_specialize list).
+    # The entry point for JAX (triton_kernels/xla_call.py compiles it for jaxlib's Triton kernel call): the same
+    # kernel body as `categorical_td_target_kernel`, with gamma read from a device scalar and the row offset applied
+    # to the base pointers. Its integer arguments are compiled as runtime values (the row strides too, as
+    # `categorical_td_target_kernel` keeps them: its do_not_specialize list), except the unit stride along N.
     gamma = tl.load(gamma_ptr)
-    q_stride_b = q_stride_b_p1 - 1
     q_base = q_ptr + _off(tl.full([], ROW_OFFSET, tl.int32), q_stride_b)
     lp_base = lp_ptr + _off(tl.full([], ROW_OFFSET, tl.int32), lp_stride_b)
-    _kernel_body(q_base, q_stride_e, q_stride_b, lp_base, lp_stride_e, lp_stride_b, lp_stride_n, r_ptr,
-                 r_stride_p1 - 1, d_ptr, d_stride_p1 - 1, s_ptr, s_stride_p1 - 1, out_ptr, out_stride_b, B, gamma,
-                 min_v, inv_delta, E, N, BLOCK_N, BR, RPP, Q)
+    _kernel_body(q_base, q_stride_e, q_stride_b, lp_base, lp_stride_e, lp_stride_b, lp_stride_n, r_ptr, r_stride,
+                 d_ptr, d_stride, s_ptr, s_stride, out_ptr, out_stride_b, B, gamma, min_v, inv_delta, E, N, BLOCK_N,
+                 BR, RPP, Q)

@@ -1,7 +1,7 @@
-"""Host launch of the kernel's jax-triton entry point by Triton's interpreter (TRITON_INTERPRET=1, CPU).
+"""Host launch of the kernel's JAX entry point by Triton's interpreter (TRITON_INTERPRET=1, CPU).
 
 jax_impl's "triton" backend calls `interpret` from a host callback: numpy arrays in, numpy array out, with the
-arguments jax-triton passes on the GPU (`categorical_td_target_kernel_jax`'s parameters). The interpreter runs on
+arguments its custom call passes on the GPU (`categorical_td_target_kernel_jax`'s parameters). The interpreter runs on
 torch CPU tensors, which is why this lives here and not in jax_impl (which never imports torch).
 """
 
@@ -30,8 +30,8 @@ def interpret(grid: tuple, num_warps: int, scalars: dict, constexprs: dict, min_
     sc = scalars
     out = torch.empty((sc["B"], constexprs["N"]), dtype=torch.float32)
     categorical_td_target_kernel_jax[grid](
-        _tensor(q), sc["q_stride_e"], sc["q_stride_b_p1"], _tensor(lp), sc["lp_stride_e"], sc["lp_stride_b"],
-        sc["lp_stride_n"], _tensor(r), sc["r_stride_p1"], _tensor(d), sc["d_stride_p1"], _tensor(s),
-        sc["s_stride_p1"], _tensor(gamma), sc["B"], float(min_v), float(inv_delta), sc["out_stride_b"], out,
+        _tensor(q), sc["q_stride_e"], sc["q_stride_b"], _tensor(lp), sc["lp_stride_e"], sc["lp_stride_b"],
+        sc["lp_stride_n"], _tensor(r), sc["r_stride"], _tensor(d), sc["d_stride"], _tensor(s), sc["s_stride"],
+        _tensor(gamma), sc["B"], float(min_v), float(inv_delta), sc["out_stride_b"], out,
         **constexprs, num_warps=num_warps)
     return out.numpy()

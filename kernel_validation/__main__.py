@@ -1,0 +1,7 @@
+"""``python -m kernel_validation``: the same as ``flashsac-validate-kernels``."""
+
+import sys
+
+from kernel_validation.cli import main
+
+sys.exit(main())
