@@ -8,6 +8,8 @@ import io
 import logging
 import math
 import os
+import sys
+import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -21,11 +23,12 @@ from agent_common.protocol import Capabilities
 from agent_common.schema import Config, target_entropy
 from agent_torch import distributed
 from agent_torch.amp import DeviceLossScaler, resolve_amp_dtype
+from agent_torch.compiled import Precompile, compile_update
 from agent_torch.graphs import GraphCache, resolve_cuda_graph
 from agent_torch.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature
 from agent_torch.replay import TensorRowStorage
 from agent_torch.state import Network, explain_compile_mode, make_network
-from agent_torch.update import Batch, UpdateContext, update_actor, update_critic, update_target, update_temperature
+from agent_torch.update import Batch, UpdateContext, UpdateFunctions, update_actor, update_critic, update_temperature
 from shared_spec import CategoricalSupport
 from torch_impl import dispatch_stats, resolve_backend
 
@@ -37,10 +40,11 @@ log = logging.getLogger(__name__)
 
 
 def compute_path(device: torch.device, compile_mode: str, compile_reason: str, cuda_graph: bool,
-                 cuda_graph_reason: str, amp_reason: str | None = None) -> str:
-    """One line naming how the agent computes (compilation, CUDA graphs, precision) and why; the training loop
-    prints it once and logs it as TensorBoard text ``compile/path``."""
-    how = "eager" if compile_mode == "off" else f"torch.compile mode={compile_mode}"
+                 cuda_graph_reason: str, amp_reason: str | None = None, compile_scope: str = "networks") -> str:
+    """One line naming how the agent computes (compilation and its scope, CUDA graphs, precision) and why; the
+    training loop prints it once and logs it as TensorBoard text ``compile/path``."""
+    scope = "the networks" if compile_scope == "networks" else "the whole update and acting"
+    how = "eager" if compile_mode == "off" else f"torch.compile mode={compile_mode} over {scope}"
     graphs = "CUDA graphs on" if cuda_graph else "CUDA graphs off"
     amp = "" if amp_reason is None else f"; {amp_reason}"
     return (f"torch {torch.__version__} on {device}: {how}, {graphs}. Why: {compile_reason}; {cuda_graph_reason}"
@@ -112,7 +116,7 @@ class FlashSACAgent:
         self.use_cuda_graph, self.cuda_graph_reason = resolve_cuda_graph(cfg, self.device, compile_mode)
         self.amp_dtype, amp_reason = resolve_amp_dtype(a.use_amp, a.amp_dtype, self.device)
         self.compute_path = compute_path(self.device, compile_mode, compile_reason, self.use_cuda_graph,
-                                         self.cuda_graph_reason, amp_reason)
+                                         self.cuda_graph_reason, amp_reason, a.compile_scope)
         if distributed.is_distributed():
             self.compute_path += distributed.describe_replicas(self.device)
         log.info("compute path: %s", self.compute_path)
@@ -130,9 +134,14 @@ class FlashSACAgent:
             observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim, support.atoms()
         )
         temperature = FlashSACTemperature(a.temp_initial_value)
-        self.actor = make_network(actor, a, self.device, compile_mode=compile_mode, graph_safe=graph_safe)
-        self.critic = make_network(critic, a, self.device, compile_mode=compile_mode, graph_safe=graph_safe)
-        self.target_critic = make_network(target, a, self.device, trainable=False, compile_mode=compile_mode)
+        # compile_scope=networks: torch.compile wraps each network's forward and projection; update: the update's
+        # pieces and acting are compiled whole (agent_torch.compiled), the networks stay plain modules
+        whole = a.compile_scope == "update" and compile_mode != "off"
+        net_mode = "off" if whole else compile_mode
+        self.pieces = compile_update(compile_mode) if whole else UpdateFunctions()
+        self.actor = make_network(actor, a, self.device, compile_mode=net_mode, graph_safe=graph_safe)
+        self.critic = make_network(critic, a, self.device, compile_mode=net_mode, graph_safe=graph_safe)
+        self.target_critic = make_network(target, a, self.device, trainable=False, compile_mode=net_mode)
         self.temperature = make_network(temperature, a, self.device, project=False, graph_safe=graph_safe)
         self.actor.normalize()
         self.critic.normalize()
@@ -164,6 +173,25 @@ class FlashSACAgent:
         self._metric_sums: dict[tuple[str, ...], torch.Tensor] = {}  # ``step`` metrics per name tuple, on device
         self._metric_counts: dict[tuple[str, ...], int] = {}
         self._action_host: dict[tuple[int, ...], torch.Tensor] = {}  # pinned host buffers of ``act_async`` (CUDA)
+        self._precompile: Precompile | None = None
+        if whole:
+            # the actor's projection after its step is a compiled piece too (the critic's is in finish_critic)
+            self.actor.project_fn = functools.partial(self.pieces.project, self.actor.module)
+            # compiled in the background (copies of the networks, RNG restored) while the envs and warm-up run
+            self._precompile = Precompile(
+                self.pieces, (self.actor, self.critic, self.target_critic, self.temperature), self.ctx, self._split,
+                (int(a.sample_batch_size), sum(self._widths)),
+                ((int(cfg.num_train_envs), observation_dim), (int(cfg.num_train_envs), action_dim)), self.device)
+
+    def _await_precompile(self) -> None:
+        """Waits for the background compilation of the update (``agent_torch.compiled.Precompile``), if one runs:
+        before anything uses the agent's networks, random generators or a CUDA-graph capture."""
+        if self._precompile is not None:
+            precompile, self._precompile = self._precompile, None
+            t0 = time.perf_counter()
+            precompile.wait()
+            print(f"torch update compiled in the background in {precompile.seconds:.1f} s (waited "
+                  f"{time.perf_counter() - t0:.1f} s for it)", file=sys.stderr, flush=True)
 
     def _replicate(self) -> None:
         """Under torchrun: every network starts from replica 0's weights, and each trained network averages its
@@ -250,6 +278,7 @@ class FlashSACAgent:
         """``act`` on device tensors: (E, O) float32 observations and (E, A) noise or None -> (E, A) float32
         actions on the device, without a host copy. With CUDA graphs the result is the graph's static output:
         read or copy it before the next call."""
+        self._await_precompile()
         inputs = (obs,) if noise is None else (obs, noise)
         if self.graphs is not None:
             return self.graphs(("act", obs.shape, noise is None), self._act, *inputs)
@@ -258,6 +287,7 @@ class FlashSACAgent:
     def run_captured(self, key: Hashable, fn: Callable[..., Any], *inputs: torch.Tensor) -> Any:
         """``fn(*inputs)`` as a replay of its CUDA graph (captured under ``key`` on first use, ``GraphCache``'s rules)
         when the agent captures graphs, else eagerly; for device work around ``act_tensor`` (MJX evaluation)."""
+        self._await_precompile()
         return fn(*inputs) if self.graphs is None else self.graphs(key, fn, *inputs)
 
     @torch.no_grad()
@@ -268,9 +298,7 @@ class FlashSACAgent:
     def _act(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
         """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A) (scaled to the env's bounds with
         ``agent.actor_head=upstream``)."""
-        actor = self.actor.module
-        mean, std = actor.get_mean_and_std(obs, training=False)  # (E, A), (E, A)
-        return actor.scale_action(torch.tanh(mean) if eps is None else torch.tanh(mean + std * eps))
+        return self.pieces.act(self.actor.module, obs, eps)
 
     # ------------------------------------------------------------------------------------------------ update
     def _flat_batch(self, batch: dict[str, np.ndarray]) -> torch.Tensor:
@@ -309,19 +337,21 @@ class FlashSACAgent:
         """The update on a flat device batch, without LR-scheduler steps; returns metric names and their values
         stacked in one fp32 tensor (the function a CUDA graph captures)."""
         b = self._split(flat)
+        p = self.pieces
         info: dict[str, torch.Tensor] = {}
         if do_actor:
-            info.update(update_actor(self.actor, self.critic, self.temperature, b, self.ctx, self.scaler))
-            info.update(update_temperature(self.temperature, info["actor/entropy"], self.ctx))
-        info.update(
-            update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx, self.scaler)
-        )
-        update_target(self.critic, self.target_critic, self.ctx.tau)
+            info.update(update_actor(self.actor, self.critic, self.temperature, b, self.ctx, self.scaler,
+                                     p.actor_loss))
+            info.update(update_temperature(self.temperature, info["actor/entropy"], self.ctx, p.temperature_loss))
+        info.update(update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx,
+                                  self.scaler, p.critic_loss, project=False))
+        p.finish_critic(self.critic, self.target_critic, self.ctx.tau)  # projection, then the target EMA
         return tuple(info), torch.stack([v.float().reshape(()) for v in info.values()])
 
     def _apply_update(self, flat: torch.Tensor) -> tuple[tuple[str, ...], torch.Tensor]:
         """One update on a flat device batch (graph replay or eager), then the LR-scheduler steps; returns the
         metric names and their stacked values (a graph's static output: read it before the next update)."""
+        self._await_precompile()
         do_actor = self.update_step % self.cfg.agent.actor_update_period == 0
         if self.graphs is not None:
             step = functools.partial(self._update_step, do_actor=do_actor)
@@ -418,6 +448,7 @@ class FlashSACAgent:
     def state_replaced(self) -> None:
         """Call after anything replaced optimizer state or learning rates (``load``, ``agent_interop.torch_jax``): the
         learning rates go back into device tensors and the CUDA graphs are captured again from the new state."""
+        self._await_precompile()
         for net in (self.actor, self.critic, self.temperature):
             net.ensure_lr_tensors()
         if self.graphs is not None:
@@ -444,6 +475,7 @@ class FlashSACAgent:
 
     def save(self, directory: str) -> None:
         """Writes actor.pt, critic.pt, target_critic.pt, temperature.pt and agent_state.pt atomically."""
+        self._await_precompile()  # the random generators' states are the run's again
         os.makedirs(directory, exist_ok=True)
         for name, net in self._networks().items():
             _save_torch(os.path.join(directory, f"{name}.pt"), net.state_dict())
@@ -466,6 +498,7 @@ class FlashSACAgent:
             agent_common.checkpoint.CheckpointError: a file is missing or damaged; the message names the file.
             RuntimeError: networks of another architecture (torch's ``load_state_dict`` message).
         """
+        self._await_precompile()
         for name, net in self._networks().items():
             path = os.path.join(directory, f"{name}.pt")
             net.load_state_dict(read_checkpoint_file(path, functools.partial(_load_torch, map_location=self.device)),
@@ -496,6 +529,7 @@ class FlashSACAgent:
         Raises:
             agent_common.checkpoint.CheckpointError / RuntimeError: as ``load``.
         """
+        self._await_precompile()
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         self.load(directory, load_optimizer=load_optimizer)
