@@ -293,6 +293,7 @@ class AgentConfig(_Freezable):
     compile_mode: str = "auto"  # auto | off | torch.compile modes; auto -> off (on CUDA: CUDA graphs instead)
     compile_scope: str = "networks"  # torch: networks (each forward + projection) | update (whole update + acting)
     use_cuda_graph: bool = True  # project key (torch): capture update + acting in CUDA graphs; jax ignores it
+    overlap_critic_step: bool = False  # torch, CUDA graphs: acting waits for the update's actor part only (bitwise)
     compilation_cache_dir: str = "auto"  # jax: auto ($JAX_COMPILATION_CACHE_DIR, else user cache dir) | off | a path
     compilation_cache_max_mb: int = 4096  # jax: size cap of that cache in MiB (least recently used programs removed)
     # checkpoint loading

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import io
@@ -115,6 +116,16 @@ class FlashSACAgent:
         self.compile_mode = compile_mode
         self.use_cuda_graph, self.cuda_graph_reason = resolve_cuda_graph(cfg, self.device, compile_mode)
         self.amp_dtype, amp_reason = resolve_amp_dtype(a.use_amp, a.amp_dtype, self.device)
+        # agent.overlap_critic_step: the update replays as two graphs, actor part then critic part, and acting runs
+        # on a stream of its own that waits for the actor part only, so the critic part runs while the host reads
+        # the action and steps the env (the same kernels on the same tensors: bitwise the same run)
+        self.overlap = bool(a.overlap_critic_step) and self.use_cuda_graph
+        if a.overlap_critic_step:
+            self.cuda_graph_reason += ("; the critic step overlaps acting (agent.overlap_critic_step)" if self.overlap
+                                       else "; agent.overlap_critic_step needs the CUDA graphs: off")
+        self._act_stream = torch.cuda.Stream(self.device) if self.overlap else None
+        self._actor_ready = torch.cuda.Event() if self.overlap else None  # recorded after each actor part
+        self._act_done: torch.cuda.Event | None = None  # recorded after each action on the acting stream
         self.compute_path = compute_path(self.device, compile_mode, compile_reason, self.use_cuda_graph,
                                          self.cuda_graph_reason, amp_reason, a.compile_scope)
         if distributed.is_distributed():
@@ -174,6 +185,7 @@ class FlashSACAgent:
         self._metric_counts: dict[tuple[str, ...], int] = {}
         self._action_host: dict[tuple[int, ...], torch.Tensor] = {}  # pinned host buffers of ``act_async`` (CUDA)
         self._precompile: Precompile | None = None
+        self._parameters_written()
         if whole:
             # the actor's projection after its step is a compiled piece too (the critic's is in finish_critic)
             self.actor.project_fn = functools.partial(self.pieces.project, self.actor.module)
@@ -182,6 +194,12 @@ class FlashSACAgent:
                 self.pieces, (self.actor, self.critic, self.target_critic, self.temperature), self.ctx, self._split,
                 (int(a.sample_batch_size), sum(self._widths)),
                 ((int(cfg.num_train_envs), observation_dim), (int(cfg.num_train_envs), action_dim)), self.device)
+
+    def _parameters_written(self) -> None:
+        """With ``agent.overlap_critic_step``: acting, on its own stream, waits for everything queued so far on this
+        one (initialisation, a load): call after writing the actor's tensors outside an update."""
+        if self._actor_ready is not None:
+            self._actor_ready.record(torch.cuda.current_stream(self.device))
 
     def _await_precompile(self) -> None:
         """Waits for the background compilation of the update (``agent_torch.compiled.Precompile``), if one runs:
@@ -215,9 +233,26 @@ class FlashSACAgent:
         Returns:
             (E, A) float32 numpy actions in [-1, 1].
         """
-        obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
-        eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
-        return self.act_device(obs, eps).float().cpu().numpy()
+        with self._acting():
+            obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
+            eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
+            return self.act_device(obs, eps).float().cpu().numpy()
+
+    @contextlib.contextmanager
+    def _acting(self):  # noqa: ANN202  a context manager
+        """With ``agent.overlap_critic_step``: the acting stream, waiting for the last actor part (not for the
+        critic part after it); the next update waits for what acting queued here. Otherwise nothing."""
+        stream = self._act_stream
+        if stream is None:
+            yield
+            return
+        assert self._actor_ready is not None
+        with torch.cuda.stream(stream):
+            stream.wait_event(self._actor_ready)
+            yield
+            done = torch.cuda.Event()
+            done.record(stream)
+            self._act_done = done
 
     @torch.no_grad()
     def act_async(self, observation: np.ndarray, noise: np.ndarray | None) -> Callable[[], np.ndarray]:
@@ -232,19 +267,20 @@ class FlashSACAgent:
             A function of no arguments returning the (E, A) float32 numpy action (``act(observation, noise)`` with
             the parameters of this call); call it once.
         """
-        obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
-        eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
-        action = self.act_device(obs, eps).float()  # (E, A); with CUDA graphs the graph's static output
-        if self.device.type != "cuda":
-            result = action.numpy().copy()  # computed already; copied so a later call cannot change it
-            return lambda: result
-        host = self._action_host.get(tuple(action.shape))
-        if host is None:
-            host = self._action_host[tuple(action.shape)] = torch.empty(action.shape, dtype=torch.float32,
-                                                                        pin_memory=True)
-        host.copy_(action, non_blocking=True)  # queued behind the action; the update queued next runs after it
-        event = torch.cuda.Event()
-        event.record()
+        with self._acting():
+            obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
+            eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
+            action = self.act_device(obs, eps).float()  # (E, A); with CUDA graphs the graph's static output
+            if self.device.type != "cuda":
+                result = action.numpy().copy()  # computed already; copied so a later call cannot change it
+                return lambda: result
+            host = self._action_host.get(tuple(action.shape))
+            if host is None:
+                host = self._action_host[tuple(action.shape)] = torch.empty(action.shape, dtype=torch.float32,
+                                                                            pin_memory=True)
+            host.copy_(action, non_blocking=True)  # queued behind the action; the update queued next runs after it
+            event = torch.cuda.Event()
+            event.record()
 
         def wait() -> np.ndarray:
             event.synchronize()  # this action's copy alone
@@ -333,9 +369,11 @@ class FlashSACAgent:
         """Numpy batch -> float32 tensors on the device (views of one flat copy; for tests and benchmarks)."""
         return self._split(self._flat_batch(batch))
 
-    def _update_step(self, flat: torch.Tensor, do_actor: bool) -> tuple[tuple[str, ...], torch.Tensor]:
-        """The update on a flat device batch, without LR-scheduler steps; returns metric names and their values
-        stacked in one fp32 tensor (the function a CUDA graph captures)."""
+    def _update_step(self, flat: torch.Tensor, do_actor: bool,
+                     critic: bool = True) -> tuple[tuple[str, ...], torch.Tensor]:
+        """The update on a flat device batch, without LR-scheduler steps: the actor and temperature steps if
+        ``do_actor``, the critic step, its projection and the target EMA if ``critic``; returns metric names and
+        their values stacked in one fp32 tensor (the function a CUDA graph captures)."""
         b = self._split(flat)
         p = self.pieces
         info: dict[str, torch.Tensor] = {}
@@ -343,17 +381,36 @@ class FlashSACAgent:
             info.update(update_actor(self.actor, self.critic, self.temperature, b, self.ctx, self.scaler,
                                      p.actor_loss))
             info.update(update_temperature(self.temperature, info["actor/entropy"], self.ctx, p.temperature_loss))
-        info.update(update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx,
-                                  self.scaler, p.critic_loss, project=False))
-        p.finish_critic(self.critic, self.target_critic, self.ctx.tau)  # projection, then the target EMA
+        if critic:
+            info.update(update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx,
+                                      self.scaler, p.critic_loss, project=False))
+            p.finish_critic(self.critic, self.target_critic, self.ctx.tau)  # projection, then the target EMA
         return tuple(info), torch.stack([v.float().reshape(()) for v in info.values()])
+
+    def _replay_split(self, flat: torch.Tensor, do_actor: bool) -> tuple[tuple[str, ...], torch.Tensor]:
+        """``agent.overlap_critic_step``: the actor part's graph (if ``do_actor``), an event for acting, then the
+        critic part's graph; the metrics as ``_update_step`` returns them."""
+        assert self.graphs is not None and self._actor_ready is not None
+        parts = []
+        if do_actor:
+            step = functools.partial(self._update_step, do_actor=True, critic=False)
+            parts.append(self.graphs(("update", True, False, self.ctx), step, flat))
+            self._actor_ready.record(torch.cuda.current_stream(self.device))  # acting waits for this, not the critic
+        step = functools.partial(self._update_step, do_actor=False, critic=True)
+        parts.append(self.graphs(("update", False, True, self.ctx), step, flat))
+        keys = tuple(k for names, _ in parts for k in names)
+        return keys, parts[0][1] if len(parts) == 1 else torch.cat([values for _, values in parts])
 
     def _apply_update(self, flat: torch.Tensor) -> tuple[tuple[str, ...], torch.Tensor]:
         """One update on a flat device batch (graph replay or eager), then the LR-scheduler steps; returns the
         metric names and their stacked values (a graph's static output: read it before the next update)."""
         self._await_precompile()
         do_actor = self.update_step % self.cfg.agent.actor_update_period == 0
-        if self.graphs is not None:
+        if self._act_done is not None:  # the actor step must not rewrite parameters an action still reads
+            torch.cuda.current_stream(self.device).wait_event(self._act_done)
+        if self.overlap:
+            keys, values = self._replay_split(flat, do_actor)
+        elif self.graphs is not None:
             step = functools.partial(self._update_step, do_actor=do_actor)
             keys, values = self.graphs(("update", do_actor, self.ctx), step, flat)
         else:
@@ -449,6 +506,7 @@ class FlashSACAgent:
         """Call after anything replaced optimizer state or learning rates (``load``, ``agent_interop.torch_jax``): the
         learning rates go back into device tensors and the CUDA graphs are captured again from the new state."""
         self._await_precompile()
+        self._parameters_written()
         for net in (self.actor, self.critic, self.temperature):
             net.ensure_lr_tensors()
         if self.graphs is not None:
@@ -499,6 +557,8 @@ class FlashSACAgent:
             RuntimeError: networks of another architecture (torch's ``load_state_dict`` message).
         """
         self._await_precompile()
+        if self._act_done is not None:  # an action still in flight reads the parameters about to be replaced
+            self._act_done.synchronize()
         for name, net in self._networks().items():
             path = os.path.join(directory, f"{name}.pt")
             net.load_state_dict(read_checkpoint_file(path, functools.partial(_load_torch, map_location=self.device)),

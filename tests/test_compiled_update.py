@@ -70,6 +70,8 @@ def test_scope_config_is_validated_and_named_in_the_compute_path():
     mode, reason = explain_compile_mode(update, cuda)
     assert mode == "default" and "compile_scope=update" in reason
     assert explain_compile_mode(load_config([], "torch").agent, cuda)[0] == "off"  # the networks scope: unchanged
+    assert _agent(["agent.overlap_critic_step=true"]).cuda_graph_reason.endswith(
+        "agent.overlap_critic_step needs the CUDA graphs: off")  # CPU: nothing to overlap
     line = compute_path(cuda, mode, reason, True, "captured", compile_scope="update")
     assert "torch.compile mode=default over the whole update and acting" in line
     assert compiled.inductor_options("default") == {"triton.cudagraphs": False, "fallback_random": True}
@@ -206,3 +208,43 @@ def test_compiled_agent_converts_to_jax_and_back_bitwise():
     expected = source.update(batches[2])
     torch.set_rng_state(rng)
     assert dest.update(batches[2]) == expected
+
+
+def _device_run(extra: list[str], steps: int = 12) -> tuple[list[np.ndarray], dict, dict[str, np.ndarray]]:
+    """``steps`` times: one update without a host read (``device_updates``, as the device replay runs them), then an
+    action on a new observation; the actions, the summed metrics and the final state."""
+    agent = _agent(["agent.device_type=cuda", "agent.categorical_target_backend=auto", "deterministic=true", *extra])
+    rng = np.random.default_rng(0)
+    actions = []
+    for batch in golden_run.fixed_batches(steps):
+        flat = agent._flat_batch(batch)
+        agent.device_updates(1, lambda flat=flat: flat)
+        obs = rng.standard_normal((1, golden_run.OBS_DIM)).astype(np.float32)
+        noise = rng.standard_normal((1, golden_run.ACT_DIM)).astype(np.float32)
+        actions.append(agent.act(obs, noise))
+    return actions, agent.take_metrics(), _state(agent)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (streams, CUDA graphs, Inductor's kernels)")
+@pytest.mark.parametrize("scope", ["networks", "update"])
+def test_graphs_and_overlapped_critic_step_are_the_eager_run_bitwise_on_a_gpu(monkeypatch, scope):
+    """On a GPU: the eager update, its CUDA-graph replay, and the replay as two graphs with each action overlapping
+    the critic part (``agent.overlap_critic_step``) give bitwise the same actions, metrics and state (the same
+    kernels on the same tensors; an action that read the actor before its step finished, or a step that rewrote it
+    under an action, would not). ``update``: the same with the Inductor-compiled update."""
+    monkeypatch.setattr(compiled, "BACKEND", "inductor")
+    base = COMPILED if scope == "update" else []
+    flags = (torch.are_deterministic_algorithms_enabled(), torch.backends.cuda.matmul.allow_tf32,
+             torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+    try:  # deterministic=true sets these for the process: restored for the tests after this one
+        runs = {name: _device_run([*base, *extra]) for name, extra in (
+            ("eager", ["agent.use_cuda_graph=false"]), ("graph", []), ("overlap", ["agent.overlap_critic_step=true"]))}
+    finally:
+        torch.use_deterministic_algorithms(flags[0])
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark,
+         torch.backends.cudnn.deterministic) = flags[1:]
+    eager = runs.pop("eager")
+    for name, (actions, metrics, state) in runs.items():
+        assert all(np.array_equal(a, b) for a, b in zip(actions, eager[0], strict=True)), name
+        assert metrics == eager[1], name
+        assert all(np.array_equal(state[k], eager[2][k]) for k in state), name
