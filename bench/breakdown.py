@@ -153,7 +153,12 @@ def _jax_parts(agent: Any, batch: dict[str, np.ndarray]) -> tuple[dict[str, Call
 class LoopParts:
     """One agent with its training env, replay buffer, reward normaliser and noise, built as the training loop builds
     them (seeded streams of ``agent_common.seeding``), the buffer filled with ``fill`` random-action steps; its
-    methods are the loop's parts of an interaction step. ``close`` closes the env."""
+    methods are the loop's parts of an interaction step. ``close`` closes the env.
+
+    With an agent that keeps the replay rows itself (``fused``: the torch agent with
+    ``agent.buffer_device_type=cuda``), the rows go to its storage and its ``step`` does the device work, as in the
+    loop: ``update`` is ``step`` with one update and no action, ``act`` is ``step`` with no update, and the training
+    step is env step, host work, then ``step`` with one update and the next action."""
 
     def __init__(self, framework: str, overrides: list[str], fill: int) -> None:
         from agent_common.buffer import ReplayBuffer
@@ -169,10 +174,9 @@ class LoopParts:
             from agent_jax.agent import make_agent
         cfg = load_config(overrides, framework)  # type: ignore[arg-type]
         a, env = cfg.agent, cfg.env
-        if a.buffer_device_type != "cpu" or int(cfg.num_devices) != 1:
-            raise ValueError(f"{framework}: the breakdown times one device with the host replay buffer; got "
-                             f"agent.buffer_device_type={a.buffer_device_type}, num_devices={cfg.num_devices} "
-                             "(expected cpu and 1: drop these keys from --torch-overrides / --jax-overrides)")
+        if int(cfg.num_devices) != 1:
+            raise ValueError(f"{framework}: the loop's parts are timed on one device, got num_devices="
+                             f"{cfg.num_devices}")
         t0 = time.perf_counter()
         self._step_env = step_env
         self.cfg = cfg
@@ -183,8 +187,11 @@ class LoopParts:
             obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
             obs_dim, act_dim, num_envs = int(obs_space.shape[0]), int(act_space.shape[0]), int(cfg.num_train_envs)
             self.agent = make_agent(cfg, obs_space, act_space)
+            storage = (self.agent.replay_storage(a.buffer_max_length) if self.agent.capabilities.device_replay
+                       else None)
+            self.fused = storage is not None
             self.buffer = ReplayBuffer(obs_dim, act_dim, a.buffer_max_length, a.buffer_min_length, cfg.n_step,
-                                       cfg.gamma, seed=[cfg.seed, BUFFER_STREAM])
+                                       cfg.gamma, seed=[cfg.seed, BUFFER_STREAM], storage=storage)
             self.normalizer = RewardNormalizer(cfg.gamma, a.normalized_G_max, enabled=a.normalize_reward)
             self.noise_source = ZetaNoise(num_envs, act_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max,
                                           seed=[cfg.seed, NOISE_STREAM])
@@ -204,7 +211,7 @@ class LoopParts:
             raise
         self.build_s = time.perf_counter() - t0
         self.noise = self.noise_source.sample()  # (E, A)
-        self.batch = self.sample()
+        self.batch = None if self.fused else self.sample()
         self.action = self.act()
         self.env_step()  # a result for host_work's first call
 
@@ -213,8 +220,14 @@ class LoopParts:
         batch["reward"] = self.normalizer.normalize(batch["reward"])  # (B,)
         return batch
 
+    def _scale(self) -> float:
+        return self.normalizer.scale() if self.normalizer.enabled else 1.0
+
     def act(self) -> np.ndarray:
-        self.action = self.agent.act(self.observation, self.noise)  # (E, A)
+        if self.fused:
+            self.action = self.agent.step(self.observation, self.noise, 0, self._scale())  # (E, A)
+        else:
+            self.action = self.agent.act(self.observation, self.noise)  # (E, A)
         return self.action
 
     def env_step(self) -> None:
@@ -227,11 +240,19 @@ class LoopParts:
         self.normalizer.update(r.reward, r.terminated, r.truncated)
         self.noise_source.sample()
 
-    def update(self) -> dict[str, float]:
-        """``agent.update`` on the one batch sampled at construction."""
+    def update(self) -> dict[str, float] | None:
+        """``agent.update`` on the one batch sampled at construction (fused: one update in ``step``, on the device's
+        own sample)."""
+        if self.fused:
+            return self.agent.step(self.observation, None, 1, self._scale())
         return self.agent.update(self.batch)
 
     def training_step(self) -> None:
+        if self.fused:  # the loop's order: the env steps with the action the previous step computed
+            self.env_step()
+            self.host_work()
+            self.action = self.agent.step(self.observation, self.noise, 1, self._scale())
+            return
         self.act()
         self.env_step()
         self.host_work()
@@ -243,8 +264,14 @@ class LoopParts:
 
 def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats: int, warmup: int) -> dict:
     """The parts of one agent: {"ms": {part: [ms per call of each block]}, ...} (``LoopParts``)."""
+    from agent_common.config import load_config
     from agent_common.loop import evaluation_policy
 
+    buffer_device = load_config(overrides, framework).agent.buffer_device_type  # type: ignore[arg-type]
+    if buffer_device != "cpu":
+        raise ValueError(f"{framework}: the breakdown times the host replay buffer's parts; got "
+                         f"agent.buffer_device_type={buffer_device} (expected cpu: drop it from --torch-overrides / "
+                         "--jax-overrides)")
     run = LoopParts(framework, overrides, fill)
     agent = run.agent
     try:

@@ -1,7 +1,7 @@
 """The torch agent's compilation levers side by side: per variant the update alone, acting and the training step,
 timed in one process in interleaved rounds, and the time to first update of fresh CLI runs, caches cold and warm.
 
-    python -m bench torch-levers --out $OUT/levers                               # GPU: graph, networks, update
+    python -m bench torch-levers --out $OUT/levers                               # GPU: the default variants
     python -m bench torch-levers --variants graph,update --tiny --out /tmp/levers  # CPU: tests the job
 
 Variants (``TORCH_VARIANTS``, on top of ``bench.breakdown.recipe``'s CPU-simulator recipe; all capture the update and
@@ -15,6 +15,10 @@ acting in CUDA graphs on a GPU):
     update-autotune  the same with max-autotune-no-cudagraphs (Inductor autotunes its kernels: a slower start)
     update-dynamo-cache  update with torch's experimental caching precompile (``TORCH_CACHING_PRECOMPILE=1``: Dynamo's
                      compiled frames saved with the caches, for the warm start); in-process it is ``update``
+    update-device    update with the device replay (``agent.buffer_device_type=cuda``: the agent's ``step`` samples
+                     on the device and reads nothing back)
+    update-device-overlap  the same with ``agent.overlap_critic_step=true`` (acting overlaps the critic's part)
+    graph-device-overlap   graph with the device replay and the overlap
 
 In-process: one ``bench.breakdown.LoopParts`` per variant (its own env, replay buffer filled with ``--fill`` random
 steps, agent), each warmed up (compilation, graph capture: at least ``UPDATE_WARMUP_PERIODS`` actor-update periods of
@@ -22,12 +26,13 @@ updates and of training steps), then ``--repeats`` rounds; a round times one blo
 of each variant, the variants' order rotated by the round; the device is synchronised around each block. Per part:
 median and min-max of the rounds' ms per call.
 
-Time to first update: per variant, ``python -m agent_torch.train`` on the same overrides with ``--fill`` warm-up steps
-and ``FIRST_UPDATE_EXTRA_STEPS`` more, in a fresh process with empty ``TORCHINDUCTOR_CACHE_DIR`` and
-``TRITON_CACHE_DIR`` (a fresh machine's compiler caches, the categorical-target kernel's included), then once more on
-the caches that run filled (a second run of the same configuration): the CLI's ``time_to_first_update`` (launch to
-the first update's return) and, for compile_scope=update, how long its background compilation took. These runs come
-first, one after another; the in-process agents then compile on a merge of the caches those runs filled.
+Time to first update, per variant of ``--first-update-variants``: ``python -m agent_torch.train`` on the same
+overrides with ``--fill`` warm-up steps and ``FIRST_UPDATE_EXTRA_STEPS`` more, in a fresh process with empty
+``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` (a fresh machine's compiler caches, the categorical-target
+kernel's included), then once more on the caches that run filled (a second run of the same configuration): the CLI's
+``time_to_first_update`` (launch to the first update's return) and, for compile_scope=update, how long its background
+compilation took. These runs come first, one after another; the in-process agents then compile on a merge of the
+caches those runs filled.
 
 ``--tiny`` (CPU): tiny networks, variants graph and update; the compiled pieces run with
 ``FLASHSAC_TORCH_COMPILE_BACKEND=aot_eager`` (the same graphs without Inductor's minutes of C++ compilation), so it
@@ -72,6 +77,10 @@ TORCH_VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {  # name -> (conf
     "update-autotune": ([*_COMPILED, "agent.compile_mode=max-autotune-no-cudagraphs", "agent.compile_scope=update"],
                         {}),
     "update-dynamo-cache": (_UPDATE, {"TORCH_CACHING_PRECOMPILE": "1"}),
+    "update-device": ([*_UPDATE, "agent.buffer_device_type=cuda"], {}),
+    "update-device-overlap": ([*_UPDATE, "agent.buffer_device_type=cuda", "agent.overlap_critic_step=true"], {}),
+    "graph-device-overlap": ([*TORCH_RECIPE_EXTRA, "agent.buffer_device_type=cuda", "agent.overlap_critic_step=true"],
+                             {}),
 }
 VARIANT_PARTS = ("update", "act", "training step")
 FIRST_UPDATE_EXTRA_STEPS = 100  # updates after the first: both CUDA graphs captured (GraphCache: 3 eager calls each)
@@ -222,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI; returns 0 when every variant was measured and every first-update run completed."""
     ap = argparse.ArgumentParser(prog="python -m bench torch-levers", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--variants", default="graph,networks,update",
+    ap.add_argument("--variants", default="graph,networks,update,update-combo,update-device,update-device-overlap",
                     help=f"comma-separated among {', '.join(TORCH_VARIANTS)}")
     ap.add_argument("--iters", type=int, default=200, help="calls per timed block")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
@@ -230,13 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fill", type=int, default=2_000, help="random-action steps stored before the first update")
     ap.add_argument("--torch-backend", default="triton")
     ap.add_argument("--torch-overrides", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--no-first-update", dest="first_update", action="store_false",
-                    help="without the time-to-first-update CLI runs")
+    ap.add_argument("--first-update-variants", default="graph,networks,update", metavar="NAMES",
+                    help="the variants (among --variants) whose time to first update is measured; 'none': none")
     ap.add_argument("--first-update-timeout-s", type=float, default=300.0, help="per CLI run")
     ap.add_argument("--tiny", action="store_true", help="CPU: tiny networks, reference backend, aot_eager")
-    a = tiny_defaults(ap, argv, iters=3, repeats=1, warmup=1, fill=20, torch_backend="torch", variants="graph,update")
+    a = tiny_defaults(ap, argv, iters=3, repeats=1, warmup=1, fill=20, torch_backend="torch", variants="graph,update",
+                      first_update_variants="graph,update")
     try:
         names = parse_variants(a.variants)
+        first_names = [] if a.first_update_variants == "none" else [
+            n for n in parse_variants(a.first_update_variants) if n in names]
     except ValueError as exc:
         ap.error(str(exc))
     for name in ("iters", "repeats", "fill"):
@@ -256,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
                            "variants": {n: {} for n in names}}
     ok = True
     with tempfile.TemporaryDirectory(prefix="flashsac-torch-levers-") as scratch:
-        if a.first_update:
+        if first_names:
             print("time to first update (fresh processes; compiler caches empty, then filled):", flush=True)
-            for n in names:
+            for n in first_names:
                 caches = tempfile.mkdtemp(prefix=f"{n}-caches-", dir=scratch)
                 for tag in ("cold", "warm"):  # empty caches, then the same caches again (a second run)
                     rec = first_update(n, overrides[n], a.torch_backend, a.fill, out, caches, tag,

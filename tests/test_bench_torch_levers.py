@@ -14,7 +14,8 @@ from bench.torch_levers import VARIANT_PARTS
 
 def test_tiny_run(tmp_path):
     out = tmp_path / "levers"
-    assert main(["torch-levers", "--tiny", "--variants", "graph", "--out", str(out)]) == 0
+    assert main(["torch-levers", "--tiny", "--variants", "graph", "--first-update-variants", "graph",
+                 "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
     graph = res["variants"]["graph"]
     assert list(graph["ms"]) == list(VARIANT_PARTS)
