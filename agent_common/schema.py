@@ -26,6 +26,7 @@ from shared_spec.dispatch import backend_names
 __all__ = [
     "BACKENDS",
     "COMPILE_MODES",
+    "COMPILE_SCOPES",
     "DMC_EPISODE_STEPS",
     "DMC_EXTRA_MODULES",
     "DMC_TASKS",
@@ -186,6 +187,14 @@ COMPILE_MODES: tuple[str, ...] = (
 )
 """``agent.compile_mode`` values: upstream's torch.compile modes plus ``off``. ``auto`` resolves per framework."""
 
+COMPILE_SCOPES: tuple[str, ...] = ("networks", "update")
+"""``agent.compile_scope`` values (torch): what ``agent.compile_mode`` compiles, each network's forward and weight
+projection (upstream's scope) or the whole update step and action selection (agent_torch/compiled.py)."""
+
+SCOPE_UPDATE_MODES: tuple[str, ...] = ("auto", "off", "default", "max-autotune-no-cudagraphs")
+"""``agent.compile_mode`` values that ``agent.compile_scope=update`` accepts: the modes without CUDA graphs of their
+own, since the agent's own CUDA graphs replay the compiled update."""
+
 SEED_MAX = 2**31 - 1  # the largest seed every RNG of both agents accepts (numpy, torch, the JAX PRNG key)
 INT64_MAX = 2**63 - 1  # step counters, schedules and buffer indices are int64 in both agents
 FLOAT32_MAX = 3.4028234663852886e38  # the agents compute in float32: a larger value becomes inf
@@ -282,7 +291,9 @@ class AgentConfig(_Freezable):
     amp_dtype: str = "auto"  # auto | bf16 | fp16 (with use_amp): auto = fp16 + loss scale on a GPU, bf16 on the CPU
     use_compile: bool = True  # torch.compile the networks (torch); ignored by jax (always jit)
     compile_mode: str = "auto"  # auto | off | torch.compile modes; auto -> off (on CUDA: CUDA graphs instead)
+    compile_scope: str = "networks"  # torch: networks (each forward + projection) | update (whole update + acting)
     use_cuda_graph: bool = True  # project key (torch): capture update + acting in CUDA graphs; jax ignores it
+    overlap_critic_step: bool = False  # torch, CUDA graphs: acting waits for the update's actor part only (bitwise)
     compilation_cache_dir: str = "auto"  # jax: auto ($JAX_COMPILATION_CACHE_DIR, else user cache dir) | off | a path
     compilation_cache_max_mb: int = 4096  # jax: size cap of that cache in MiB (least recently used programs removed)
     # checkpoint loading
@@ -433,6 +444,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "agent.device_type": ("auto", "cpu", "cuda"),
     "agent.buffer_device_type": ("auto", "cpu", "cuda"),
     "agent.compile_mode": COMPILE_MODES,
+    "agent.compile_scope": COMPILE_SCOPES,
     "agent.amp_dtype": ("auto", "bf16", "fp16"),
     "agent.actor_head": ("paper", "upstream"),
     "agent.asymmetric_observation": (False,),
@@ -599,6 +611,10 @@ def _validate(cfg: Config, framework: str) -> None:
                 + (f" (framework {framework})" if key == "agent.categorical_target_backend" else "")
                 + (f" (env.env_type {cfg.env.env_type})" if key == "env.env_name" else "")
             )
+    _require(cfg.agent.compile_scope != "update" or cfg.agent.compile_mode in SCOPE_UPDATE_MODES,
+             "agent.compile_mode", cfg.agent.compile_mode,
+             f"agent.compile_scope=update replays the compiled update in the agent's own CUDA graphs, so the mode "
+             f"must bring none: one of {', '.join(SCOPE_UPDATE_MODES)} (or agent.compile_scope=networks)")
     if cfg.recipe is not None and cfg.recipe not in RECIPES:
         raise ConfigError(f"invalid value for 'recipe': {unknown_recipe(cfg.recipe)}")
     for key in KNOWN_KEYS:  # no inf or nan anywhere: each would fail (or silently misbehave) after setup
