@@ -24,12 +24,14 @@ __all__ = [
     "BACKENDS",
     "CHOICES",
     "COMPILE_MODES",
+    "COMPILE_SCOPES",
     "DERIVED_FROM_BUDGET",
     "FRAMEWORKS",
     "GROUPS",
     "KNOWN_KEYS",
     "LOGGER_TYPES",
     "RESUME_LOCKED",
+    "SCOPE_UPDATE_MODES",
     "AgentConfig",
     "Config",
     "ConfigError",
@@ -64,6 +66,14 @@ COMPILE_MODES: tuple[str, ...] = (
     "max-autotune-no-cudagraphs",
 )
 """``agent.compile_mode`` values: upstream's torch.compile modes plus ``off``. ``auto`` resolves per framework."""
+
+COMPILE_SCOPES: tuple[str, ...] = ("networks", "update")
+"""``agent.compile_scope`` values (torch): what ``agent.compile_mode`` compiles, each network's forward and weight
+projection (upstream's scope) or the whole update step and action selection (agent_torch/compiled.py)."""
+
+SCOPE_UPDATE_MODES: tuple[str, ...] = ("auto", "off", "default", "max-autotune-no-cudagraphs")
+"""``agent.compile_mode`` values that ``agent.compile_scope=update`` accepts: the modes without CUDA graphs of their
+own, since the agent's own CUDA graphs replay the compiled update."""
 
 LOGGER_TYPES: tuple[str, ...] = ("tensorboard", "wandb", "none")
 """What ``logger_type`` may name (one, or several joined by commas)."""
@@ -165,7 +175,10 @@ class AgentConfig(_Freezable):
         "auto", "auto | bf16 | fp16 (with use_amp): auto = fp16 + loss scale on a GPU, bf16 on the CPU")
     use_compile: bool = key(True, "torch.compile the networks (torch); ignored by jax (always jit)")
     compile_mode: str = key("auto", "auto | off | torch.compile modes; auto -> off (on CUDA: CUDA graphs instead)")
+    compile_scope: str = key("networks", "torch: networks (each forward + projection) | update (whole update + acting)")
     use_cuda_graph: bool = key(True, "project key (torch): capture update + acting in CUDA graphs; jax ignores it")
+    overlap_critic_step: bool = key(
+        False, "torch, CUDA graphs: acting waits for the update's actor part only (bitwise)")
     compilation_cache_dir: str = key(
         "auto", "jax: auto ($JAX_COMPILATION_CACHE_DIR, else user cache dir) | off | a path")
     compilation_cache_max_mb: int = key(
@@ -343,6 +356,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "agent.device_type": ("auto", "cpu", "cuda"),
     "agent.buffer_device_type": ("auto", "cpu", "cuda"),
     "agent.compile_mode": COMPILE_MODES,
+    "agent.compile_scope": COMPILE_SCOPES,
     "agent.amp_dtype": ("auto", "bf16", "fp16"),
     "agent.actor_head": ("paper", "upstream"),
     "agent.asymmetric_observation": (False,),

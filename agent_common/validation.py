@@ -17,6 +17,7 @@ from agent_common.keys import (
     KNOWN_KEYS,
     LOGGER_TYPES,
     RESUME_LOCKED,
+    SCOPE_UPDATE_MODES,
     Config,
     ConfigError,
     budget_defaults,
@@ -63,6 +64,10 @@ def validate(cfg: Config, framework: str) -> None:
                 + (f" (framework {framework})" if name == "agent.categorical_target_backend" else "")
                 + (f" (env.env_type {cfg.env.env_type})" if name == "env.env_name" else "")
             )
+    _require(cfg.agent.compile_scope != "update" or cfg.agent.compile_mode in SCOPE_UPDATE_MODES,
+             "agent.compile_mode", cfg.agent.compile_mode,
+             f"agent.compile_scope=update replays the compiled update in the agent's own CUDA graphs, so the mode "
+             f"must bring none: one of {', '.join(SCOPE_UPDATE_MODES)} (or agent.compile_scope=networks)")
     if cfg.recipe is not None and cfg.recipe not in RECIPES:
         raise ConfigError(f"invalid value for 'recipe': {unknown_recipe(cfg.recipe)}")
     for key in KNOWN_KEYS:  # no inf or nan anywhere: each would fail (or silently misbehave) after setup

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import io
 import logging
 import math
 import os
+import sys
+import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -21,11 +24,12 @@ from agent_common.protocol import Capabilities
 from agent_common.runs.files import atomic_write, read_checkpoint_file
 from agent_torch import distributed
 from agent_torch.amp import DeviceLossScaler, resolve_amp_dtype
+from agent_torch.compiled import Precompile, compile_update
 from agent_torch.graphs import GraphCache, resolve_cuda_graph
 from agent_torch.networks import FlashSACActor, FlashSACDoubleCritic, FlashSACTemperature
 from agent_torch.replay import TensorRowStorage
 from agent_torch.state import Network, explain_compile_mode, make_network
-from agent_torch.update import Batch, UpdateContext, update_actor, update_critic, update_target, update_temperature
+from agent_torch.update import Batch, UpdateContext, UpdateFunctions, update_actor, update_critic, update_temperature
 from shared_spec import CategoricalSupport
 from torch_impl import dispatch_stats, resolve_backend
 
@@ -37,10 +41,11 @@ log = logging.getLogger(__name__)
 
 
 def compute_path(device: torch.device, compile_mode: str, compile_reason: str, cuda_graph: bool,
-                 cuda_graph_reason: str, amp_reason: str | None = None) -> str:
-    """One line naming how the agent computes (compilation, CUDA graphs, precision) and why; the training loop
-    prints it once and logs it as TensorBoard text ``compile/path``."""
-    how = "eager" if compile_mode == "off" else f"torch.compile mode={compile_mode}"
+                 cuda_graph_reason: str, amp_reason: str | None = None, compile_scope: str = "networks") -> str:
+    """One line naming how the agent computes (compilation and its scope, CUDA graphs, precision) and why; the
+    training loop prints it once and logs it as TensorBoard text ``compile/path``."""
+    scope = "the networks" if compile_scope == "networks" else "the whole update and acting"
+    how = "eager" if compile_mode == "off" else f"torch.compile mode={compile_mode} over {scope}"
     graphs = "CUDA graphs on" if cuda_graph else "CUDA graphs off"
     amp = "" if amp_reason is None else f"; {amp_reason}"
     return (f"torch {torch.__version__} on {device}: {how}, {graphs}. Why: {compile_reason}; {cuda_graph_reason}"
@@ -112,8 +117,18 @@ class FlashSACAgent:
         self.compile_mode = compile_mode
         self.use_cuda_graph, self.cuda_graph_reason = resolve_cuda_graph(cfg, self.device, compile_mode)
         self.amp_dtype, amp_reason = resolve_amp_dtype(a.use_amp, a.amp_dtype, self.device)
+        # agent.overlap_critic_step: the update replays as two graphs, actor part then critic part, and acting runs
+        # on a stream of its own that waits for the actor part only, so the critic part runs while the host reads
+        # the action and steps the env (the same kernels on the same tensors: bitwise the same run)
+        self.overlap = bool(a.overlap_critic_step) and self.use_cuda_graph
+        if a.overlap_critic_step:
+            self.cuda_graph_reason += ("; the critic step overlaps acting (agent.overlap_critic_step)" if self.overlap
+                                       else "; agent.overlap_critic_step needs the CUDA graphs: off")
+        self._act_stream = torch.cuda.Stream(self.device) if self.overlap else None
+        self._actor_ready = torch.cuda.Event() if self.overlap else None  # recorded after each actor part
+        self._act_done: torch.cuda.Event | None = None  # recorded after each action on the acting stream
         self.compute_path = compute_path(self.device, compile_mode, compile_reason, self.use_cuda_graph,
-                                         self.cuda_graph_reason, amp_reason)
+                                         self.cuda_graph_reason, amp_reason, a.compile_scope)
         if distributed.is_distributed():
             self.compute_path += distributed.describe_replicas(self.device)
         log.info("compute path: %s", self.compute_path)
@@ -131,9 +146,14 @@ class FlashSACAgent:
             observation_dim + action_dim, a.critic_num_blocks, a.critic_hidden_dim, support.atoms()
         )
         temperature = FlashSACTemperature(a.temp_initial_value)
-        self.actor = make_network(actor, a, self.device, compile_mode=compile_mode, graph_safe=graph_safe)
-        self.critic = make_network(critic, a, self.device, compile_mode=compile_mode, graph_safe=graph_safe)
-        self.target_critic = make_network(target, a, self.device, trainable=False, compile_mode=compile_mode)
+        # compile_scope=networks: torch.compile wraps each network's forward and projection; update: the update's
+        # pieces and acting are compiled whole (agent_torch.compiled), the networks stay plain modules
+        whole = a.compile_scope == "update" and compile_mode != "off"
+        net_mode = "off" if whole else compile_mode
+        self.pieces = compile_update(compile_mode) if whole else UpdateFunctions()
+        self.actor = make_network(actor, a, self.device, compile_mode=net_mode, graph_safe=graph_safe)
+        self.critic = make_network(critic, a, self.device, compile_mode=net_mode, graph_safe=graph_safe)
+        self.target_critic = make_network(target, a, self.device, trainable=False, compile_mode=net_mode)
         self.temperature = make_network(temperature, a, self.device, project=False, graph_safe=graph_safe)
         self.actor.normalize()
         self.critic.normalize()
@@ -165,6 +185,32 @@ class FlashSACAgent:
         self._metric_sums: dict[tuple[str, ...], torch.Tensor] = {}  # ``step`` metrics per name tuple, on device
         self._metric_counts: dict[tuple[str, ...], int] = {}
         self._action_host: dict[tuple[int, ...], torch.Tensor] = {}  # pinned host buffers of ``act_async`` (CUDA)
+        self._precompile: Precompile | None = None
+        self._parameters_written()
+        if whole:
+            # the actor's projection after its step is a compiled piece too (the critic's is in finish_critic)
+            self.actor.project_fn = functools.partial(self.pieces.project, self.actor.module)
+            # compiled in the background (copies of the networks, RNG restored) while the envs and warm-up run
+            self._precompile = Precompile(
+                self.pieces, (self.actor, self.critic, self.target_critic, self.temperature), self.ctx, self._split,
+                (int(a.sample_batch_size), sum(self._widths)),
+                ((int(cfg.num_train_envs), observation_dim), (int(cfg.num_train_envs), action_dim)), self.device)
+
+    def _parameters_written(self) -> None:
+        """With ``agent.overlap_critic_step``: acting, on its own stream, waits for everything queued so far on this
+        one (initialisation, a load): call after writing the actor's tensors outside an update."""
+        if self._actor_ready is not None:
+            self._actor_ready.record(torch.cuda.current_stream(self.device))
+
+    def _await_precompile(self) -> None:
+        """Waits for the background compilation of the update (``agent_torch.compiled.Precompile``), if one runs:
+        before anything uses the agent's networks, random generators or a CUDA-graph capture."""
+        if self._precompile is not None:
+            precompile, self._precompile = self._precompile, None
+            t0 = time.perf_counter()
+            precompile.wait()
+            print(f"torch update compiled in the background in {precompile.seconds:.1f} s (waited "
+                  f"{time.perf_counter() - t0:.1f} s for it)", file=sys.stderr, flush=True)
 
     def _replicate(self) -> None:
         """Under torchrun: every network starts from replica 0's weights, and each trained network averages its
@@ -188,9 +234,26 @@ class FlashSACAgent:
         Returns:
             (E, A) float32 numpy actions in [-1, 1].
         """
-        obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
-        eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
-        return self.act_device(obs, eps).float().cpu().numpy()
+        with self._acting():
+            obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
+            eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
+            return self.act_device(obs, eps).float().cpu().numpy()
+
+    @contextlib.contextmanager
+    def _acting(self):  # noqa: ANN202  a context manager
+        """With ``agent.overlap_critic_step``: the acting stream, waiting for the last actor part (not for the
+        critic part after it); the next update waits for what acting queued here. Otherwise nothing."""
+        stream = self._act_stream
+        if stream is None:
+            yield
+            return
+        assert self._actor_ready is not None
+        with torch.cuda.stream(stream):
+            stream.wait_event(self._actor_ready)
+            yield
+            done = torch.cuda.Event()
+            done.record(stream)
+            self._act_done = done
 
     @torch.no_grad()
     def act_async(self, observation: np.ndarray, noise: np.ndarray | None) -> Callable[[], np.ndarray]:
@@ -205,19 +268,20 @@ class FlashSACAgent:
             A function of no arguments returning the (E, A) float32 numpy action (``act(observation, noise)`` with
             the parameters of this call); call it once.
         """
-        obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
-        eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
-        action = self.act_device(obs, eps).float()  # (E, A); with CUDA graphs the graph's static output
-        if self.device.type != "cuda":
-            result = action.numpy().copy()  # computed already; copied so a later call cannot change it
-            return lambda: result
-        host = self._action_host.get(tuple(action.shape))
-        if host is None:
-            host = self._action_host[tuple(action.shape)] = torch.empty(action.shape, dtype=torch.float32,
-                                                                        pin_memory=True)
-        host.copy_(action, non_blocking=True)  # queued behind the action; the update queued next runs after it
-        event = torch.cuda.Event()
-        event.record()
+        with self._acting():
+            obs = torch.as_tensor(np.asarray(observation, dtype=np.float32), device=self.device)  # (E, O)
+            eps = None if noise is None else torch.as_tensor(np.asarray(noise, dtype=np.float32), device=self.device)
+            action = self.act_device(obs, eps).float()  # (E, A); with CUDA graphs the graph's static output
+            if self.device.type != "cuda":
+                result = action.numpy().copy()  # computed already; copied so a later call cannot change it
+                return lambda: result
+            host = self._action_host.get(tuple(action.shape))
+            if host is None:
+                host = self._action_host[tuple(action.shape)] = torch.empty(action.shape, dtype=torch.float32,
+                                                                            pin_memory=True)
+            host.copy_(action, non_blocking=True)  # queued behind the action; the update queued next runs after it
+            event = torch.cuda.Event()
+            event.record()
 
         def wait() -> np.ndarray:
             event.synchronize()  # this action's copy alone
@@ -251,6 +315,7 @@ class FlashSACAgent:
         """``act`` on device tensors: (E, O) float32 observations and (E, A) noise or None -> (E, A) float32
         actions on the device, without a host copy. With CUDA graphs the result is the graph's static output:
         read or copy it before the next call."""
+        self._await_precompile()
         inputs = (obs,) if noise is None else (obs, noise)
         if self.graphs is not None:
             return self.graphs(("act", obs.shape, noise is None), self._act, *inputs)
@@ -259,6 +324,7 @@ class FlashSACAgent:
     def run_captured(self, key: Hashable, fn: Callable[..., Any], *inputs: torch.Tensor) -> Any:
         """``fn(*inputs)`` as a replay of its CUDA graph (captured under ``key`` on first use, ``GraphCache``'s rules)
         when the agent captures graphs, else eagerly; for device work around ``act_tensor`` (MJX evaluation)."""
+        self._await_precompile()
         return fn(*inputs) if self.graphs is None else self.graphs(key, fn, *inputs)
 
     @torch.no_grad()
@@ -269,9 +335,7 @@ class FlashSACAgent:
     def _act(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
         """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A) (scaled to the env's bounds with
         ``agent.actor_head=upstream``)."""
-        actor = self.actor.module
-        mean, std = actor.get_mean_and_std(obs, training=False)  # (E, A), (E, A)
-        return actor.scale_action(torch.tanh(mean) if eps is None else torch.tanh(mean + std * eps))
+        return self.pieces.act(self.actor.module, obs, eps)
 
     # ------------------------------------------------------------------------------------------------ update
     def _flat_batch(self, batch: dict[str, np.ndarray]) -> torch.Tensor:
@@ -306,25 +370,48 @@ class FlashSACAgent:
         """Numpy batch -> float32 tensors on the device (views of one flat copy; for tests and benchmarks)."""
         return self._split(self._flat_batch(batch))
 
-    def _update_step(self, flat: torch.Tensor, do_actor: bool) -> tuple[tuple[str, ...], torch.Tensor]:
-        """The update on a flat device batch, without LR-scheduler steps; returns metric names and their values
-        stacked in one fp32 tensor (the function a CUDA graph captures)."""
+    def _update_step(self, flat: torch.Tensor, do_actor: bool,
+                     critic: bool = True) -> tuple[tuple[str, ...], torch.Tensor]:
+        """The update on a flat device batch, without LR-scheduler steps: the actor and temperature steps if
+        ``do_actor``, the critic step, its projection and the target EMA if ``critic``; returns metric names and
+        their values stacked in one fp32 tensor (the function a CUDA graph captures)."""
         b = self._split(flat)
+        p = self.pieces
         info: dict[str, torch.Tensor] = {}
         if do_actor:
-            info.update(update_actor(self.actor, self.critic, self.temperature, b, self.ctx, self.scaler))
-            info.update(update_temperature(self.temperature, info["actor/entropy"], self.ctx))
-        info.update(
-            update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx, self.scaler)
-        )
-        update_target(self.critic, self.target_critic, self.ctx.tau)
+            info.update(update_actor(self.actor, self.critic, self.temperature, b, self.ctx, self.scaler,
+                                     p.actor_loss))
+            info.update(update_temperature(self.temperature, info["actor/entropy"], self.ctx, p.temperature_loss))
+        if critic:
+            info.update(update_critic(self.actor, self.critic, self.target_critic, self.temperature, b, self.ctx,
+                                      self.scaler, p.critic_loss, project=False))
+            p.finish_critic(self.critic, self.target_critic, self.ctx.tau)  # projection, then the target EMA
         return tuple(info), torch.stack([v.float().reshape(()) for v in info.values()])
+
+    def _replay_split(self, flat: torch.Tensor, do_actor: bool) -> tuple[tuple[str, ...], torch.Tensor]:
+        """``agent.overlap_critic_step``: the actor part's graph (if ``do_actor``), an event for acting, then the
+        critic part's graph; the metrics as ``_update_step`` returns them."""
+        assert self.graphs is not None and self._actor_ready is not None
+        parts = []
+        if do_actor:
+            step = functools.partial(self._update_step, do_actor=True, critic=False)
+            parts.append(self.graphs(("update", True, False, self.ctx), step, flat))
+            self._actor_ready.record(torch.cuda.current_stream(self.device))  # acting waits for this, not the critic
+        step = functools.partial(self._update_step, do_actor=False, critic=True)
+        parts.append(self.graphs(("update", False, True, self.ctx), step, flat))
+        keys = tuple(k for names, _ in parts for k in names)
+        return keys, parts[0][1] if len(parts) == 1 else torch.cat([values for _, values in parts])
 
     def _apply_update(self, flat: torch.Tensor) -> tuple[tuple[str, ...], torch.Tensor]:
         """One update on a flat device batch (graph replay or eager), then the LR-scheduler steps; returns the
         metric names and their stacked values (a graph's static output: read it before the next update)."""
+        self._await_precompile()
         do_actor = self.update_step % self.cfg.agent.actor_update_period == 0
-        if self.graphs is not None:
+        if self._act_done is not None:  # the actor step must not rewrite parameters an action still reads
+            torch.cuda.current_stream(self.device).wait_event(self._act_done)
+        if self.overlap:
+            keys, values = self._replay_split(flat, do_actor)
+        elif self.graphs is not None:
             step = functools.partial(self._update_step, do_actor=do_actor)
             keys, values = self.graphs(("update", do_actor, self.ctx), step, flat)
         else:
@@ -419,6 +506,8 @@ class FlashSACAgent:
     def state_replaced(self) -> None:
         """Call after anything replaced optimizer state or learning rates (``load``, ``agent_interop.torch_jax``): the
         learning rates go back into device tensors and the CUDA graphs are captured again from the new state."""
+        self._await_precompile()
+        self._parameters_written()
         for net in (self.actor, self.critic, self.temperature):
             net.ensure_lr_tensors()
         if self.graphs is not None:
@@ -445,6 +534,7 @@ class FlashSACAgent:
 
     def save(self, directory: str) -> None:
         """Writes actor.pt, critic.pt, target_critic.pt, temperature.pt and agent_state.pt atomically."""
+        self._await_precompile()  # the random generators' states are the run's again
         os.makedirs(directory, exist_ok=True)
         for name, net in self._networks().items():
             _save_torch(os.path.join(directory, f"{name}.pt"), net.state_dict())
@@ -467,6 +557,9 @@ class FlashSACAgent:
             agent_common.runs.files.CheckpointError: a file is missing or damaged; the message names the file.
             RuntimeError: networks of another architecture (torch's ``load_state_dict`` message).
         """
+        self._await_precompile()
+        if self._act_done is not None:  # an action still in flight reads the parameters about to be replaced
+            self._act_done.synchronize()
         for name, net in self._networks().items():
             path = os.path.join(directory, f"{name}.pt")
             net.load_state_dict(read_checkpoint_file(path, functools.partial(_load_torch, map_location=self.device)),
@@ -497,6 +590,7 @@ class FlashSACAgent:
         Raises:
             agent_common.runs.files.CheckpointError / RuntimeError: as ``load``.
         """
+        self._await_precompile()
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         self.load(directory, load_optimizer=load_optimizer)

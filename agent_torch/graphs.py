@@ -32,15 +32,18 @@ __all__ = ["GraphCache", "resolve_cuda_graph"]
 def resolve_cuda_graph(cfg: Config, device: torch.device, compile_mode: str) -> tuple[bool, str]:
     """Whether the update step and action selection run as captured CUDA graphs, and why (``agent.use_cuda_graph``).
 
-    On only with CUDA and no torch.compile mode that brings its own CUDA graphs (reduce-overhead, max-autotune*);
-    compile_mode=default is captured as well. AMP (bf16, or fp16 with the device loss scale) is captured too.
+    On only with CUDA and no torch.compile mode that brings its own CUDA graphs (reduce-overhead, max-autotune*):
+    compile_mode=default is captured as well, and with ``agent.compile_scope=update`` max-autotune-no-cudagraphs too
+    (the compiled update's kernels replayed in the agent's graphs). AMP (bf16, or fp16 with the device loss scale)
+    is captured too.
     """
     a = cfg.agent
     if not a.use_cuda_graph:
         return False, "agent.use_cuda_graph=false"
     if device.type != "cuda":
         return False, f"device {device.type} (CUDA graphs need CUDA)"
-    if compile_mode not in ("off", "default"):
+    capturable = ("off", "default", "max-autotune-no-cudagraphs") if a.compile_scope == "update" else ("off", "default")
+    if compile_mode not in capturable:
         return False, f"compile_mode={compile_mode} captures its own CUDA graphs"
     amp = f", AMP {'fp16' if a.amp_dtype == 'auto' else a.amp_dtype}" if a.use_amp else ""  # auto on CUDA: fp16
     return True, f"update step and action selection captured (compile_mode={compile_mode}{amp})"

@@ -23,13 +23,15 @@ def resolve_compile_mode(cfg: AgentConfig, device: torch.device) -> str:
 
 
 def explain_compile_mode(cfg: AgentConfig, device: torch.device) -> tuple[str, str]:
-    """The torch.compile mode to use (or ``"off"``) and why.
+    """The torch.compile mode to use (or ``"off"``) and why; ``agent.compile_scope`` says what it compiles.
 
     ``use_compile=false`` or ``compile_mode=off`` -> off; a named mode (``default``, ``reduce-overhead``,
-    ``max-autotune``, ...) is used as given. ``auto`` -> off: without CUDA, CPU runs are eager; on CUDA the fastest
-    path that starts within seconds is no compilation, with the update step and action selection captured in CUDA
-    graphs (``agent.use_cuda_graph``, on by default). Upstream's rule (max-autotune on torch >= 2.9) autotunes GEMM
-    templates for minutes before the first update, and its CUDA graphs are what the capture already gives.
+    ``max-autotune``, ...) is used as given. ``auto`` -> off on the CPU (eager). On CUDA, ``auto`` with
+    ``compile_scope=networks`` is off too: the fastest path that starts within seconds is no compilation, with the
+    update step and action selection captured in CUDA graphs (``agent.use_cuda_graph``, on by default); upstream's
+    rule (max-autotune on torch >= 2.9) autotunes GEMM templates for minutes before the first update, and its CUDA
+    graphs are what the capture already gives. With ``compile_scope=update``, ``auto`` on CUDA is ``default``: the
+    whole update compiled (fused kernels, no autotuning), replayed in the agent's CUDA graphs.
     """
     if not cfg.use_compile:
         return "off", "agent.use_compile=false"
@@ -39,6 +41,9 @@ def explain_compile_mode(cfg: AgentConfig, device: torch.device) -> tuple[str, s
         return cfg.compile_mode, f"agent.compile_mode={cfg.compile_mode} (as configured)"
     if device.type != "cuda":
         return "off", f"agent.compile_mode=auto on {device.type}: eager"
+    if cfg.compile_scope == "update":
+        return "default", ("agent.compile_mode=auto with agent.compile_scope=update on CUDA: mode default (the "
+                           "update's kernels fused by Inductor without autotuning)")
     if cfg.use_cuda_graph:
         return "off", ("agent.compile_mode=auto on CUDA: no torch.compile, CUDA graphs instead (the fastest path "
                        "that starts within seconds; max-autotune autotunes for minutes before its first update, "
@@ -55,6 +60,8 @@ class Network:
     Attributes:
         module: the ``nn.Module`` (state dicts are always taken from it, so keys never get ``_orig_mod.``).
         apply: callable used for forward passes (``torch.compile(module)`` or the module itself).
+        project_fn: the weight projection when it is compiled (else ``normalize_parameters`` runs eagerly).
+        compiled_forward: whether ``apply`` is compiled.
         optimizer: Adam (betas 0.9/0.999, eps 1e-8, no weight decay), or None for the target critic.
         scheduler: ``LambdaLR`` stepped once per optimizer step, or None.
         project: whether ``normalize_parameters`` runs after each optimizer step (actor, critic: yes).
@@ -67,6 +74,7 @@ class Network:
     project: bool
     project_fn: Callable[[], None] | None = None
     graph_safe: bool = False  # Adam is capturable with a device-tensor LR (CUDA-graph capture of the update step)
+    compiled_forward: bool = False  # ``apply`` is torch.compile(module) (agent.compile_scope=networks)
     grad_sync: Callable[[], None] | None = None  # averages gradients across replicas (agent_torch.distributed)
 
     def normalize(self) -> None:
@@ -219,4 +227,5 @@ def make_network(
         project=project,
         project_fn=project_fn,
         graph_safe=graph_safe and trainable,
+        compiled_forward=compile_mode != "off",
     )

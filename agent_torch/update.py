@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from agent_torch.amp import DeviceLossScaler
+from agent_torch.networks import normalize_parameters
 from agent_torch.state import Network
 from torch_impl import categorical_td_target
 
-__all__ = ["Batch", "UpdateContext", "update_actor", "update_critic", "update_target", "update_temperature"]
+__all__ = ["Batch", "UpdateContext", "UpdateFunctions", "actor_action", "actor_loss", "critic_loss", "finish_critic",
+           "temperature_loss", "update_actor", "update_critic", "update_target", "update_temperature"]
 
 
 @dataclass(frozen=True)
@@ -79,8 +83,9 @@ class UpdateContext:
                               cache_enabled=self.autocast_cache)
 
 
-def _step(net: Network, loss: torch.Tensor, scaler: DeviceLossScaler | None) -> None:
-    """Backward, optimizer step (through the shared device loss scaler if given), then weight projection.
+def _step(net: Network, loss: torch.Tensor, scaler: DeviceLossScaler | None, project: bool = True) -> None:
+    """Backward, optimizer step (through the shared device loss scaler if given), then weight projection (unless
+    ``project`` is False: the caller projects, ``finish_critic``).
 
     The LR scheduler is stepped by the caller after the update (outside any captured CUDA graph): the agent steps
     the scheduler of every network this update stepped. With data-parallel replicas, ``net.grad_sync`` averages
@@ -99,7 +104,52 @@ def _step(net: Network, loss: torch.Tensor, scaler: DeviceLossScaler | None) -> 
         if net.grad_sync is not None:
             net.grad_sync()
         net.optimizer.step()
-    net.normalize()
+    if project:
+        net.normalize()
+
+
+def _frozen_critic(critic: Network, observation: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The online critic's BN-eval forward with its parameters' gradients stopped (the action keeps its gradient).
+
+    Eagerly the parameters' ``requires_grad`` is switched off around the call; a compiled update (which cannot
+    switch it) calls the module on detached parameters (``torch.func.functional_call``): the same operations.
+    """
+    if torch.compiler.is_compiling():
+        params = {name: p.detach() for name, p in critic.module.named_parameters()}
+        return torch.func.functional_call(critic.module, params, (observation, action), {"training": False})
+    critic.module.requires_grad_(False)
+    try:
+        return critic.apply(observation, action, training=False)
+    finally:
+        critic.module.requires_grad_(True)
+
+
+def actor_loss(actor: Network, critic: Network, temperature: Network, batch: Batch,
+               ctx: UpdateContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The actor step's forward: BN-training forward on [s; s'], Q from the online critic in BN-eval mode (its
+    parameters frozen), loss α·log π − min Q (α detached).
+
+    Returns:
+        The () loss and ``actor/loss``, ``actor/entropy`` (−mean log π), ``actor/mean_action`` as 0-d tensors.
+    """
+    batch_size = batch.observation.shape[0]
+    with ctx.autocast():
+        obs_all = batch.joint_observation()  # (2B, O)
+        actions_all, log_probs_all = actor.apply(obs_all, training=True)  # (2B, A), (2B,)
+        actions = actions_all[:batch_size]  # (B, A)
+        log_probs = log_probs_all[:batch_size]  # (B,)
+        qs, _ = _frozen_critic(critic, batch.observation, actions)  # (2, B)
+        q = qs.min(dim=0).values  # (B,)
+        alpha = temperature.module().detach()  # (1,)
+        loss = (alpha * log_probs - q).mean()  # ()
+        if ctx.bc_alpha > 0:
+            bc = ((actions - batch.action) ** 2).mean()  # ()
+            loss = loss + ctx.bc_alpha * q.abs().mean().detach() * bc  # ()
+    return loss, {
+        "actor/loss": loss.detach(),
+        "actor/entropy": -log_probs.detach().float().mean(),
+        "actor/mean_action": actions.detach().float().mean(),
+    }
 
 
 def update_actor(
@@ -109,8 +159,9 @@ def update_actor(
     batch: Batch,
     ctx: UpdateContext,
     scaler: DeviceLossScaler | None,
+    loss_fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]] = actor_loss,
 ) -> dict[str, torch.Tensor]:
-    """Actor step: BN-training forward on [s; s'], Q from the online critic in BN-eval mode, loss α·log π − min Q.
+    """Actor step: ``actor_loss``, then backward, optimizer step and weight projection.
 
     Args:
         actor: actor bundle.
@@ -119,50 +170,48 @@ def update_actor(
         batch: replay batch.
         ctx: update constants.
         scaler: shared device loss scaler (fp16 AMP) or None.
+        loss_fn: ``actor_loss`` or its compiled form (``agent_torch.compiled``).
 
     Returns:
         ``actor/loss``, ``actor/entropy`` (−mean log π), ``actor/mean_action`` as 0-d tensors.
     """
-    batch_size = batch.observation.shape[0]
-    with ctx.autocast():
-        obs_all = batch.joint_observation()  # (2B, O)
-        actions_all, log_probs_all = actor.apply(obs_all, training=True)  # (2B, A), (2B,)
-        actions = actions_all[:batch_size]  # (B, A)
-        log_probs = log_probs_all[:batch_size]  # (B,)
-        critic.module.requires_grad_(False)
-        try:
-            qs, _ = critic.apply(batch.observation, actions, training=False)  # (2, B)
-        finally:
-            critic.module.requires_grad_(True)
-        q = qs.min(dim=0).values  # (B,)
-        alpha = temperature.module().detach()  # (1,)
-        loss = (alpha * log_probs - q).mean()  # ()
-        if ctx.bc_alpha > 0:
-            bc = ((actions - batch.action) ** 2).mean()  # ()
-            loss = loss + ctx.bc_alpha * q.abs().mean().detach() * bc  # ()
+    loss, info = loss_fn(actor, critic, temperature, batch, ctx)
     _step(actor, loss, scaler)
-    return {
-        "actor/loss": loss.detach(),
-        "actor/entropy": -log_probs.detach().float().mean(),
-        "actor/mean_action": actions.detach().float().mean(),
-    }
+    return info
 
 
-def update_temperature(temperature: Network, entropy: torch.Tensor, ctx: UpdateContext) -> dict[str, torch.Tensor]:
-    """Temperature step outside autocast and never scaled: loss = α·(H − H̄), gradient w.r.t. log α.
+def temperature_loss(temperature: Network, entropy: torch.Tensor,
+                     ctx: UpdateContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The temperature step's forward, outside autocast: loss = α·(H − H̄), its gradient w.r.t. log α.
+
+    Returns:
+        The () loss and ``temperature/value`` (α before the step), ``temperature/loss``.
+    """
+    alpha = temperature.module()  # (1,)
+    loss = (alpha * (entropy.detach().float() - ctx.target_entropy)).mean()  # ()
+    return loss, {"temperature/value": alpha.detach()[0], "temperature/loss": loss.detach()}
+
+
+def update_temperature(
+    temperature: Network,
+    entropy: torch.Tensor,
+    ctx: UpdateContext,
+    loss_fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]] = temperature_loss,
+) -> dict[str, torch.Tensor]:
+    """Temperature step, never scaled: ``temperature_loss``, then backward and optimizer step.
 
     Args:
         temperature: temperature bundle.
         entropy: () detached actor entropy from ``update_actor``.
         ctx: update constants (target entropy).
+        loss_fn: ``temperature_loss`` or its compiled form.
 
     Returns:
         ``temperature/value`` (α before the step) and ``temperature/loss``.
     """
-    alpha = temperature.module()  # (1,)
-    loss = (alpha * (entropy.detach().float() - ctx.target_entropy)).mean()  # ()
+    loss, info = loss_fn(temperature, entropy, ctx)
     _step(temperature, loss, None)
-    return {"temperature/value": alpha.detach()[0], "temperature/loss": loss.detach()}
+    return info
 
 
 def critic_target(
@@ -186,7 +235,7 @@ def _critic_target(
     batch_size = batch.observation.shape[0]
     with torch.no_grad():
         next_actions, next_log_probs_pi = actor.apply(batch.next_observation, training=False)  # (B, A), (B,)
-        if actor.apply is not actor.module:  # a compiled forward's outputs may be CUDA-graph buffers it overwrites
+        if actor.compiled_forward:  # a compiled forward's outputs may be CUDA-graph buffers it overwrites
             next_actions = next_actions.clone()  # (B, A)
             next_log_probs_pi = next_log_probs_pi.clone()  # (B,)
         alpha = temperature.module()  # (1,)
@@ -211,28 +260,13 @@ def _critic_target(
     return target_probs, next_alpha_log_pi, next_actions, act_all
 
 
-def update_critic(
-    actor: Network,
-    critic: Network,
-    target_critic: Network,
-    temperature: Network,
-    batch: Batch,
-    ctx: UpdateContext,
-    scaler: DeviceLossScaler | None,
-) -> dict[str, torch.Tensor]:
-    """Critic step: cross-entropy of both members against the min-mean target distribution.
-
-    Args:
-        actor: actor bundle (already updated this step if it was an actor step).
-        critic: online critic bundle.
-        target_critic: EMA target critic bundle.
-        temperature: temperature bundle.
-        batch: replay batch.
-        ctx: update constants.
-        scaler: shared device loss scaler (fp16 AMP) or None.
+def critic_loss(actor: Network, critic: Network, target_critic: Network, temperature: Network, batch: Batch,
+                ctx: UpdateContext) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The critic step's forward: the categorical target (``critic_target``), then the cross-entropy of both
+    members against it on the online critic's BN-training forward of the joint batch.
 
     Returns:
-        ``critic/loss`` and ``critic/max_entropy_bonus`` (max α·log π(a'|s')).
+        The () loss and ``critic/loss``, ``critic/max_entropy_bonus`` (max α·log π(a'|s')).
     """
     batch_size = batch.observation.shape[0]
     with ctx.autocast():
@@ -244,8 +278,40 @@ def update_critic(
         log_probs = log_probs_all[:, :batch_size].float()  # (2, B, K)
         ce = -(target_probs.unsqueeze(0) * log_probs).sum(dim=-1)  # (2, B)
         loss = ce.mean()  # ()
-    _step(critic, loss, scaler)
-    return {"critic/loss": loss.detach(), "critic/max_entropy_bonus": next_alpha_log_pi.max()}
+    return loss, {"critic/loss": loss.detach(), "critic/max_entropy_bonus": next_alpha_log_pi.max()}
+
+
+def update_critic(
+    actor: Network,
+    critic: Network,
+    target_critic: Network,
+    temperature: Network,
+    batch: Batch,
+    ctx: UpdateContext,
+    scaler: DeviceLossScaler | None,
+    loss_fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]] = critic_loss,
+    project: bool = True,
+) -> dict[str, torch.Tensor]:
+    """Critic step: ``critic_loss`` (cross-entropy of both members against the min-mean target distribution), then
+    backward, optimizer step and, if ``project``, weight projection (else the caller's ``finish_critic`` does it).
+
+    Args:
+        actor: actor bundle (already updated this step if it was an actor step).
+        critic: online critic bundle.
+        target_critic: EMA target critic bundle.
+        temperature: temperature bundle.
+        batch: replay batch.
+        ctx: update constants.
+        scaler: shared device loss scaler (fp16 AMP) or None.
+        loss_fn: ``critic_loss`` or its compiled form.
+        project: project the critic's weights here.
+
+    Returns:
+        ``critic/loss`` and ``critic/max_entropy_bonus`` (max α·log π(a'|s')).
+    """
+    loss, info = loss_fn(actor, critic, target_critic, temperature, batch, ctx)
+    _step(critic, loss, scaler, project=project)
+    return info
 
 
 @torch.no_grad()
@@ -254,3 +320,31 @@ def update_target(critic: Network, target_critic: Network, tau: float) -> None:
     target_params = list(target_critic.module.parameters())
     online_params = list(critic.module.parameters())
     torch._foreach_lerp_(target_params, online_params, tau)
+
+
+def finish_critic(critic: Network, target_critic: Network, tau: float) -> None:
+    """The end of every update: the critic's weight projection after its optimizer step, then the target EMA
+    (``update_target``); one piece, so a compiled update fuses the two."""
+    critic.normalize()
+    update_target(critic, target_critic, tau)
+
+
+def actor_action(actor: torch.nn.Module, obs: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
+    """tanh(μ) or tanh(μ + σ·eps) for (E, O) observations, as (E, A) (scaled to the env's bounds with
+    ``agent.actor_head=upstream``); BN on running statistics."""
+    mean, std = actor.get_mean_and_std(obs, training=False)  # (E, A), (E, A)
+    return actor.scale_action(torch.tanh(mean) if eps is None else torch.tanh(mean + std * eps))
+
+
+@dataclass(frozen=True)
+class UpdateFunctions:
+    """The pieces of one update and of action selection that ``agent.compile_scope=update`` compiles
+    (``agent_torch.compiled``); these defaults run them eagerly. The backward passes, the optimizer steps (fused
+    Adam) and any gradient all-reduce run between them, outside."""
+
+    actor_loss: Callable[..., Any] = actor_loss
+    temperature_loss: Callable[..., Any] = temperature_loss
+    critic_loss: Callable[..., Any] = critic_loss
+    finish_critic: Callable[..., Any] = finish_critic
+    project: Callable[..., Any] = normalize_parameters  # the actor's projection (``Network.project_fn``)
+    act: Callable[..., Any] = actor_action

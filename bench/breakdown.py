@@ -56,7 +56,7 @@ from bench.common import (
     write_results,
 )
 
-__all__ = ["FRAMEWORKS", "PARTS", "main", "perfetto_gpu_kernels", "recipe"]
+__all__ = ["FRAMEWORKS", "PARTS", "LoopParts", "main", "perfetto_gpu_kernels", "recipe", "update_blocks"]
 
 FRAMEWORKS = ("torch", "jax")
 STEP_PARTS = ("act", "env step", "host work", "replay sample", "update")  # the training step, in the loop's order
@@ -236,112 +236,156 @@ def perfetto_gpu_kernels(trace: dict | list) -> tuple[list[tuple[str, float]], l
     return kernels, sorted({threads[k] for k in (streams or {k for k in threads if k[0] in gpu})})
 
 
-def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats: int, warmup: int,
-            trace_root: str) -> dict:
-    """The parts of one agent: {"ms": {part: [ms per call of each block]}, ...}. The env, replay buffer, reward
-    normaliser and noise are built as the training loop builds them (seeded streams of ``agent_common.seeding``)."""
-    from agent_common.buffer import ReplayBuffer
-    from agent_common.config import load_config
-    from agent_common.envs import make_vec_env, step_env
-    from agent_common.host import evaluation_policy
-    from agent_common.noise import ZetaNoise
-    from agent_common.normalizer import RewardNormalizer
-    from agent_common.seeding import BUFFER_STREAM, NOISE_STREAM, WARMUP_STREAM
+class LoopParts:
+    """One agent with its training env, replay buffer, reward normaliser and noise, built as the training loop builds
+    them (seeded streams of ``agent_common.seeding``), the buffer filled with ``fill`` random-action steps; its
+    methods are the loop's parts of an interaction step. ``close`` closes the env.
 
-    if framework == "torch":
-        from agent_torch.agent import make_agent
-    else:
-        from agent_jax.agent import make_agent
-    cfg = load_config(overrides, framework)  # type: ignore[arg-type]
-    a, env = cfg.agent, cfg.env
-    if a.buffer_device_type != "cpu" or int(cfg.num_devices) != 1:
-        raise ValueError(f"{framework}: the breakdown times one device with the host replay buffer; got "
-                         f"agent.buffer_device_type={a.buffer_device_type}, num_devices={cfg.num_devices} (expected "
-                         "cpu and 1: drop these keys from --torch-overrides / --jax-overrides)")
-    t0 = time.perf_counter()
-    envs = make_vec_env(env.env_name, int(cfg.num_train_envs), cfg.seed, env.rescale_action, env.max_episode_steps,
-                        env.env_type)
-    try:
-        observation, _ = envs.reset(seed=cfg.seed)
-        obs_space, act_space = envs.single_observation_space, envs.single_action_space
-        obs_dim, act_dim, num_envs = int(obs_space.shape[0]), int(act_space.shape[0]), int(cfg.num_train_envs)
-        agent = make_agent(cfg, obs_space, act_space)
-        buffer = ReplayBuffer(obs_dim, act_dim, a.buffer_max_length, a.buffer_min_length, cfg.n_step, cfg.gamma,
-                              seed=[cfg.seed, BUFFER_STREAM])
-        normalizer = RewardNormalizer(cfg.gamma, a.normalized_G_max, enabled=a.normalize_reward)
-        noise_source = ZetaNoise(num_envs, act_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max,
-                                 seed=[cfg.seed, NOISE_STREAM])
-        warmup_rng = np.random.Generator(np.random.PCG64([cfg.seed, WARMUP_STREAM]))
-        low, high = np.asarray(act_space.low, np.float32), np.asarray(act_space.high, np.float32)  # (A,), (A,)
-        last: dict[str, Any] = {"observation": np.asarray(observation, np.float32), "result": None}
-        for _ in range(fill):  # the loop's random-action warm-up
-            action = warmup_rng.uniform(low, high, size=(num_envs, act_dim)).astype(np.float32)  # (E, A)
-            result = step_env(envs, action)
-            buffer.add(last["observation"], action, result.reward, result.terminated, result.truncated,
-                       result.next_observation)
-            normalizer.update(result.reward, result.terminated, result.truncated)
-            last["observation"] = result.reset_observation  # (E, O)
-        build_s = time.perf_counter() - t0
-        noise = noise_source.sample()  # (E, A)
+    With an agent that keeps the replay rows itself (``fused``: the torch agent with
+    ``agent.buffer_device_type=cuda``), the rows go to its storage and its ``step`` does the device work, as in the
+    loop: ``update`` is ``step`` with one update and no action, ``act`` is ``step`` with no update, and the training
+    step is env step, host work, then ``step`` with one update and the next action."""
 
-        def sample() -> dict[str, np.ndarray]:
-            batch = buffer.sample(int(a.sample_batch_size))
-            batch["reward"] = normalizer.normalize(batch["reward"])  # (B,)
-            return batch
-
-        def act() -> np.ndarray:
-            last["action"] = agent.act(last["observation"], noise)  # (E, A)
-            return last["action"]
-
-        def env_step() -> None:
-            last["result"] = step_env(envs, last["action"])
-            last["observation"] = last["result"].reset_observation  # (E, O)
-
-        def host_work() -> None:
-            r = last["result"]
-            buffer.add(last["observation"], last["action"], r.reward, r.terminated, r.truncated, r.next_observation)
-            normalizer.update(r.reward, r.terminated, r.truncated)
-            noise_source.sample()
-
-        batch = sample()
-
-        def update() -> dict[str, float]:
-            return agent.update(batch)
-
-        def training_step() -> None:
-            act()
-            env_step()
-            host_work()
-            agent.update(sample())
+    def __init__(self, framework: str, overrides: list[str], fill: int) -> None:
+        from agent_common.buffer import ReplayBuffer
+        from agent_common.config import load_config
+        from agent_common.envs import make_vec_env, step_env
+        from agent_common.noise import ZetaNoise
+        from agent_common.normalizer import RewardNormalizer
+        from agent_common.seeding import BUFFER_STREAM, NOISE_STREAM, WARMUP_STREAM
 
         if framework == "torch":
-            parts, device_sync = _torch_parts(agent, batch)
+            from agent_torch.agent import make_agent
+        else:
+            from agent_jax.agent import make_agent
+        cfg = load_config(overrides, framework)  # type: ignore[arg-type]
+        a, env = cfg.agent, cfg.env
+        if int(cfg.num_devices) != 1:
+            raise ValueError(f"{framework}: the loop's parts are timed on one device, got num_devices="
+                             f"{cfg.num_devices}")
+        t0 = time.perf_counter()
+        self._step_env = step_env
+        self.cfg = cfg
+        self.envs = make_vec_env(env.env_name, int(cfg.num_train_envs), cfg.seed, env.rescale_action,
+                                 env.max_episode_steps, env.env_type)
+        try:
+            observation, _ = self.envs.reset(seed=cfg.seed)
+            obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
+            obs_dim, act_dim, num_envs = int(obs_space.shape[0]), int(act_space.shape[0]), int(cfg.num_train_envs)
+            self.agent = make_agent(cfg, obs_space, act_space)
+            storage = (self.agent.replay_storage(a.buffer_max_length) if self.agent.capabilities.device_replay
+                       else None)
+            self.fused = storage is not None
+            self.buffer = ReplayBuffer(obs_dim, act_dim, a.buffer_max_length, a.buffer_min_length, cfg.n_step,
+                                       cfg.gamma, seed=[cfg.seed, BUFFER_STREAM], storage=storage)
+            self.normalizer = RewardNormalizer(cfg.gamma, a.normalized_G_max, enabled=a.normalize_reward)
+            self.noise_source = ZetaNoise(num_envs, act_dim, a.actor_noise_zeta_mu, a.actor_noise_zeta_max,
+                                          seed=[cfg.seed, NOISE_STREAM])
+            warmup_rng = np.random.Generator(np.random.PCG64([cfg.seed, WARMUP_STREAM]))
+            low, high = np.asarray(act_space.low, np.float32), np.asarray(act_space.high, np.float32)  # (A,), (A,)
+            self.observation = np.asarray(observation, np.float32)  # (E, O)
+            self.result: Any = None
+            for _ in range(fill):  # the loop's random-action warm-up
+                action = warmup_rng.uniform(low, high, size=(num_envs, act_dim)).astype(np.float32)  # (E, A)
+                result = step_env(self.envs, action)
+                self.buffer.add(self.observation, action, result.reward, result.terminated, result.truncated,
+                                result.next_observation)
+                self.normalizer.update(result.reward, result.terminated, result.truncated)
+                self.observation = result.reset_observation  # (E, O)
+        except BaseException:
+            self.envs.close()
+            raise
+        self.build_s = time.perf_counter() - t0
+        self.noise = self.noise_source.sample()  # (E, A)
+        self.batch = None if self.fused else self.sample()
+        self.action = self.act()
+        self.env_step()  # a result for host_work's first call
+
+    def sample(self) -> dict[str, np.ndarray]:
+        batch = self.buffer.sample(int(self.cfg.agent.sample_batch_size))
+        batch["reward"] = self.normalizer.normalize(batch["reward"])  # (B,)
+        return batch
+
+    def _scale(self) -> float:
+        return self.normalizer.scale() if self.normalizer.enabled else 1.0
+
+    def act(self) -> np.ndarray:
+        if self.fused:
+            self.action = self.agent.step(self.observation, self.noise, 0, self._scale())  # (E, A)
+        else:
+            self.action = self.agent.act(self.observation, self.noise)  # (E, A)
+        return self.action
+
+    def env_step(self) -> None:
+        self.result = self._step_env(self.envs, self.action)
+        self.observation = self.result.reset_observation  # (E, O)
+
+    def host_work(self) -> None:
+        r = self.result
+        self.buffer.add(self.observation, self.action, r.reward, r.terminated, r.truncated, r.next_observation)
+        self.normalizer.update(r.reward, r.terminated, r.truncated)
+        self.noise_source.sample()
+
+    def update(self) -> dict[str, float] | None:
+        """``agent.update`` on the one batch sampled at construction (fused: one update in ``step``, on the device's
+        own sample)."""
+        if self.fused:
+            return self.agent.step(self.observation, None, 1, self._scale())
+        return self.agent.update(self.batch)
+
+    def training_step(self) -> None:
+        if self.fused:  # the loop's order: the env steps with the action the previous step computed
+            self.env_step()
+            self.host_work()
+            self.action = self.agent.step(self.observation, self.noise, 1, self._scale())
+            return
+        self.act()
+        self.env_step()
+        self.host_work()
+        self.agent.update(self.sample())
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats: int, warmup: int,
+            trace_root: str) -> dict:
+    """The parts of one agent: {"ms": {part: [ms per call of each block]}, ...} (``LoopParts``)."""
+    from agent_common.config import load_config
+    from agent_common.host import evaluation_policy
+
+    buffer_device = load_config(overrides, framework).agent.buffer_device_type  # type: ignore[arg-type]
+    if buffer_device != "cpu":
+        raise ValueError(f"{framework}: the breakdown times the host replay buffer's parts; got "
+                         f"agent.buffer_device_type={buffer_device} (expected cpu: drop it from --torch-overrides / "
+                         "--jax-overrides)")
+    run = LoopParts(framework, overrides, fill)
+    agent = run.agent
+    try:
+        if framework == "torch":
+            parts, device_sync = _torch_parts(agent, run.batch)
             update_sync = device_sync
         else:
-            parts, device_sync = _jax_parts(agent, batch)
+            parts, device_sync = _jax_parts(agent, run.batch)
             update_sync = lambda _: agent.flush_metrics()  # noqa: E731  waits for the last update's metrics
-        act()
-        env_step()  # a result for host_work's first call
-        eval_obs = np.asarray(last["observation"][:1], dtype=np.float32)  # (1, O)
+        eval_obs = np.asarray(run.observation[:1], dtype=np.float32)  # (1, O)
         policy = evaluation_policy(agent)
         calls: dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]] = {
-            "act": (act, device_sync),
-            "env step": (env_step, lambda _: None),
-            "host work": (host_work, lambda _: None),
-            "replay sample": (sample, lambda _: None),
-            "batch to device": (lambda: agent.to_batch(batch), device_sync),
-            "update": (update, update_sync),
+            "act": (run.act, device_sync),
+            "env step": (run.env_step, lambda _: None),
+            "host work": (run.host_work, lambda _: None),
+            "replay sample": (run.sample, lambda _: None),
+            "batch to device": (lambda: agent.to_batch(run.batch), device_sync),
+            "update": (run.update, update_sync),
             **{name: (fn, device_sync) for name, fn in parts.items()},
             "eval action: agent.act": (lambda: agent.act(eval_obs, None), device_sync),
             "eval action: evaluation policy": (lambda: policy(eval_obs), lambda _: None),
-            "training step": (training_step, update_sync),
+            "training step": (run.training_step, update_sync),
         }
         # The update alternates variants (actor + critic every ``actor_update_period``-th update, else critic only):
         # its blocks hold whole periods, and its warm-up compiles (JAX) or captures (torch: CUDA graphs after three
         # eager calls per variant) every variant before the clock starts.
-        period = int(a.actor_update_period)
-        update_iters = period * -(-iters // period)
-        update_warmup = max(warmup, UPDATE_WARMUP_PERIODS * period)
+        update_iters, update_warmup = update_blocks(run, iters, warmup)
         ms = {}
         for name in PARTS:
             call, sync = calls[name]
@@ -350,17 +394,25 @@ def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats
                                update_warmup if whole else warmup)
             print(f"  {framework} {name}: {statistics.median(ms[name]):.3f} ms", flush=True)
         # Kernels per update over whole actor-update periods, on the loop's update path (already warm).
+        period = int(run.cfg.agent.actor_update_period)
         if framework == "torch":
-            kernels = torch_kernels_per_update(update, 4 * period)
+            kernels = torch_kernels_per_update(run.update, 4 * period)
         else:
-            kernels = jax_kernels_per_update(update, update_sync, 4 * period,
+            kernels = jax_kernels_per_update(run.update, update_sync, 4 * period,
                                              os.path.join(trace_root, f"jax-trace-{os.getpid()}"))
         if kernels is not None:
             print(f"  {framework} kernels per update: {kernels.get('per_update')}", flush=True)
     finally:
-        envs.close()
-    return {"ms": ms, "kernels": kernels, "build_and_fill_s": build_s, "device": str(getattr(agent, "device", "")),
+        run.close()
+    return {"ms": ms, "kernels": kernels, "build_and_fill_s": run.build_s, "device": str(getattr(agent, "device", "")),
             "info": {k: v for k, v in agent.info().items() if isinstance(v, str)}}
+
+
+def update_blocks(run: LoopParts, iters: int, warmup: int) -> tuple[int, int]:
+    """Calls per block and untimed calls of the update and the training step: whole actor-update periods, at
+    least ``UPDATE_WARMUP_PERIODS`` of them untimed."""
+    period = int(run.cfg.agent.actor_update_period)
+    return period * -(-iters // period), max(warmup, UPDATE_WARMUP_PERIODS * period)
 
 
 def _report(out: str, res: dict) -> str:

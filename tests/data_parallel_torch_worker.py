@@ -1,7 +1,8 @@
 """Subprocess of tests/test_data_parallel.py: one replica of a 2-process group (torch.multiprocessing).
 
-``python tests/data_parallel_torch_worker.py <port> <out.json> [cpu|cuda]`` spawns both replicas; replica 0 writes
-one JSON object with the measurements, and the test asserts on them. ``cpu`` (the test): gloo. ``cuda`` (two GPUs,
+``python tests/data_parallel_torch_worker.py <port> <out.json> [cpu|cuda] [KEY=VALUE ...]`` spawns both replicas
+(config overrides added to the agents', e.g. ``agent.compile_scope=update``); replica 0 writes one JSON object with
+the measurements, and the test asserts on them. ``cpu`` (the test): gloo. ``cuda`` (two GPUs,
 for the GPU session): NCCL, replica r on cuda:r, the update and acting captured in CUDA graphs, so the all-reduce
 runs inside the captured update.
 """
@@ -39,12 +40,12 @@ def _batch(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray]:
     }
 
 
-def _replicas_after_updates(rank: int, device: str) -> dict[str, object]:
+def _replicas_after_updates(rank: int, device: str, overrides: list[str]) -> dict[str, object]:
     """K agent updates on each replica's own batches: parameters equal bitwise, BN running stats not."""
     torch.manual_seed(1000 + rank)  # different init on each replica: only the broadcast makes them equal
     extra = ["agent.device_type=cpu", "deterministic=true"] if device == "cpu" else [
         "agent.device_type=cuda", "agent.use_compile=false", "agent.use_cuda_graph=true"]  # as a GPU run (TF32)
-    cfg = load_config([*TINY, *extra, f"seed={rank}"], framework="torch")
+    cfg = load_config([*TINY, *extra, f"seed={rank}", *overrides], framework="torch")
     agent = FlashSACAgent(cfg, gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32),
                           gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32))
     initial = {k: v.detach().clone() for k, v in agent.critic.module.named_parameters()}
@@ -121,14 +122,15 @@ def _doubled_batch(rank: int, device: str) -> dict[str, object]:
     return out
 
 
-def _replica(rank: int, port: int, path: str, device: str) -> None:
+def _replica(rank: int, port: int, path: str, device: str, overrides: list[str]) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     if device == "cuda":
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=WORLD)
     try:
-        result = {"replicas": _replicas_after_updates(rank, device), "doubled_batch": _doubled_batch(rank, device)}
+        result = {"replicas": _replicas_after_updates(rank, device, overrides),
+                  "doubled_batch": _doubled_batch(rank, device)}
         if rank == 0:
             with open(path, "w") as f:
                 json.dump(result, f)
@@ -140,4 +142,4 @@ if __name__ == "__main__":
     device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
     if device not in ("cpu", "cuda"):
         raise SystemExit(f"device must be cpu or cuda, got {device!r}")
-    mp.spawn(_replica, args=(int(sys.argv[1]), sys.argv[2], device), nprocs=WORLD, join=True)
+    mp.spawn(_replica, args=(int(sys.argv[1]), sys.argv[2], device, sys.argv[4:]), nprocs=WORLD, join=True)

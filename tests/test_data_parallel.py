@@ -100,13 +100,13 @@ def test_num_devices_config_errors(tmp_path):
         make_mesh(64, jax.devices("cpu")[0])
 
 
-def _torch_worker(tmp_path, device: str) -> dict:
+def _torch_worker(tmp_path, device: str, overrides: tuple[str, ...] = ()) -> dict:
     out = tmp_path / "dp.json"
     env = _env()
     if device == "cuda":
         env.pop("TRITON_INTERPRET", None)  # conftest's CPU interpreter: the GPU run compiles the Triton kernel
     proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "data_parallel_torch_worker.py"),
-                           str(_free_port()), str(out), device], env=env, capture_output=True, text=True,
+                           str(_free_port()), str(out), device, *overrides], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
@@ -119,8 +119,11 @@ def _torch_cuda_devices() -> int:
 
 
 @pytest.mark.skipif(_torch_cuda_devices() < 2, reason="needs 2 CUDA devices (NCCL)")
-def test_nccl_replicas_bitwise_equal_with_the_all_reduce_in_the_captured_update(tmp_path):
-    result = _torch_worker(tmp_path, "cuda")
+@pytest.mark.parametrize("scope", ["networks", "update"])
+def test_nccl_replicas_bitwise_equal_with_the_all_reduce_in_the_captured_update(tmp_path, scope):
+    # compile_scope=update: the compiled update's pieces (Inductor) with the all-reduce between them, in the graph
+    result = _torch_worker(tmp_path, "cuda", () if scope == "networks" else (
+        "agent.use_compile=true", "agent.compile_scope=update", "agent.compile_mode=default"))
     rep = result["replicas"]
     assert rep["device"] == "cuda:0" and rep["cuda_graphs"] == 2  # both update variants captured, then replayed
     assert rep["params_checked"] > 30 and rep["params_unequal"] == [] and rep["buffers_unequal"]
