@@ -33,7 +33,9 @@ from agent_jax.packing import PackedTree, pack_like, unpack
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks
 
 __all__ = [
+    "ENV_STEP_JIT",
     "METRIC_NAMES",
+    "POLICY_JIT",
     "STAGING_ROWS",
     "DeviceReplay",
     "DeviceRowStorage",
@@ -82,7 +84,11 @@ def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: j
     return scale_action(actor_def, jnp.tanh(mean + std * noise))  # (E, A)
 
 
-@functools.partial(jax.jit, static_argnames=("actor_def", "treedef", "deterministic", "host_output"))
+POLICY_JIT: dict[str, Any] = {"static_argnames": ("actor_def", "treedef", "deterministic", "host_output")}
+"""``jax.jit``'s arguments of ``policy_on_leaves`` (a benchmark compiles the same function with other XLA options)."""
+
+
+@functools.partial(jax.jit, **POLICY_JIT)
 def policy_on_leaves(leaves: tuple[Array, ...], inputs: Array, *, actor_def: Any, treedef: Any, deterministic: bool,
                      host_output: bool = False) -> Array:
     """Jitted ``policy_actions`` as one call with one input array, for acting from the host.
@@ -197,8 +203,14 @@ def _add_metrics(replay: DeviceReplay, info: dict[str, Array]) -> DeviceReplay:
                           metric_count=replay.metric_count + present)
 
 
-@functools.partial(jax.jit, static_argnames=("actor_def", "num_envs", "observation_dim", "action_dim", "insert",
-                                             "updates", "act", "batch_size", "host_action"), donate_argnums=(0, 1))
+ENV_STEP_JIT: dict[str, Any] = {
+    "static_argnames": ("actor_def", "num_envs", "observation_dim", "action_dim", "insert", "updates", "act",
+                        "batch_size", "host_action"),
+    "donate_argnums": (0, 1)}
+"""``jax.jit``'s arguments of ``env_step`` (a benchmark compiles the same function with other XLA options)."""
+
+
+@functools.partial(jax.jit, **ENV_STEP_JIT)
 def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext, *, actor_def: Any, num_envs: int,
              observation_dim: int, action_dim: int, insert: bool, updates: tuple[bool, ...], act: bool,
              batch_size: int, host_action: bool = False) -> tuple[Any, DeviceReplay, Array | None]:

@@ -22,6 +22,7 @@ JOBS = {
     "gpu-recipe": "bench.gpu_recipe",
     "rliable-report": "bench.rliable_report",
     "breakdown": "bench.breakdown",
+    "jax-speed": "bench.jax_speed",
 }
 
 
