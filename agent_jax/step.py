@@ -33,7 +33,9 @@ from agent_jax.packing import PackedTree, pack_like, unpack
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks
 
 __all__ = [
+    "ENV_STEP_JIT",
     "METRIC_NAMES",
+    "POLICY_JIT",
     "STAGING_ROWS",
     "DeviceReplay",
     "DeviceRowStorage",
@@ -82,14 +84,39 @@ def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: j
     return scale_action(actor_def, jnp.tanh(mean + std * noise))  # (E, A)
 
 
-@functools.partial(jax.jit, static_argnames=("actor_def", "treedef", "deterministic"))
-def policy_on_leaves(leaves: tuple[Array, ...], observation: Array, noise: Array | None, *, actor_def: Any,
-                     treedef: Any, deterministic: bool) -> Array:
-    """Jitted ``policy_actions`` with the actor's (params, batch_stats) given as their flat leaves (``treedef``
-    rebuilds them): a call passes one tuple of arrays, which jit dispatches faster than the nested dicts, and
-    ``noise`` may be None when ``deterministic``."""
+POLICY_JIT: dict[str, Any] = {"static_argnames": ("actor_def", "treedef", "deterministic", "host_output")}
+"""``jax.jit``'s arguments of ``policy_on_leaves`` (a benchmark compiles the same function with other XLA options)."""
+
+
+@functools.partial(jax.jit, **POLICY_JIT)
+def policy_on_leaves(leaves: tuple[Array, ...], inputs: Array, *, actor_def: Any, treedef: Any, deterministic: bool,
+                     host_output: bool = False) -> Array:
+    """Jitted ``policy_actions`` as one call with one input array, for acting from the host.
+
+    The actor's (params, batch_stats) come as their flat leaves (``treedef`` rebuilds them): one tuple of arrays,
+    which jit dispatches faster than the nested dicts. The observation and the noise come as one array, so a call
+    copies one array to the device.
+
+    Args:
+        leaves: the actor's params and BN statistics, flattened.
+        inputs: (E, O) observations when ``deterministic``, else (E, O + A) rows [observation | noise].
+        actor_def: the FlashSACActor module (static).
+        treedef: the treedef of (params, batch_stats) (static).
+        deterministic: tanh(mean), no noise.
+        host_output: the program writes the action to pinned host memory (``jax.memory.Space.Host``), so reading
+            it needs no device-to-host transfer after the program (``agent_jax.agent.ACTION_ON_HOST``).
+
+    Returns:
+        (E, A) actions.
+    """
     params, batch_stats = jax.tree_util.tree_unflatten(treedef, leaves)
-    return policy_actions(actor_def, params, batch_stats, observation, noise, deterministic)  # (E, A)
+    observation_dim = actor_def.observation_dim
+    observation = inputs[:, :observation_dim]  # (E, O)
+    noise = None if deterministic else inputs[:, observation_dim:]  # (E, A)
+    action = policy_actions(actor_def, params, batch_stats, observation, noise, deterministic)  # (E, A)
+    if host_output:
+        action = jax.device_put(action, jax.memory.Space.Host)  # the same values, in pinned host memory
+    return action
 
 
 @flax.struct.dataclass
@@ -176,8 +203,14 @@ def _add_metrics(replay: DeviceReplay, info: dict[str, Array]) -> DeviceReplay:
                           metric_count=replay.metric_count + present)
 
 
-@functools.partial(jax.jit, static_argnames=("actor_def", "num_envs", "observation_dim", "action_dim", "insert",
-                                             "updates", "act", "batch_size", "host_action"), donate_argnums=(0, 1))
+ENV_STEP_JIT: dict[str, Any] = {
+    "static_argnames": ("actor_def", "num_envs", "observation_dim", "action_dim", "insert", "updates", "act",
+                        "batch_size", "host_action"),
+    "donate_argnums": (0, 1)}
+"""``jax.jit``'s arguments of ``env_step`` (a benchmark compiles the same function with other XLA options)."""
+
+
+@functools.partial(jax.jit, **ENV_STEP_JIT)
 def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext, *, actor_def: Any, num_envs: int,
              observation_dim: int, action_dim: int, insert: bool, updates: tuple[bool, ...], act: bool,
              batch_size: int, host_action: bool = False) -> tuple[Any, DeviceReplay, Array | None]:
@@ -199,7 +232,7 @@ def env_step(state: Any, replay: DeviceReplay, packed: Array, ctx: UpdateContext
         act: whether to return the next action.
         batch_size: B.
         host_action: the program itself writes the action to pinned host memory (``jax.memory.Space.Host``), so
-            reading it needs no device-to-host transfer after the program (``STEP_ACTION_ON_HOST``).
+            reading it needs no device-to-host transfer after the program (``agent_jax.agent.ACTION_ON_HOST``).
 
     Returns:
         (new AgentState in the form it came in, new DeviceReplay, (E, A) action or None).

@@ -27,6 +27,7 @@ from agent_jax.state import AgentState, RLTrainState
 from jax_impl import categorical_td_target
 
 __all__ = [
+    "UPDATE_FLAT_JIT",
     "Batch",
     "UpdateContext",
     "actor_grads",
@@ -386,7 +387,12 @@ def update_networks(state: AgentState, batch: Batch, ctx: UpdateContext, *,
     return state, info
 
 
-@functools.partial(jax.jit, static_argnames=("observation_dim", "do_actor_update"), donate_argnums=(0,))
+UPDATE_FLAT_JIT: dict[str, Any] = {"static_argnames": ("observation_dim", "do_actor_update"), "donate_argnums": (0,)}
+"""``jax.jit``'s arguments of ``update_networks_flat`` (a benchmark compiles the same function with other XLA
+options)."""
+
+
+@functools.partial(jax.jit, **UPDATE_FLAT_JIT)
 def update_networks_flat(state: AgentState, flat: Array, ctx: UpdateContext, *, observation_dim: int,
                          do_actor_update: bool) -> tuple[AgentState, Array]:
     """``update_networks`` on a flat batch, with the metrics stacked: what the agent runs each update.

@@ -23,6 +23,7 @@ JOBS = {
     "rliable-report": "bench.rliable_report",
     "breakdown": "bench.breakdown",
     "torch-levers": "bench.torch_levers",
+    "jax-speed": "bench.jax_speed",
 }
 
 

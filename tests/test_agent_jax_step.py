@@ -237,6 +237,7 @@ def test_agent_checkpoint_keeps_the_sampler_key_and_metric_sums(tmp_path):
 def test_act_on_cached_leaves_equals_the_policy_on_the_live_state():
     """``act`` (the actor's leaves flattened once per state, no noise array when deterministic) gives bitwise the
     actions of ``policy_actions`` on the current params, also after a step has replaced the state."""
+    from agent_jax import agent as agent_module
     from agent_jax.step import policy_actions
 
     agent = _agent()
@@ -257,6 +258,9 @@ def test_act_on_cached_leaves_equals_the_policy_on_the_live_state():
             assert agent.act(observation, eps).tobytes() == expected(observation, eps).tobytes()
         leaves = agent.actor_leaves()[0]
         assert agent.act(observation, None) is not None and agent.actor_leaves()[0] is leaves  # cached
+        # one program writes the action to pinned host memory (no device-to-host read after it)
+        dispatched = agent_module._act_on_leaves(agent._actor_def, *agent.actor_leaves(), observation, noise, True)
+        assert dispatched.sharding.memory_kind == "pinned_host"
         t = random_transition(rng)
         buffer.add(*t)
         agent.step(t[5], noise, 1, 1.0)  # an update: new params (the old ones donated), so act flattens again
@@ -299,14 +303,14 @@ def test_background_compilation_serves_the_first_fused_steps(caplog):
 
 
 def test_action_in_pinned_host_memory_is_the_device_action_bitwise(monkeypatch):
-    """``env_step(host_action=True)`` (the default, ``STEP_ACTION_ON_HOST``) hands back the action in pinned host
+    """``env_step(host_action=True)`` (the default, ``ACTION_ON_HOST``) hands back the action in pinned host
     memory, with the values of the device action; the two agents' whole steps (updates included) stay bitwise equal."""
     from agent_jax import agent as agent_module
 
-    assert agent_module.STEP_ACTION_ON_HOST
+    assert agent_module.ACTION_ON_HOST
     actions, states = {}, {}
     for on_host in (True, False):
-        monkeypatch.setattr(agent_module, "STEP_ACTION_ON_HOST", on_host)
+        monkeypatch.setattr(agent_module, "ACTION_ON_HOST", on_host)
         agent = _agent()
         storage = agent.replay_storage(64)
         buffer = replay_buffer(64, storage)
