@@ -1,35 +1,35 @@
 """Framework-free FlashSAC pieces shared by ``agent_torch`` and ``agent_jax`` (numpy, gymnasium, omegaconf only).
 
-Modules
-    schema      standard library only: the ``Config`` schema (``env.*``, ``agent.*`` with upstream key names),
-                ``build_config(values, framework)``, validation, derived fields, ``ConfigError``,
-                ``RESUME_LOCKED`` (what a resume may not change), ``target_entropy(agent_cfg, low, high)``.
-    config      the command line (omegaconf): ``load_config(overrides, framework)``, ``parse_args(argv, framework)``
-                (``--overrides key=value``, repeatable, "did you mean"), the run's stored config on resume.
-    envs        ``make_env``, ``make_vec_env`` (SameStep autoreset; gymnasium MuJoCo or DMC through shimmy),
-                ``step_env`` -> ``StepResult`` (true final obs for finished episodes), ``evaluate(act, envs,
-                num_episodes)``, ``get_env_states``/``set_env_states``.
-    noise       ``ZetaNoise`` (truncated-zeta noise repetition; ``sample() -> (E, A)``; state_dict/load_state_dict).
-    normalizer  ``RewardNormalizer`` (``update(r, term, trunc)``, ``normalize(r)``, ``scale()``, state_dict).
-    buffer      ``ReplayBuffer`` (n-step, numpy, seeded uniform sampling; ``add``, ``sample(B)``, state_dict; the rows
-                optionally in an agent's ``RowStorage``).
-    schedule    ``warmup_cosine_decay(step, init, peak, end, warmup_steps, decay_steps)``.
-    logger      ``RunLogger`` (TensorBoard events via the tensorboard package, ``eval.csv`` in upstream's layout,
-                ``config.yaml``), ``AverageMeter``, ``read_eval_csv``.
-    checkpoint  ``atomic_write``, ``atomic_write_text``, ``atomic_pickle``, ``load_pickle``, ``resolve_checkpoint``,
-                checkpoint discovery by scanning, crash recovery, pruning, ``CheckpointError``, ``DiskFullError``.
-    recipes     standard library only: the named recipes (``--recipe smoke | gym | mjx | dmc | playground |
-                myosuite | mjlab``).
-    run         what both drivers share: ``TrainResult``, ``StopFlag``, ``prepare_run_dir``, ``kept_on_resume``.
-    protocol    ``Agent`` (what the loop calls), ``Capabilities`` (its optional parts), ``check_agent``.
-    loop        ``train(cfg, make_agent) -> TrainResult`` and ``run_cli(argv, framework, factory_loader)``.
-    vector_loop ``train_vector(cfg, make_trainer, framework)``: the device driver (``env.env_type`` mjx,
-                mujoco_playground or mjlab) over an agent's ``VectorTrainer`` (chunks of interaction steps on the
-                device; evaluation, logging, checkpoints between).
-    plot        ``python -m agent_common.plot <run_dir> [--reference published.csv]`` -> ``learning_curve.png``.
+The configuration (each idea in one module)
+    keys        every config key declared once (type, default, meaning), ``ConfigError``, the derived defaults
+    validation  the checks of a config, the simulator's own (``simulators``) included
+    help        ``--help`` built from the declarations
+    config      ``build_config(values)``, ``load_config(overrides)`` (recipes, a resume's stored config),
+                ``parse_args(argv)``: the command line, parsed once
+    recipes     the named recipes (``--recipe smoke | gym | mjx | dmc | playground | myosuite | mjlab``)
 
-Agent interface (what ``loop.train`` calls; ``agent_common.protocol``: the protocols and their check; both frameworks
-implement it identically)
+Training (one driver, two steppers)
+    cli         ``run(cfg, framework)``: the training command below the parsing (exit statuses, summary lines)
+    driver      ``train(cfg, make_trainer)``: evaluation, logging, checkpoints, stop signals, videos, progress
+    trainer     ``Trainer``: what the driver calls on a stepper
+    host        ``HostStepper``: gymnasium, DMC, MyoSuite envs on the host over an ``Agent`` (``protocol``)
+    device      ``DeviceStepper``: MJX, Playground, mjlab on the device over a framework's ``DeviceTrainer``
+    protocol    ``Agent`` (what the host stepper calls), ``Capabilities``, ``check_agent``
+    runs/       the run's lifecycle: directory, checkpoints (atomic, verified, recovered, pruned), resume,
+                start from weights (its ``__init__`` maps it)
+    replicas    data-parallel replicas as the driver sees them
+
+Pieces
+    envs        the host simulators' vector envs (SameStep autoreset, true final observations, snapshots),
+                ``evaluate(act, envs, num_episodes)``
+    buffer, noise, normalizer, schedule, seeding
+                ``ReplayBuffer`` (n-step), ``ZetaNoise``, ``RewardNormalizer``, ``warmup_cosine_decay``, RNG streams
+    logger, wandb_logger, video, plot, policy, architecture
+                TensorBoard / ``eval.csv`` / W&B, evaluation videos, ``python -m agent_common.plot``,
+                ``load_policy`` and ``python -m agent_<framework>.evaluate``, what a checkpoint's shapes state
+
+Agent interface (what the host stepper calls; ``agent_common.protocol``: the protocols and their check; both
+frameworks implement it identically)
     ``make_agent(cfg: Config, observation_space: Box, action_space: Box) -> agent``
         Seeds the framework RNG from ``cfg.seed`` and builds networks; target entropy from ``target_entropy``.
     ``agent.act(observation: (E, O) float32, noise: (E, A) float32 | None) -> (E, A) float32``
@@ -42,16 +42,16 @@ implement it identically)
         ``FloatingPointError`` on a non-finite loss.
     ``agent.save(directory: str)`` / ``agent.load(directory: str, load_optimizer: bool = True)``
         Networks, target, optimizers, schedulers, grad scaler, update counter and framework RNG state; files
-        written with ``checkpoint.atomic_write``. The loop saves everything else (counters, python/numpy RNG,
+        written with ``runs.files.atomic_write``. The driver saves everything else (counters, python/numpy RNG,
         env states, noise, reward normaliser, optional replay buffer) in ``loop_state.pkl``.
     ``agent.info() -> dict[str, float | str]``
         Diagnostics: ``backend/fallback_count`` (float), ``backend/selected`` (str, logged as text) and
-        ``compile/path`` (str: how the agent computes -- compilation, CUDA graphs, jit cache -- and why; the loop
+        ``compile/path`` (str: how the agent computes -- compilation, CUDA graphs, jit cache -- and why; the driver
         also prints it once on stderr at the start of training).
     ``agent.capabilities`` (``protocol.Capabilities``): which of the optional parts below the agent implements.
     Optional (``device_replay``), for an agent that keeps the replay rows on its device (``agent.buffer_device_type``):
     ``agent.replay_storage(capacity) -> buffer.RowStorage | None``
-        Called once by the loop; a storage makes the loop's ``ReplayBuffer`` write its rows there and turns on:
+        Called once by the stepper; a storage makes its ``ReplayBuffer`` write its rows there and turns on:
     ``agent.step(observation, noise | None, num_updates, reward_scale) -> (E, A) action | None``
         Per env step, after the transition is stored: the due updates on batches the agent samples itself
         (rewards divided by ``reward_scale``), then the action for ``observation`` (None when ``noise`` is None).
@@ -63,23 +63,21 @@ implement it identically)
     ``agent.policy_snapshot() -> (obs: (E, O) float32) -> (E, A) float32``
         The deterministic policy as it is now (``act(obs, None)``), unchanged by later updates and callable from
         another thread; every evaluation acts with a fresh one (both agents' run on the host, beside the envs), and
-        the loop's background initial evaluation runs alongside the updates; without it evaluations call ``act``
-        and the loop waits for the initial one before its first call into the agent.
+        the driver's background initial evaluation runs alongside the updates; without it evaluations call ``act``
+        and the initial one runs before the first step.
 
-Checkpoint layout: ``<save_path>/checkpoints/step<env_step>/{agent/, config.yaml, loop_state.pkl, replay_buffer.pkl,
-COMPLETE}`` (``COMPLETE``, written last, is the SHA-256 manifest of the other files, verified before a load);
-``agent_load_path`` accepts the step directory or the run directory (its newest checkpoint that verifies, found by
-scanning; damaged ones are moved to ``checkpoints/damaged/``; ``checkpoints/latest`` only names it for people).
+Checkpoint layout: ``agent_common.runs``.
 """
 
 from typing import Any
 
 from agent_common.buffer import BATCH_KEYS, ReplayBuffer
-from agent_common.checkpoint import atomic_pickle, atomic_write, atomic_write_text, load_pickle, resolve_checkpoint
+from agent_common.keys import AgentConfig, Config, ConfigError, EnvConfig, target_entropy
 from agent_common.noise import ZetaNoise
 from agent_common.normalizer import RewardNormalizer
+from agent_common.runs.checkpoints import resolve_checkpoint
+from agent_common.runs.files import atomic_pickle, atomic_write, atomic_write_text, load_pickle
 from agent_common.schedule import warmup_cosine_decay
-from agent_common.schema import AgentConfig, Config, ConfigError, EnvConfig, build_config, target_entropy
 
 __all__ = [
     "BATCH_KEYS",
@@ -104,8 +102,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so that importing the schema (agent_common.schema) does not import omegaconf.
-    if name in ("load_config", "parse_args"):
+    # Lazy, so that importing the package does not import omegaconf (the command line's YAML reader).
+    if name in ("build_config", "load_config", "parse_args"):
         from agent_common import config
 
         return getattr(config, name)

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from agent_common.checkpoint import CheckpointError
-from agent_common.schema import ConfigError
-from agent_common.upstream_layout import IMPORTED_FILE
+from agent_common.keys import ConfigError
+from agent_common.runs.files import CheckpointError
+from agent_common.runs.upstream_layout import IMPORTED_FILE
 
 __all__ = ["ARCHITECTURE_KEYS", "Architecture", "ArchitectureError", "detect_actor_head", "infer_architecture",
            "read_conversion_record"]

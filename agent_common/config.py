@@ -1,68 +1,62 @@
-"""The command line on top of ``agent_common.schema``: upstream's ``--overrides key=value`` (values parsed as YAML by
-omegaconf), "did you mean" for unknown keys, ``config.yaml`` files, and the run's own config on resume.
+"""A config from values, ``--overrides`` strings or the command line: ``build_config`` (typed values -> the
+validated, resolved, frozen ``Config``), ``load_config`` (upstream's ``key=value`` strings parsed as YAML by
+omegaconf, a named recipe beneath them, a resume's stored config as their base), ``parse_args`` (the training
+command's arguments, parsed once; ``--help`` from the declarations) and ``config_to_yaml``.
 
-The schema names (``Config``, ``AgentConfig``, ``EnvConfig``, ``ConfigError``, ``target_entropy``, ...) live in
-``agent_common.schema`` (standard library only) and are re-exported here for the callers of ``load_config``.
+The keys are declared in ``agent_common.keys``, checked in ``agent_common.validation``; ``Config`` and
+``ConfigError`` are re-exported here for the callers of ``load_config``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agent_common.checkpoint import (
-    CONFIG_FILE,
-    CheckpointError,
-    DamagedCheckpointError,
-    NoCheckpointError,
-    checkpoint_framework,
-    converter_command,
-    no_checkpoint_message,
-    select_checkpoint,
-    set_train_program,
-    train_command,
-)
-from agent_common.recipes import recipe_overrides, recipes_help
-from agent_common.schema import (
+from agent_common.help import training_help
+from agent_common.keys import (
     BACKENDS,
     DERIVED_FROM_BUDGET,
+    FRAMEWORKS,
+    GROUPS,
     KNOWN_KEYS,
-    SUPPORTED_ENVS,
     AgentConfig,
     Config,
     ConfigError,
     EnvConfig,
-    build_config,
+    budget_defaults,
     check_key,
-    config_help,
     config_to_dict,
     field_default,
     field_type,
     flatten,
-    resume_conflicts,
-    run_dir_of_checkpoint,
-    target_entropy,
+    get,
+    typed,
 )
+from agent_common.recipes import recipe_overrides
+from agent_common.runs.checkpoints import no_checkpoint_message
+from agent_common.runs.commands import set_train_program, train_command
+from agent_common.runs.files import CONFIG_FILE, CheckpointError, read_config_file
+from agent_common.runs.resume import NothingToResume, stored_config
+from agent_common.runs.rundir import default_run_dir, run_dir_of_checkpoint
+from agent_common.validation import resume_conflicts, validate
+from simulators import simulator
 
 __all__ = [
-    "BACKENDS",
-    "SUPPORTED_ENVS",
-    "AgentConfig",
     "Config",
     "ConfigError",
-    "EnvConfig",
-    "config_to_dict",
+    "build_config",
     "config_to_yaml",
     "load_config",
     "parse_args",
     "parse_overrides",
-    "read_config_file",
-    "target_entropy",
+    "with_save_path",
 ]
 
 # Upstream selects config groups with `env=mujoco` / `agent=flashSAC`; these are the only groups that exist here.
@@ -72,7 +66,80 @@ _NOT_RESTORED = ("agent_load_path", "buffer_load_path", "save_path", "rederive_s
                  "overwrite_incomplete", "agent_init_path")
 # Keys a resolved config fills from another key (upstream interpolations): never needed on a command line.
 _MIRRORED = ("env.num_train_envs", "env.num_eval_envs", "agent.seed", "agent.gamma", "agent.n_step",
-             "agent.critic_min_v", "agent.critic_max_v")
+             "agent.critic_min_v", "agent.critic_max_v", "env.rescale_action")  # the last: the simulator's convention
+
+
+def _resolve(cfg: Config) -> Config:
+    """Fill derived fields in code (no eval resolvers), as upstream's interpolations would; ``env.rescale_action``
+    from the simulator's convention when null."""
+    derived = budget_defaults(cfg)
+
+    def pick(key: str) -> Any:
+        value = get(cfg, key)
+        return derived[key] if value is None else value
+
+    a = cfg.agent
+    agent = dataclasses.replace(
+        a,
+        seed=cfg.seed,
+        gamma=cfg.gamma,
+        n_step=cfg.n_step,
+        critic_min_v=-a.normalized_G_max if a.critic_min_v is None else a.critic_min_v,
+        critic_max_v=a.normalized_G_max if a.critic_max_v is None else a.critic_max_v,
+        learning_rate_warmup_step=pick("agent.learning_rate_warmup_step"),
+        learning_rate_decay_step=pick("agent.learning_rate_decay_step"),
+    )
+    rescale = simulator(cfg.env.env_type).RESCALE_ACTION if cfg.env.rescale_action is None else cfg.env.rescale_action
+    env = dataclasses.replace(cfg.env, num_train_envs=cfg.num_train_envs, num_eval_envs=cfg.num_eval_envs,
+                              rescale_action=rescale)
+    save_path = cfg.save_path
+    if save_path is None and cfg.agent_load_path is not None:
+        save_path = run_dir_of_checkpoint(cfg.agent_load_path)
+    if save_path is None:
+        save_path = default_run_dir(cfg)
+    intervals = {key: pick(key) for key in DERIVED_FROM_BUDGET if "." not in key}
+    return dataclasses.replace(cfg, env=env, agent=agent, save_path=save_path, **intervals)
+
+
+def build_config(
+    values: Mapping[str, Any] | None = None,
+    framework: str = "torch",
+    base: Mapping[str, Any] | None = None,
+) -> Config:
+    """The resolved, frozen config from typed values.
+
+    Args:
+        values: dotted keys -> Python values, e.g. ``{"agent.sample_batch_size": 256, "seed": 3}``; applied last.
+        framework: ``"torch"`` or ``"jax"``; selects the allowed ``agent.categorical_target_backend`` values.
+        base: dotted keys -> values applied before ``values`` (a stored run config on resume); defaults otherwise.
+
+    Returns:
+        A frozen ``Config`` with every derived field filled (intervals, LR steps, critic support, mirrored keys).
+
+    Raises:
+        ConfigError: unknown key, wrong type or invalid value; the message names the key.
+    """
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"unknown framework {framework!r}; allowed: {', '.join(FRAMEWORKS)}")
+    merged = dict(base or {})
+    merged.update(values or {})
+    flat: dict[str, Any] = {}
+    for key, value in merged.items():
+        check_key(key)
+        flat[key] = typed(key, value)
+    groups: dict[str, dict[str, Any]] = {group: {} for group in GROUPS}
+    top: dict[str, Any] = {}
+    for key, value in flat.items():
+        group, _, name = key.partition(".")
+        if name:
+            groups[group][name] = value
+        else:
+            top[key] = value
+    cfg = Config(**top, env=EnvConfig(**groups["env"]), agent=AgentConfig(**groups["agent"]))
+    validate(cfg, framework)
+    resolved = _resolve(cfg)
+    resolved._freeze()
+    return resolved
 
 
 def _split_override(item: str) -> tuple[str, str]:
@@ -114,61 +181,6 @@ def parse_overrides(overrides: list[str] | None) -> dict[str, Any]:
         check_key(key)
         values[key] = _parse_value(key, value)
     return values
-
-
-def read_config_file(path: str) -> dict[str, Any]:
-    """A ``config.yaml`` as flat dotted keys -> values.
-
-    Raises:
-        CheckpointError: the file is missing or not a config written by these agents, naming it.
-    """
-    try:
-        tree = OmegaConf.to_container(OmegaConf.load(path))
-    except FileNotFoundError:
-        raise DamagedCheckpointError(f"{path} is missing", path, "missing") from None
-    except Exception as exc:  # noqa: BLE001 - any parse failure means the file is damaged
-        raise DamagedCheckpointError(f"cannot read {path} ({type(exc).__name__}): the file is damaged", path,
-                                     "unreadable") from None
-    if not isinstance(tree, dict):
-        raise DamagedCheckpointError(f"{path} is not a config file (expected a mapping of keys)", path, "unreadable")
-    return flatten(tree)  # type: ignore[arg-type]
-
-
-def _stored_config(load_path: str, framework: str) -> tuple[str, dict[str, Any]]:
-    """(checkpoint, its stored config) for a resume from ``load_path``, checked for the framework: the newest
-    checkpoint that verifies and whose config reads (``checkpoint.select_checkpoint``: a damaged one is moved aside
-    with a warning and the next older one is used).
-
-    Raises:
-        ConfigError: no checkpoint there (with the next commands), a checkpoint of the other framework (with the
-            converter command), another program's layout, or no readable stored config.
-    """
-    stored: dict[str, Any] = {}
-
-    def read(ckpt: str) -> None:
-        written_by = checkpoint_framework(ckpt)
-        if written_by is not None and written_by != framework:
-            raise ConfigError(
-                f"agent_load_path={load_path}: {ckpt} was written by the {written_by} agent, this is the {framework} "
-                f"agent; convert it first: {converter_command(ckpt, written_by, framework)}"
-            )
-        for path in (os.path.join(ckpt, CONFIG_FILE), os.path.join(run_dir_of_checkpoint(ckpt), CONFIG_FILE)):
-            if os.path.exists(path):
-                stored.clear()
-                stored.update(read_config_file(path))
-                return
-        raise ConfigError(f"agent_load_path={load_path}: no {CONFIG_FILE} in {ckpt} or its run directory, so the "
-                          "run's config cannot be restored")
-
-    try:
-        ckpt = select_checkpoint(load_path, read)
-    except NoCheckpointError as exc:
-        if os.path.exists(os.path.join(load_path, CONFIG_FILE)) and "nothing to resume" in str(exc):
-            raise ConfigError(no_checkpoint_message(load_path, start_over_command(load_path, framework))) from None
-        raise ConfigError(str(exc)) from None
-    except CheckpointError as exc:
-        raise ConfigError(str(exc)) from None
-    return ckpt, stored
 
 
 def start_over_command(run_dir: str, framework: str) -> str | None:
@@ -243,7 +255,10 @@ def load_config(overrides: list[str] | None = None, framework: Literal["torch", 
     if load_path is not None:
         if not isinstance(load_path, str):
             raise ConfigError(f"invalid value {load_path!r} for 'agent_load_path' (expected str)")
-        ckpt, stored = _stored_config(load_path, framework)
+        try:
+            ckpt, stored = stored_config(load_path, framework)
+        except NothingToResume:
+            raise ConfigError(no_checkpoint_message(load_path, start_over_command(load_path, framework))) from None
         conflicts = resume_conflicts(stored, values)
         if conflicts:
             raise ConfigError(
@@ -269,7 +284,7 @@ def check_init_path(cfg: Config, framework: str) -> None:
     """
     if cfg.agent_init_path is None:
         return
-    from agent_common.start_from import check_converted_architecture, resolve_init_source
+    from agent_common.runs.start_from import check_converted_architecture, resolve_init_source
 
     try:
         check_converted_architecture(resolve_init_source(cfg.agent_init_path, framework), cfg)
@@ -296,9 +311,9 @@ def parse_args(
     set_train_program(prog or f"python -m agent_{framework}.train")
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Train FlashSAC on gym-MuJoCo, DeepMind Control, MJX, MuJoCo Playground or mjlab (env.env_type). "
+        description="Train FlashSAC on one of the simulators below (env.env_type). "
         "Every config key below is set with --overrides KEY=VALUE; null means derived or taken from the named key.",
-        epilog=recipes_help() + "\n\n" + config_help(),
+        epilog=training_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -320,6 +335,13 @@ def parse_args(
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def with_save_path(cfg: Config, save_path: str) -> Config:
+    """``cfg`` with another run directory (resolved and frozen like it): a torchrun launch shares replica 0's."""
+    changed = dataclasses.replace(cfg, save_path=save_path)
+    changed._freeze()
+    return changed
 
 
 def config_to_yaml(cfg: Config) -> str:

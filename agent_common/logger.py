@@ -17,7 +17,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.text.summary_v2 import text_pb
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from agent_common.checkpoint import atomic_write_text
+from agent_common.runs.files import atomic_write_text
 
 __all__ = ["CSV_HEADER", "AverageMeter", "RunLogger", "UpdateTimeline", "launch_time", "read_eval_csv"]
 

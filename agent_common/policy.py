@@ -34,19 +34,14 @@ import gymnasium as gym
 import numpy as np
 
 from agent_common.architecture import Architecture, read_conversion_record
-from agent_common.checkpoint import (
-    AGENT_DIR,
-    COMPLETE_FILE,
-    LOOP_STATE_FILE,
-    CheckpointError,
-    converter_command,
-    holds_run,
-    read_checkpoint_file,
-)
 from agent_common.config import load_config, parse_overrides
 from agent_common.envs import evaluate, make_env, make_vec_env, set_env_states
-from agent_common.schema import Config, ConfigError
-from agent_common.upstream_layout import IMPORTED_FILE, is_upstream_checkpoint, upstream_checkpoints_in
+from agent_common.keys import Config, ConfigError
+from agent_common.runs.commands import converter_command
+from agent_common.runs.files import AGENT_DIR, LOOP_STATE_FILE, CheckpointError, read_checkpoint_file
+from agent_common.runs.manifest import COMPLETE_FILE
+from agent_common.runs.rundir import holds_run
+from agent_common.runs.upstream_layout import IMPORTED_FILE, is_upstream_checkpoint, upstream_checkpoints_in
 
 __all__ = ["Policy", "evaluate_main", "load_policy", "run_episodes"]
 
@@ -104,7 +99,7 @@ class Policy:
 
 
 def _checkpoint_of(path: str) -> str:
-    from agent_common.checkpoint import candidate_checkpoints
+    from agent_common.runs.checkpoints import candidate_checkpoints
 
     return candidate_checkpoints(path)[0]
 

@@ -1,8 +1,8 @@
-"""What the gymnasium training loop (``agent_common.loop.train``) calls on an agent: the ``Agent`` protocol, the
+"""What the host stepper (``agent_common.host.HostStepper``) calls on an agent: the ``Agent`` protocol, the
 optional capabilities an agent declares (``Capabilities``) and the protocols of their methods, and
 ``conformance_problems`` / ``check_agent``, which check an agent (or its class) against all of them.
 
-Every agent has ``act``, ``update``, ``save``, ``load``, ``info`` and a ``capabilities`` attribute. The loop calls a
+Every agent has ``act``, ``update``, ``save``, ``load``, ``info`` and a ``capabilities`` attribute. The stepper calls a
 capability's methods only when the agent declares it:
 
     device_replay    ``replay_storage``, ``step``, ``take_metrics`` (``DeviceReplayAgent``): the replay rows on the
@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from agent_common.buffer import RowStorage
-from agent_common.schema import Config
+from agent_common.keys import Config, ConfigError
 
 __all__ = [
     "NO_CAPABILITIES",
@@ -38,6 +38,7 @@ __all__ = [
     "SnapshotAgent",
     "check_agent",
     "conformance_problems",
+    "strict_backend_as_config_error",
 ]
 
 
@@ -55,7 +56,7 @@ NO_CAPABILITIES = Capabilities()
 
 
 class Agent(Protocol):
-    """What the loop needs from every agent (see ``agent_common.__init__`` for the full contract)."""
+    """What the host stepper needs from every agent (see ``agent_common.__init__`` for the full contract)."""
 
     capabilities: Capabilities
 
@@ -84,7 +85,7 @@ class DeviceReplayAgent(Agent, Protocol):
     """``capabilities.device_replay``: the agent keeps the replay rows on its device."""
 
     def replay_storage(self, capacity: int) -> RowStorage | None:
-        """Called once by the loop: a storage for the loop's ``ReplayBuffer`` rows, which turns on ``step`` and
+        """Called once by the stepper: a storage for its ``ReplayBuffer`` rows, which turns on ``step`` and
         ``take_metrics``; None keeps the rows on the host (``act`` and ``update`` per step)."""
         ...
 
@@ -143,7 +144,7 @@ def _methods(protocol: type, own_only: bool) -> dict[str, inspect.Signature]:
 
 
 def _shape(params: list[inspect.Parameter]) -> list[tuple[str | None, bool]]:
-    """What the loop relies on of a method's parameters: their order, which are required, and the names of the
+    """What the stepper relies on of a method's parameters: their order, which are required, and the names of the
     optional ones (passed by keyword); required ones are passed by position, so a wrapper may name them freely."""
     return [(None if p.default is inspect.Parameter.empty else p.name, p.default is inspect.Parameter.empty)
             for p in params]
@@ -183,3 +184,21 @@ def check_agent(agent: Any) -> None:
     if problems:
         raise TypeError("the agent does not implement the loop's agent protocol (agent_common.protocol): "
                         + "; ".join(problems))
+
+
+def strict_backend_as_config_error(make_agent: AgentFactory, unavailable: type[Exception]) -> AgentFactory:
+    """Wraps an agent factory for the CLI: a strict backend that cannot run here (``unavailable``, the framework's
+    ``BackendUnavailable``) becomes a one-line ``ConfigError`` naming the keys, instead of a traceback."""
+
+    def build(cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> Agent:
+        try:
+            return make_agent(cfg, observation_space, action_space)
+        except unavailable as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"agent.categorical_target_backend={cfg.agent.categorical_target_backend} with "
+                f"agent.categorical_target_strict=true cannot run here: {reason}. Use a GPU, or "
+                "agent.categorical_target_strict=false (falls back to the reference, logged)"
+            ) from None
+
+    return build

@@ -2,7 +2,7 @@
 
 ``python -m agent_torch.train --recipe smoke`` (or ``agent_jax.train``) applies the recipe's overrides first and the
 command line's ``--overrides`` on top; the run's ``config.yaml`` records the name (``recipe``). The agents' CLIs, the
-MJX environments (``mjx_envs.recipe``) and the benchmarks take their recipes from here.
+GPU-simulator benchmarks take their recipes from here.
 
     smoke  a short CPU run: Hopper-v4, 10k env steps, a smaller network and batch (learning visible in minutes)
     gym    upstream's gymnasium MuJoCo recipe: HalfCheetah-v4, 1M env steps, batch 512 (the config's defaults)
@@ -143,7 +143,7 @@ def recipe_overrides(name: str, framework: str) -> list[str]:
 
 
 def gpu_recipe(task: str = "halfcheetah", framework: str = "torch") -> list[str]:
-    """The ``mjx`` recipe for one MJX task (``agent_common.schema.MJX_TASKS``) and agent, as ``--overrides`` values."""
+    """The ``mjx`` recipe for one MJX task (``simulators.mjx.TASKS``) and agent, as ``--overrides`` values."""
     return [f"env.env_name={task}" if item.startswith("env.env_name=") else item
             for item in recipe_overrides("mjx", framework)]
 

@@ -1,8 +1,8 @@
-"""What the shared training loop knows about data-parallel replicas (framework-free; docs/flashsac.md, "Several GPUs").
+"""What the training driver knows about data-parallel replicas (framework-free; docs/flashsac.md, "Several GPUs").
 
 One replica is one training process with its own environments, replay buffer and copy of the networks; the
 framework keeps the networks equal (torch: gradients averaged across processes, ``agent_torch.distributed``). The
-loop uses a ``Replicas`` to run the data-parallel schedule as upstream's ``train.py`` does:
+driver uses a ``Replicas`` to run the data-parallel schedule as upstream's ``train.py`` does:
 
 - seeds: replica r seeds its training environments, replay sampling, exploration noise and warm-up actions with
   ``seed + r`` (the networks start from the same weights on every replica; the evaluation env keeps ``seed``);
@@ -84,7 +84,7 @@ class Replicas:
 
 
 SINGLE = Replicas()
-"""One process, no data parallelism: the loop's default."""
+"""One process, no data parallelism: the driver's default."""
 
 
 class NullLogger:

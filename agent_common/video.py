@@ -26,8 +26,9 @@ from collections.abc import Callable
 import mujoco
 import numpy as np
 
-from agent_common.envs import make_env, mj_model_data
-from agent_common.schema import Config, ConfigError
+from agent_common.envs import HOST_ENV_TYPES, make_env
+from agent_common.keys import Config, ConfigError
+from simulators import simulator
 
 __all__ = ["MAX_FRAMES", "RECORDING_ENV_TYPES", "TRACKING_CAMERA", "MujocoCamera", "RunVideos", "VectorRecorder",
            "VideoRecorder", "read_video_frames", "recording_on", "run_videos", "tracking_camera", "write_mp4"]
@@ -38,8 +39,8 @@ MAX_FRAMES = 1000
 TRACKING_CAMERA = "track"
 """The camera gym-MuJoCo models define to follow the agent's torso."""
 
-RECORDING_ENV_TYPES: tuple[str, ...] = ("mujoco", "dmc", "myosuite")
-"""The env types ``VideoRecorder`` films (gymnasium's MuJoCo tasks, the DMC suite)."""
+RECORDING_ENV_TYPES: tuple[str, ...] = HOST_ENV_TYPES
+"""The env types ``VideoRecorder`` films (the host simulators)."""
 
 
 def recording_on(cfg: Config) -> bool:
@@ -183,7 +184,7 @@ class VideoRecorder:
         start = time.perf_counter()
         self.out_dir = out_dir
         self.max_frames = max_frames
-        gym_render = env_type == "mujoco"
+        gym_render = bool(simulator(env_type).RENDERS_ITSELF)
         self.envs = [make_env(env_name, seed + i, rescale_action, max_episode_steps, i, env_type=env_type,
                               render_size=size if gym_render else None)
                      for i in range(num_envs)]
@@ -197,7 +198,7 @@ class VideoRecorder:
                     _use_tracking_camera(env)
             else:
                 for env in self.envs:
-                    self.cameras.append(MujocoCamera(*mj_model_data(env.unwrapped), size))
+                    self.cameras.append(MujocoCamera(*env.model_data(), size))
                 self.camera = self.cameras[0].camera
             self._frame(0)  # creates the OpenGL context now, before any training work
         except ConfigError:
@@ -206,10 +207,7 @@ class VideoRecorder:
         except Exception as exc:  # noqa: BLE001  any backend failure becomes one line naming the setting
             self.close()
             raise render_error(f"{env_name} ", exc) from None
-        base = self.envs[0].unwrapped
-        dm_env = getattr(base, "_env", None)
-        dt = float(dm_env.control_timestep()) if dm_env is not None else float(base.dt)
-        self.fps = max(1, round(1.0 / dt))
+        self.fps = max(1, round(1.0 / self.envs[0].control_timestep()))
         self.seconds = time.perf_counter() - start
 
     @classmethod
@@ -475,7 +473,7 @@ def run_videos(cfg: Config, run_dir: str, trainer: object = None) -> RunVideos |
     """The run's ``RunVideos`` when ``recording_on(cfg)``; None (no renderer, no rendering env) otherwise.
 
     Args:
-        trainer: None for the gymnasium loop; the device env types' ``VectorTrainer`` (its ``recording_model``
+        trainer: None for the host stepper; a device simulator's ``DeviceTrainer`` (its ``recording_model``
             and ``record_round``).
     """
     return RunVideos(cfg, run_dir, trainer) if recording_on(cfg) else None

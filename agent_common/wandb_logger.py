@@ -14,7 +14,7 @@ import os
 import secrets
 from typing import Any
 
-from agent_common.checkpoint import atomic_write_text
+from agent_common.runs.files import atomic_write_text
 
 __all__ = ["RUN_ID_FILE", "WandbSink", "logger_options"]
 
@@ -73,7 +73,7 @@ def logger_options(cfg: Any, run_dir: str) -> dict[str, Any]:
     """``RunLogger`` keyword arguments for ``cfg.logger_type``: ``use_tensorboard`` and ``wandb``."""
     import dataclasses
 
-    from agent_common.schema import loggers
+    from agent_common.keys import loggers
 
     names = loggers(cfg)
     wandb = None

@@ -21,9 +21,9 @@ import sys
 from typing import Any
 
 from agent_common.architecture import Architecture, read_conversion_record
-from agent_common.checkpoint import AGENT_DIR, CONFIG_FILE, CheckpointError
-from agent_common.schema import ConfigError
-from agent_common.upstream_layout import IMPORTED_FILE, is_upstream_checkpoint, upstream_checkpoints_in
+from agent_common.keys import ConfigError
+from agent_common.runs.files import AGENT_DIR, CONFIG_FILE, CheckpointError
+from agent_common.runs.upstream_layout import IMPORTED_FILE, is_upstream_checkpoint, upstream_checkpoints_in
 from agent_interop.torch_jax import ARCHITECTURE_KEYS, HYPERPARAMETER_KEYS, ConversionError, agent_dir_of
 
 __all__ = ["DIRECTIONS", "main"]
@@ -96,7 +96,7 @@ def _stored_overrides(src: str, agent_dir: str) -> tuple[list[str], str]:
         CheckpointError: the record or the config file is there but unreadable, naming it.
     """
     from agent_common.config import read_config_file
-    from agent_common.schema import run_dir_of_checkpoint
+    from agent_common.runs.rundir import run_dir_of_checkpoint
 
     step_dir = os.path.dirname(os.path.normpath(agent_dir)) if os.path.basename(
         os.path.normpath(agent_dir)) == AGENT_DIR else agent_dir
@@ -198,7 +198,7 @@ def _between_agents(direction: str, src: str, dst: str, user: list[str], check: 
         out = convert_jax_checkpoint(src, dst, agents["jax"], agents["torch"], check)
     record = os.path.join(out, IMPORTED_FILE)
     if os.path.isfile(record):  # a converted upstream folder stays one, now of the other framework
-        from agent_common.checkpoint import atomic_write_text
+        from agent_common.runs.files import atomic_write_text
 
         with open(record, encoding="utf-8") as f:
             info = json.load(f)

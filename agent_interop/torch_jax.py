@@ -89,7 +89,7 @@ HYPERPARAMETER_KEYS = ("learning_rate_init", "learning_rate_peak", "learning_rat
                        "actor_update_period", "actor_bc_alpha", "temp_target_entropy", "temp_target_sigma",
                        "use_amp")
 """``agent.*`` keys that must agree for the converted optimizer state to continue the same training."""
-CHECKPOINT_AGENT_DIR = "agent"  # agent_common.loop: <step dir>/agent/ holds the agent files, the rest is framework-free
+CHECKPOINT_AGENT_DIR = "agent"  # agent_common.runs: <step dir>/agent/ holds the agent files, the rest is framework-free
 
 
 class ConversionError(ValueError):
@@ -441,11 +441,11 @@ def _convert_dir(src: str, dst: str, load_agent: Any, save_agent: Any, convert: 
     latest complete checkpoint)."""
     is_agent_dir = any(os.path.exists(os.path.join(src, f"actor.{ext}")) for ext in ("pt", "pkl"))
     if not is_agent_dir and not os.path.isdir(os.path.join(src, CHECKPOINT_AGENT_DIR)):
-        from agent_common.checkpoint import resolve_checkpoint
+        from agent_common.runs.checkpoints import resolve_checkpoint
 
         src = resolve_checkpoint(src)  # a run directory -> <run>/checkpoints/step<N>; FileNotFoundError otherwise
     if os.path.isdir(os.path.join(src, CHECKPOINT_AGENT_DIR)):
-        from agent_common.checkpoint import COMPLETE_FILE, verify_checkpoint, write_manifest
+        from agent_common.runs.manifest import COMPLETE_FILE, verify_checkpoint, write_manifest
 
         if os.path.exists(os.path.join(src, COMPLETE_FILE)):
             verify_checkpoint(src)  # a damaged source is refused (DamagedCheckpointError names the file)
@@ -579,7 +579,7 @@ def agent_dir_of(path: str) -> str:
     """The directory holding ``actor.pt`` / ``actor.pkl`` for an agent, training-checkpoint or run directory."""
     if not any(os.path.exists(os.path.join(path, f"actor.{ext}")) for ext in ("pt", "pkl")):
         if not os.path.isdir(os.path.join(path, CHECKPOINT_AGENT_DIR)):
-            from agent_common.checkpoint import resolve_checkpoint
+            from agent_common.runs.checkpoints import resolve_checkpoint
 
             path = resolve_checkpoint(path)
         path = os.path.join(path, CHECKPOINT_AGENT_DIR)

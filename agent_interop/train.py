@@ -18,8 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agent_common.loop import AgentFactory
-from agent_common.schema import FRAMEWORKS, VECTOR_ENV_TYPES
+from agent_common.keys import FRAMEWORKS
+from agent_common.protocol import AgentFactory
+from simulators import DEVICE, simulator
 
 
 def _factory(agent: str):
@@ -27,7 +28,7 @@ def _factory(agent: str):
     becomes a config error, as in the agents' own CLIs)."""
 
     def make() -> AgentFactory:
-        from agent_common.loop import strict_backend_as_config_error
+        from agent_common.protocol import strict_backend_as_config_error
         from agent_interop.torch_jax import make_agent_from_torch_init, make_torch_agent_from_jax_init
 
         if agent == "jax":
@@ -51,16 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     if known.agent == known.init_from:
         ap.error(f"--init-from: expected the other framework than --agent {known.agent!r}, got {known.init_from!r}")
     from agent_common.config import parse_args
+    from agent_common.runs.commands import set_train_program
 
     cfg = parse_args(rest, framework=known.agent, prog="python -m agent_interop.train")  # exits 2 on a bad key
-    if cfg.env.env_type in VECTOR_ENV_TYPES:
-        ap.error(f"--init-from: expected env.env_type=mujoco or dmc (the gymnasium loop), got env.env_type="
-                 f"{cfg.env.env_type}, whose vectorised trainer builds its own agent")
+    if simulator(cfg.env.env_type).STEPPER == DEVICE:
+        ap.error(f"--init-from: expected env.env_type=mujoco, dmc or myosuite (a host simulator), got "
+                 f"env.env_type={cfg.env.env_type}, whose device trainer builds its own agent")
+    set_train_program(f"python -m agent_{known.agent}.train")  # a resume's printed command: the agent's own CLI
     if known.agent == "jax":
-        from agent_jax.train import main as train_main
+        from agent_jax.train import run
     else:
-        from agent_torch.train import main as train_main
-    return train_main(rest, factory=_factory(known.agent))
+        from agent_torch.train import run
+    return run(cfg, factory=_factory(known.agent))
 
 
 if __name__ == "__main__":

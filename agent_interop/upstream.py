@@ -45,8 +45,8 @@ import numpy as np
 
 from agent_common.architecture import Architecture, infer_architecture
 from agent_common.architecture import detect_actor_head as _detect_head
-from agent_common.checkpoint import AGENT_DIR, LOOP_STATE_FILE, atomic_pickle, atomic_write_text, read_checkpoint_file
-from agent_common.upstream_layout import (
+from agent_common.runs.files import AGENT_DIR, LOOP_STATE_FILE, atomic_pickle, atomic_write_text, read_checkpoint_file
+from agent_common.runs.upstream_layout import (
     IMPORTED_FILE,
     REWARD_NORMALIZER_FILE,
     UPSTREAM_FILES,
@@ -511,7 +511,7 @@ def read_normalizer_state(src: str) -> dict[str, Any] | None:
     ``reward_normalizer.pkl`` or a training checkpoint's ``loop_state.pkl``; None when neither is there.
 
     Raises:
-        agent_common.checkpoint.CheckpointError: the file is unreadable, naming it.
+        agent_common.runs.files.CheckpointError: the file is unreadable, naming it.
     """
     imported = os.path.join(src, REWARD_NORMALIZER_FILE)
     if os.path.exists(imported):

@@ -16,9 +16,9 @@ import numpy as np
 import optax
 
 from agent_common.buffer import RowStorage, flat_batch
-from agent_common.checkpoint import atomic_pickle, read_checkpoint_file
+from agent_common.keys import Config, target_entropy
 from agent_common.protocol import Capabilities
-from agent_common.schema import Config, target_entropy
+from agent_common.runs.files import atomic_pickle, read_checkpoint_file
 from agent_common.seeding import BUFFER_STREAM
 from agent_jax import parallel
 from agent_jax.amp import resolve_amp_dtype
@@ -628,5 +628,5 @@ def _check_structure(template: Any, loaded: Any, path: str) -> None:
 
 
 def make_agent(cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> FlashSACAgent:
-    """Agent factory for ``agent_common.loop.train``."""
+    """Agent factory for the host stepper (``agent_common.host``)."""
     return FlashSACAgent(cfg, observation_space, action_space)

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_common.architecture import Architecture, ArchitectureError, infer_architecture
-from agent_common.checkpoint import atomic_write, read_checkpoint_file
 from agent_common.policy import Policy
 from agent_common.policy import load_policy as _load_policy
+from agent_common.runs.files import atomic_write, read_checkpoint_file
 from agent_jax.step import policy_actions
 
 __all__ = ["agent_factory", "export_actor", "load_exported", "load_policy", "read_architecture"]
@@ -31,7 +31,7 @@ def read_architecture(agent_dir: str) -> Architecture:
     (``agent_common.architecture``; the support is not in them).
 
     Raises:
-        agent_common.checkpoint.CheckpointError: a file is missing, unreadable or holds no parameters, naming it.
+        agent_common.runs.files.CheckpointError: a file is missing, unreadable or holds no parameters, naming it.
         agent_common.architecture.ArchitectureError: the networks are not a FlashSAC agent's.
     """
     nets = {}
@@ -57,9 +57,9 @@ def _flat(tree: dict, prefix: str = "") -> dict[str, np.ndarray]:
     return out
 
 
-def agent_factory():  # noqa: ANN201  an agent_common.loop.AgentFactory
+def agent_factory():  # noqa: ANN201  an agent_common.protocol.AgentFactory
     """The agent factory (imported on the call), a strict backend that cannot run here as a ``ConfigError``."""
-    from agent_common.loop import strict_backend_as_config_error
+    from agent_common.protocol import strict_backend_as_config_error
     from agent_jax.agent import make_agent
     from jax_impl import BackendUnavailable
 

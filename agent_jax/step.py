@@ -1,6 +1,6 @@
 """The JAX agent's env step as one jitted call: device replay rows, on-device sampling, the update(s), the next action.
 
-Per env step the shared loop (``agent_common.loop``) hands the agent the new n-step transition (through the replay
+Per env step the host stepper (``agent_common.host``) hands the agent the new n-step transition (through the replay
 buffer's ``RowStorage``, ``DeviceRowStorage`` here), the observation to act on next, the exploration noise, the
 number of updates that are due and the reward normaliser's current scale. ``env_step`` then runs, in one
 dispatch and in FlashSAC's order: store the rows at the ring index, then for each due update sample B row indices

@@ -6,13 +6,16 @@ import os
 import sys
 from collections.abc import Callable
 
+from agent_common import cli
+from agent_common.cli import Framework
 from agent_common.config import parse_args
-from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
-from agent_common.schema import VECTOR_ENV_TYPES, Config
-from agent_common.vector_loop import VectorFactory
-from mjx_envs.recipe import DETERMINISTIC_FLAG, mjx_xla_flags
+from agent_common.device import DeviceTrainerFactory
+from agent_common.keys import Config
+from agent_common.protocol import AgentFactory, strict_backend_as_config_error
+from simulators import DEVICE, simulator
+from simulators.mjx import DETERMINISTIC_FLAG, xla_flags
 
-__all__ = ["configure_cache", "configure_xla", "main"]
+__all__ = ["configure_cache", "configure_xla", "main", "run"]
 
 
 def configure_xla(cfg: Config) -> None:
@@ -21,18 +24,18 @@ def configure_xla(cfg: Config) -> None:
     ``deterministic=true`` -> ``--xla_gpu_deterministic_ops=true`` (CPU runs are deterministic anyway);
     ``num_threads=N`` -> XLA:CPU intra-op parallelism N (1 also turns off Eigen's thread pool).
     ``agent.device_type=cpu`` -> ``JAX_PLATFORMS=cpu``.
-    ``env.env_type=mjx`` -> MJX's solver loops on the device (``mjx_envs.recipe.mjx_xla_flags``).
+    a device simulator (MJX, Playground) -> MJX's solver loops on the device (``simulators.mjx.xla_flags``).
     """
     flags = [os.environ.get("XLA_FLAGS", "")]
     if cfg.num_threads is not None:
         flags.append(f"--xla_cpu_multi_thread_eigen={'false' if cfg.num_threads == 1 else 'true'}")
         flags.append(f"intra_op_parallelism_threads={cfg.num_threads}")
-    xla_flags = " ".join(f for f in flags if f)
-    if cfg.env.env_type in VECTOR_ENV_TYPES:
-        xla_flags = mjx_xla_flags(xla_flags, cfg.deterministic)
+    flags_text = " ".join(f for f in flags if f)
+    if simulator(cfg.env.env_type).STEPPER == DEVICE:
+        flags_text = xla_flags(flags_text, cfg.deterministic)
     elif cfg.deterministic:
-        xla_flags = f"{xla_flags} {DETERMINISTIC_FLAG}".strip()
-    os.environ["XLA_FLAGS"] = xla_flags
+        flags_text = f"{flags_text} {DETERMINISTIC_FLAG}".strip()
+    os.environ["XLA_FLAGS"] = flags_text
     if cfg.agent.device_type == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
 
@@ -52,20 +55,24 @@ def _factory() -> AgentFactory:
     return strict_backend_as_config_error(make_agent, BackendUnavailable)
 
 
-def _vector_factory() -> VectorFactory:
-    from agent_jax.vector import make_vector_trainer  # env.env_type=mjx: imported after the config is validated
+def _vector_factory() -> DeviceTrainerFactory:
+    from agent_jax.vector import make_vector_trainer  # a device simulator: imported after the config is validated
 
     return make_vector_trainer
 
 
 def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | None = None) -> int:
-    """Parses ``--overrides``, trains (or resumes with ``agent_load_path``) and returns the exit code.
+    """Parses the arguments once (exit 2 naming the key, before any JAX work) and trains them (``run``)."""
+    argv = sys.argv[1:] if argv is None else argv
+    return run(parse_args(argv, framework="jax", prog="python -m agent_jax.train"), factory)
+
+
+def run(cfg: Config, factory: Callable[[], AgentFactory] | None = None) -> int:
+    """Trains (or resumes with ``agent_load_path``) a parsed config and returns the exit status: XLA flags, the
+    distributed runtime and the compilation cache first, then the run, then the cache line of its summary.
 
     ``factory`` (lazily returns the agent factory) replaces the agent's own ``make_agent``, e.g. with
     ``agent_interop.torch_jax.make_agent_from_torch_init`` (``python -m agent_interop.train``)."""
-    argv = sys.argv[1:] if argv is None else argv
-    # Validate first (exit 2 naming the key, before any JAX work), then set XLA flags, then run the shared CLI.
-    cfg = parse_args(argv, framework="jax", prog="python -m agent_jax.train")
     if "jax" not in sys.modules:
         configure_xla(cfg)
     from agent_jax.parallel import initialize_distributed
@@ -74,7 +81,7 @@ def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | No
     print(configure_cache(cfg), file=sys.stderr, flush=True)
     from agent_jax.compilation_cache import CacheCounter
 
-    code = run_cli(argv, "jax", factory or _factory, make_vector_module=_vector_factory)
+    code = cli.run(cfg, Framework("jax", factory or _factory, _vector_factory))
     print(CacheCounter.start().summary(), flush=True)  # the run summary's cache line: loaded vs compiled programs
     return code
 

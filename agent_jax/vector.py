@@ -1,9 +1,9 @@
 """The JAX agent on MJX environments: whole chunks of interaction steps in one jitted ``lax.scan``.
 
-``make_vector_trainer(cfg)`` is the JAX ``agent_common.vector_loop.VectorTrainer``. Everything a training step
+``make_vector_trainer(cfg)`` is the JAX ``agent_common.device.DeviceTrainer``. Everything a training step
 touches lives on the device in one pytree (``VectorState``: the agent state, the device replay, the MJX env state,
 the exploration key and noise, the reward normaliser), and ``train_steps`` advances it by up to K interaction steps
-in one dispatch, donating it. One step of the scan, in the order of the gymnasium loop (``agent_common.loop``):
+in one dispatch, donating it. One step of the scan, in the order of the host stepper (``agent_common.host``):
 
 1. the action: uniform random in the action bounds while the replay holds fewer than ``agent.buffer_min_length``
    rows, else ``tanh(mean + std * noise)`` with the truncated-zeta repeated noise of ``agent_common.noise``
@@ -20,7 +20,7 @@ in one dispatch, donating it. One step of the scan, in the order of the gymnasiu
    ``agent_jax.update.update_networks``, whose categorical target runs the backend the agent resolved (the Pallas
    kernel with ``agent.categorical_target_backend=pallas``) at the run's batch size.
 
-The scan has a static length K (``agent_common.vector_loop.interaction_steps_per_call``) and a traced step count
+The scan has a static length K (``agent_common.device.interaction_steps_per_call``) and a traced step count
 ``num_steps <= K``: the steps past it change nothing (their rows are dropped, everything else is selected back), so
 one executable serves every chunk length. The warm-up and the first updates are the same program (the random
 actions and the updates are selected per step on the replay's fill), so a run compiles one training program and
@@ -48,11 +48,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agent_common.loop import strict_backend_as_config_error
+from agent_common.device import interaction_steps_per_call
+from agent_common.keys import Config, ConfigError
 from agent_common.noise import truncated_zeta_cdf
-from agent_common.schema import Config, ConfigError
+from agent_common.protocol import strict_backend_as_config_error
 from agent_common.seeding import BUFFER_STREAM
-from agent_common.vector_loop import interaction_steps_per_call
 from agent_jax.agent import FlashSACAgent, make_agent
 from agent_jax.state import AgentState
 from agent_jax.step import (
@@ -66,8 +66,8 @@ from agent_jax.step import (
     sample_batch,
 )
 from agent_jax.update import UpdateContext, update_networks
-from mjx_envs.env import MjxEnvState, MjxVecEnv, compiler_options
-from mjx_envs.playground import cached_vector_env
+from simulators import make_device_env
+from simulators.mjx_env import MjxEnvState, MjxVecEnv, compiler_options
 
 __all__ = ["JaxVectorTrainer", "ScanSpec", "VectorState", "evaluate_round", "make_vector_trainer", "n_step_rows",
            "n_step_window", "normalizer_update", "programs", "record_program", "train_steps"]
@@ -390,7 +390,8 @@ def _reset(key: Array, *, env: MjxVecEnv) -> MjxEnvState:
 @functools.lru_cache(maxsize=2)
 def programs(fast_compile: bool = False) -> tuple[Any, Any, Any]:
     """The jitted (``train_steps``, ``evaluate_round``, reset) programs; with ``fast_compile``, compiled with
-    ``mjx_envs.env.compiler_options()``'s XLA options (``FLASHSAC_MJX_FAST_COMPILE=1``: backend optimisations off)."""
+    ``simulators.mjx_env.compiler_options()``'s XLA options (``FLASHSAC_MJX_FAST_COMPILE=1``: backend optimisations
+    off)."""
     options = compiler_options() if fast_compile else None
     return (jax.jit(_train_steps, static_argnames=("spec",), donate_argnums=(0,), compiler_options=options),
             jax.jit(_evaluate_round, static_argnames=("env", "actor_def"), compiler_options=options),
@@ -425,7 +426,7 @@ def _restore_leaves(template: Any, leaves: list[Any], name: str) -> Any:
 
 
 class JaxVectorTrainer:
-    """The JAX agent's ``VectorTrainer`` (``agent_common.vector_loop``): ``train_steps`` per ``advance``,
+    """The JAX agent's ``DeviceTrainer`` (``agent_common.device``): ``train_steps`` per ``advance``,
     ``evaluate_round`` per evaluation round, and the checkpoint pieces.
 
     Args:
@@ -437,7 +438,7 @@ class JaxVectorTrainer:
     """
 
     def __init__(self, cfg: Config) -> None:
-        a, env_cfg = cfg.agent, cfg.env
+        a = cfg.agent
         if a.buffer_device_type == "cpu":
             raise ConfigError("invalid value 'cpu' for 'agent.buffer_device_type': with env.env_type=mjx the JAX agent "
                               "keeps the replay on the envs' device; use auto or cuda")
@@ -446,8 +447,8 @@ class JaxVectorTrainer:
         self.cfg = cfg
         # one env object per configuration in a process (the programs are cached by its identity, so a resume in
         # the same process, or a second run, reuses them)
-        self.env = cached_vector_env(env_cfg, int(cfg.num_train_envs))
-        self.eval_env = cached_vector_env(env_cfg, int(cfg.num_eval_envs))
+        self.env = make_device_env(cfg, int(cfg.num_train_envs), int(cfg.seed))
+        self.eval_env = make_device_env(cfg, int(cfg.num_eval_envs), int(cfg.seed))
         self.num_envs = self.env.num_envs
         obs_dim, act_dim = self.env.observation_size, self.env.action_size
         observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
@@ -512,7 +513,7 @@ class JaxVectorTrainer:
         self.carry.update_step.block_until_ready()
 
     def evaluate(self, num_episodes: int) -> dict[str, float]:
-        """``num_episodes // num_eval_envs`` rounds of ``evaluate_round`` (see ``VectorTrainer.evaluate``)."""
+        """``num_episodes // num_eval_envs`` rounds of ``evaluate_round`` (see ``DeviceTrainer.evaluate``)."""
         actor = self.carry.agent.actor
         returns, lengths = [], []
         for _ in range(num_episodes // self.eval_env.num_envs if num_episodes > 0 else 0):
@@ -681,5 +682,5 @@ class JaxVectorTrainer:
 
 
 def make_vector_trainer(cfg: Config) -> JaxVectorTrainer:
-    """``agent_common.vector_loop.VectorFactory`` of the JAX agent."""
+    """``agent_common.device.DeviceTrainerFactory`` of the JAX agent."""
     return JaxVectorTrainer(cfg)

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from agent_common.buffer import RowStorage, flat_batch, flat_widths
-from agent_common.checkpoint import atomic_write, read_checkpoint_file
+from agent_common.keys import Config, target_entropy
 from agent_common.protocol import Capabilities
-from agent_common.schema import Config, target_entropy
+from agent_common.runs.files import atomic_write, read_checkpoint_file
 from agent_torch import distributed
 from agent_torch.amp import DeviceLossScaler, resolve_amp_dtype
 from agent_torch.compiled import Precompile, compile_update
@@ -554,7 +554,7 @@ class FlashSACAgent:
         """Restores ``save`` output (optimizers, schedulers and scaler only if ``load_optimizer``).
 
         Raises:
-            agent_common.checkpoint.CheckpointError: a file is missing or damaged; the message names the file.
+            agent_common.runs.files.CheckpointError: a file is missing or damaged; the message names the file.
             RuntimeError: networks of another architecture (torch's ``load_state_dict`` message).
         """
         self._await_precompile()
@@ -588,7 +588,7 @@ class FlashSACAgent:
         counter and LR schedules start at 0.
 
         Raises:
-            agent_common.checkpoint.CheckpointError / RuntimeError: as ``load``.
+            agent_common.runs.files.CheckpointError / RuntimeError: as ``load``.
         """
         self._await_precompile()
         rng = torch.get_rng_state()
@@ -625,5 +625,5 @@ def _load_torch(path: str, map_location: Any) -> Any:
 
 
 def make_agent(cfg: Config, observation_space: gym.spaces.Box, action_space: gym.spaces.Box) -> FlashSACAgent:
-    """Agent factory for ``agent_common.loop.train``."""
+    """Agent factory for the host stepper (``agent_common.host``)."""
     return FlashSACAgent(cfg, observation_space, action_space)

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from agent_common.schema import Config
+from agent_common.keys import Config
 
 __all__ = ["GraphCache", "resolve_cuda_graph"]
 

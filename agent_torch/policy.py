@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from agent_common.architecture import Architecture, ArchitectureError, infer_architecture
-from agent_common.checkpoint import read_checkpoint_file
 from agent_common.policy import Policy
 from agent_common.policy import load_policy as _load_policy
+from agent_common.runs.files import read_checkpoint_file
 
 __all__ = ["agent_factory", "DeterministicActor", "export_actor", "load_exported", "load_policy", "read_architecture"]
 
@@ -30,7 +30,7 @@ def read_architecture(agent_dir: str) -> Architecture:
     (``agent_common.architecture``).
 
     Raises:
-        agent_common.checkpoint.CheckpointError: a file is missing, unreadable or holds no network state, naming it.
+        agent_common.runs.files.CheckpointError: a file is missing, unreadable or holds no network state, naming it.
         agent_common.architecture.ArchitectureError: the networks are not a FlashSAC agent's.
     """
     nets = {}
@@ -46,9 +46,9 @@ def read_architecture(agent_dir: str) -> Architecture:
     return infer_architecture(nets["actor"], nets["critic"], atoms, ("actor.pt", "critic.pt"), agent_dir)
 
 
-def agent_factory():  # noqa: ANN201  an agent_common.loop.AgentFactory
+def agent_factory():  # noqa: ANN201  an agent_common.protocol.AgentFactory
     """The agent factory (imported on the call), a strict backend that cannot run here as a ``ConfigError``."""
-    from agent_common.loop import strict_backend_as_config_error
+    from agent_common.protocol import strict_backend_as_config_error
     from agent_torch.agent import make_agent
     from torch_impl import BackendUnavailable
 

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from agent_common.keys import AgentConfig
 from agent_common.schedule import warmup_cosine_decay
-from agent_common.schema import AgentConfig
 from agent_torch.networks import normalize_parameters
 
 __all__ = ["Network", "explain_compile_mode", "make_network", "resolve_compile_mode"]

@@ -10,13 +10,16 @@ import os
 import sys
 from collections.abc import Callable
 
-from agent_common.config import parse_args
-from agent_common.loop import AgentFactory, run_cli, strict_backend_as_config_error
-from agent_common.schema import VECTOR_ENV_TYPES, Config
-from agent_common.vector_loop import VectorFactory
-from mjx_envs.recipe import mjx_xla_flags
+from agent_common import cli
+from agent_common.cli import Framework
+from agent_common.config import parse_args, with_save_path
+from agent_common.device import DeviceTrainerFactory
+from agent_common.keys import Config
+from agent_common.protocol import AgentFactory, strict_backend_as_config_error
+from simulators import simulator
+from simulators.mjx import xla_flags
 
-__all__ = ["configure_mjx_xla", "main"]
+__all__ = ["configure_mjx_xla", "main", "run"]
 
 
 def _factory() -> AgentFactory:
@@ -26,18 +29,24 @@ def _factory() -> AgentFactory:
     return strict_backend_as_config_error(make_agent, BackendUnavailable)
 
 
-def _vector_factory() -> VectorFactory:
-    from agent_torch.vector import make_vector_trainer  # env.env_type=mjx: imported after the config is validated
+def _vector_factory() -> DeviceTrainerFactory:
+    from agent_torch.vector import make_vector_trainer  # a device simulator: imported after the config is validated
 
     return make_vector_trainer
 
 
 def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | None = None) -> int:
-    """Parses ``--overrides``, trains (or resumes with ``agent_load_path``) and returns the exit code.
+    """Parses the arguments once (exit 2 naming the key, before any work) and trains them (``run``)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return run(parse_args(argv, framework="torch", prog="python -m agent_torch.train"), factory)
+
+
+def run(cfg: Config, factory: Callable[[], AgentFactory] | None = None) -> int:
+    """Trains (or resumes with ``agent_load_path``) a parsed config and returns the exit status; under torchrun
+    this process is one replica (``agent_torch.distributed``).
 
     ``factory`` (lazily returns the agent factory) replaces the agent's own ``make_agent``, e.g. with
     ``agent_interop.torch_jax.make_torch_agent_from_jax_init`` (``python -m agent_interop.train``)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
     from agent_torch.distributed import launch_from_env
 
     try:
@@ -45,38 +54,37 @@ def main(argv: list[str] | None = None, factory: Callable[[], AgentFactory] | No
     except ValueError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    framework = Framework("torch", factory or _factory, _vector_factory)
     if launch is None:
-        # validate first (exit 2 naming the key, before any work), then the XLA flags, then the shared CLI
-        configure_mjx_xla(parse_args(argv, framework="torch", prog="python -m agent_torch.train"))
-        return run_cli(argv, "torch", factory or _factory, make_vector_module=_vector_factory)
-    return _main_replicated(argv, factory or _factory)
+        configure_mjx_xla(cfg)
+        return cli.run(cfg, framework)
+    return _main_replicated(cfg, framework)
 
 
 def configure_mjx_xla(cfg: Config) -> None:
     """With ``env.env_type`` mjx or mujoco_playground (mjlab needs no JAX), before any JAX work: ``XLA_FLAGS`` for
-    the JAX side that steps the environments (``mjx_envs.recipe.mjx_xla_flags``: MJX's solver loops on the device;
+    the JAX side that steps the environments (``simulators.mjx.xla_flags``: MJX's solver loops on the device;
     deterministic ops with ``deterministic=true``). Nothing when JAX is imported already (XLA may have read its
     flags)."""
-    if cfg.env.env_type in VECTOR_ENV_TYPES and cfg.env.env_type != "mjlab" and "jax" not in sys.modules:
-        os.environ["XLA_FLAGS"] = mjx_xla_flags(os.environ.get("XLA_FLAGS", ""), cfg.deterministic)
+    if getattr(simulator(cfg.env.env_type), "ARRAYS", None) == "jax" and "jax" not in sys.modules:
+        os.environ["XLA_FLAGS"] = xla_flags(os.environ.get("XLA_FLAGS", ""), cfg.deterministic)
 
 
-def _main_replicated(argv: list[str], factory: Callable[[], AgentFactory]) -> int:
-    """One replica of a torchrun launch: validate the config (exit 2 before any work), join the process group,
-    agree on replica 0's run directory, train; a failed collective (a replica died or timed out) ends this replica
-    with one line saying so and where the intact checkpoints are."""
+def _main_replicated(cfg: Config, framework: Framework) -> int:
+    """One replica of a torchrun launch: join the process group, agree on replica 0's run directory, train; a failed
+    collective (a replica died or timed out) ends this replica with one line saying so and where the intact
+    checkpoints are."""
     import torch.distributed as dist
 
-    from agent_common.checkpoint import latest_checkpoint
+    from agent_common.runs.checkpoints import latest_checkpoint
     from agent_torch.distributed import init_replicas
 
-    cfg = parse_args(argv, framework="torch", prog="torchrun ... -m agent_torch.train")
     replicas = init_replicas(cfg.agent.device_type, cfg.distributed_timeout_seconds)
     shared = [os.path.abspath(cfg.save_path or ".")]
     dist.broadcast_object_list(shared, src=0)  # a derived (timestamped) save_path is replica 0's on every replica
-    argv = [*argv, "--overrides", f"save_path={shared[0]}"]
+    cfg = with_save_path(cfg, shared[0])
     try:
-        code = run_cli(argv, "torch", factory, replicas, make_vector_module=_vector_factory)
+        code = cli.run(cfg, framework, replicas)
     except (dist.DistError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and not isinstance(exc, dist.DistError) and not _collective_failure(exc):
             raise

@@ -1,7 +1,7 @@
 """The torch agent on device-stepped environments (``env.env_type`` mjx, mujoco_playground or mjlab): the torch side
-of the vector driver (``agent_common.vector_loop``). MJX and MuJoCo Playground environments step in JAX and share
-device memory with torch through DLPack (``mjx_envs.torch_view.TorchEnv``); mjlab's step in MuJoCo Warp and return
-torch tensors themselves (``agent_torch.mjlab_env.MjlabVecEnv``). The trainer takes either through one small
+of the device stepper (``agent_common.device``). MJX and MuJoCo Playground environments step in JAX and share
+device memory with torch through DLPack (``simulators.torch_view.TorchEnv``); mjlab's step in MuJoCo Warp and return
+torch tensors themselves (``simulators.mjlab_env.MjlabVecEnv``). The trainer takes either through one small
 interface, ``TorchVectorEnv``.
 
 One interaction step (``TorchVectorTrainer.advance``), with no host round trip:
@@ -19,7 +19,7 @@ One interaction step (``TorchVectorTrainer.advance``), with no host round trip:
 DLPack orders the two frameworks' GPU streams: JAX's step waits for torch's action, torch's reads wait for the step's
 outputs (so the next step's action, which may overwrite a graph's output, is computed after the step read it). The
 torch views of JAX arrays are only read (JAX arrays are immutable). The JAX side (env state, jitted calls, DLPack)
-is ``mjx_envs.torch_view.TorchEnv``, imported only for MJX and Playground runs; this module is torch only.
+is ``simulators.torch_view.TorchEnv``, imported only for MJX and Playground runs; this module is torch only.
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agent_common.loop import strict_backend_as_config_error
-from agent_common.schema import Config, ConfigError
+from agent_common.keys import Config, ConfigError
+from agent_common.protocol import strict_backend_as_config_error
 from agent_common.seeding import NOISE_STREAM, WARMUP_STREAM
 from agent_torch.agent import FlashSACAgent, make_agent, resolve_device
 from agent_torch.distributed import local_device
 from agent_torch.on_device import DeviceReplay, DeviceRewardNormalizer, DeviceZetaNoise, torch_generator
 from agent_torch.replay import TensorRowStorage
+from simulators import make_device_env, simulator
 from torch_impl import BackendUnavailable
 
 __all__ = ["TorchVectorEnv", "TorchVectorTrainer", "make_vector_trainer"]
@@ -49,8 +50,8 @@ _EVAL_CHECK_EVERY = 16  # eval steps between read-backs of "has every env finish
 
 
 class TorchVectorEnv(Protocol):
-    """``num_envs`` copies of a task stepped from torch on the agent's device (``mjx_envs.torch_view.TorchEnv``,
-    ``agent_torch.mjlab_env.MjlabVecEnv``).
+    """``num_envs`` copies of a task stepped from torch on the agent's device (``simulators.torch_view.TorchEnv``,
+    ``simulators.mjlab_env.MjlabVecEnv``).
 
     Attributes:
         num_envs: E.
@@ -104,7 +105,7 @@ class TorchVectorEnv(Protocol):
 
 
 class TorchVectorTrainer:
-    """The torch agent's ``VectorTrainer`` (``agent_common.vector_loop``) on device-stepped envs (see the module doc).
+    """The torch agent's ``DeviceTrainer`` (``agent_common.device``) on device-stepped envs (see the module doc).
 
     Args:
         cfg: the run's config (``env.env_type`` mjx, mujoco_playground or mjlab).
@@ -277,7 +278,7 @@ class TorchVectorTrainer:
             ``returns`` (n,) float64 up to each env's first end, ``finished`` (n,) bool.
         """
         if self._recorder is None:
-            from mjx_envs.torch_view import TorchEnv  # MJX / Playground only (mjlab refuses recording)
+            from simulators.torch_view import TorchEnv  # MJX / Playground only (mjlab refuses recording)
 
             self._recorder = TorchEnv(self.eval_env.env, self.device, int(self.cfg.seed), stream=_RECORD_KEY_STREAM)
         env = self._recorder
@@ -390,8 +391,7 @@ class TorchVectorTrainer:
 
 
 def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
-    """``VectorFactory`` of the torch agent: the envs (MJX or Playground: ``cached_vector_env``, one per shape in a
-    process, stepped through ``TorchEnv``; mjlab: ``MjlabVecEnv``), the agent and the trainer.
+    """``DeviceTrainerFactory`` of the torch agent: the envs (``_envs``), the agent and the trainer.
 
     Raises:
         ConfigError: ``agent.buffer_device_type=cpu`` (the replay rows live on the agent's device, with the envs),
@@ -406,10 +406,7 @@ def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
         device = local_device(resolve_device(cfg.agent.device_type))
     except (RuntimeError, ValueError) as exc:
         raise ConfigError(f"invalid value {cfg.agent.device_type!r} for 'agent.device_type': {exc}") from None
-    if env_type == "mjlab":
-        train_env, eval_env = _mjlab_envs(cfg, device)
-    else:
-        train_env, eval_env = _mjx_envs(cfg, device)
+    train_env, eval_env = _envs(cfg, device)
     obs_space = gym.spaces.Box(-np.inf, np.inf, (train_env.observation_size,), np.float32)
     act_space = gym.spaces.Box(train_env.action_low, train_env.action_high, dtype=np.float32)
     try:
@@ -422,36 +419,29 @@ def make_vector_trainer(cfg: Config) -> TorchVectorTrainer:
     return TorchVectorTrainer(cfg, agent, train_env, eval_env)
 
 
-def _mjx_envs(cfg: Config, device: torch.device) -> tuple[TorchVectorEnv, TorchVectorEnv]:
-    """The MJX or Playground training and evaluation envs on ``device``'s JAX counterpart (evaluation: another key
-    stream of the seed; the same compiled env when the counts match)."""
-    from mjx_envs.playground import cached_vector_env
-    from mjx_envs.torch_view import TorchEnv, jax_device_for
-
-    try:  # JAX's view of the agent's device, before any env work
-        jax_device_for(device)
-    except (RuntimeError, ValueError) as exc:
-        raise ConfigError(f"invalid value {cfg.agent.device_type!r} for 'agent.device_type': {exc}") from None
+def _envs(cfg: Config, device: torch.device) -> tuple[TorchVectorEnv, TorchVectorEnv]:
+    """The simulator's training envs (seed ``seed``) and evaluation envs on ``device``: JAX envs (MJX, Playground;
+    one per shape in a process) stepped through ``simulators.torch_view.TorchEnv``, the evaluation envs on another
+    key stream of the seed; torch envs (mjlab) as they are, the evaluation envs seeded ``seed + 1``."""
+    sim = simulator(cfg.env.env_type)
     seed = int(cfg.seed)
-    train = TorchEnv(cached_vector_env(cfg.env, int(cfg.num_train_envs)), device, seed)
-    evaluation = TorchEnv(cached_vector_env(cfg.env, int(cfg.num_eval_envs)), device, seed, stream=_EVAL_KEY_STREAM)
-    return train, evaluation
+    if sim.ARRAYS == "jax":
+        from simulators.torch_view import TorchEnv, jax_device_for
 
-
-def _mjlab_envs(cfg: Config, device: torch.device) -> tuple[TorchVectorEnv, TorchVectorEnv]:
-    """mjlab's training envs (seed ``seed``) and evaluation envs (seed ``seed + 1``) on ``env.device`` (null: the
-    agent's ``device``)."""
-    from agent_torch.mjlab_env import MjlabVecEnv
-
-    sim_device = torch.device(cfg.env.device) if cfg.env.device is not None else device
-    if sim_device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"invalid value {cfg.env.device!r} for 'env.device': torch sees no CUDA device here "
-                          "(use cpu, or null for the agent's device)")
-    seed, steps = int(cfg.seed), cfg.env.max_episode_steps
-    train = MjlabVecEnv(cfg.env.env_name, int(cfg.num_train_envs), seed, sim_device, device, steps)
+        try:  # JAX's view of the agent's device, before any env work
+            jax_device_for(device)
+        except (RuntimeError, ValueError) as exc:
+            raise ConfigError(f"invalid value {cfg.agent.device_type!r} for 'agent.device_type': {exc}") from None
+        train = TorchEnv(make_device_env(cfg, int(cfg.num_train_envs), seed), device, seed)
+        evaluation = TorchEnv(make_device_env(cfg, int(cfg.num_eval_envs), seed), device, seed,
+                              stream=_EVAL_KEY_STREAM)
+        return train, evaluation
     try:
-        evaluation = MjlabVecEnv(cfg.env.env_name, int(cfg.num_eval_envs), seed + _EVAL_KEY_STREAM, sim_device,
-                                 device, steps)
+        train = make_device_env(cfg, int(cfg.num_train_envs), seed, device)
+    except ValueError as exc:  # a device the simulator cannot use here (its message names the key)
+        raise ConfigError(str(exc)) from None
+    try:
+        evaluation = make_device_env(cfg, int(cfg.num_eval_envs), seed + _EVAL_KEY_STREAM, device)
     except BaseException:
         train.close()
         raise

@@ -23,7 +23,7 @@ device batch through their public functions, each alone (torch eagerly, JAX each
 their sum exceeds the fused whole): ``actor step`` (with its optimiser step and weight projection), ``temperature
 step``, ``critic TD target``, ``critic step`` (the target included), ``target EMA``, ``weight normalisation`` (actor
 and critic), and ``eval action: agent.act`` against ``eval action: evaluation policy``
-(``agent_common.loop.evaluation_policy``, the host-side snapshot the evaluation acts with), both on one observation.
+(``agent_common.host.evaluation_policy``, the host-side snapshot the evaluation acts with), both on one observation.
 ``kernels per update`` counts the device kernels of the loop's update calls with the profiler (GPU only); with both
 frameworks, each is measured in a process of its own (one profiler holds the GPU's CUPTI per process).
 ``training step`` is the loop's step composed of the parts (act, env step, host work, sample, update); each part's
@@ -352,7 +352,7 @@ def measure(framework: str, overrides: list[str], fill: int, iters: int, repeats
             trace_root: str) -> dict:
     """The parts of one agent: {"ms": {part: [ms per call of each block]}, ...} (``LoopParts``)."""
     from agent_common.config import load_config
-    from agent_common.loop import evaluation_policy
+    from agent_common.host import evaluation_policy
 
     buffer_device = load_config(overrides, framework).agent.buffer_device_type  # type: ignore[arg-type]
     if buffer_device != "cpu":

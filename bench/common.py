@@ -264,7 +264,7 @@ def steady_rates(run_dir: str) -> dict[str, float | int]:
     return out
 
 
-# fields of the training CLI's closing line (agent_common.loop): "[completed] env_step=... env_steps/s=...
+# fields of the training CLI's closing line (agent_common.cli.summary): "[completed] env_step=... env_steps/s=...
 # updates/s=... ... time_to_first_update=...s steady_updates/s=..."
 RESULT_LINE_FIELDS = {"env_steps_per_second": re.compile(r"\benv_steps/s=([0-9.]+)"),
                       "updates_per_second": re.compile(r"(?<![_a-z])updates/s=([0-9.]+)"),
@@ -389,7 +389,7 @@ TORCH_RECIPE_EXTRA = ["agent.use_compile=false", "agent.use_cuda_graph=true"]
 
 # framework -> (training module, reference backend, kernel backend)
 PAIRS = {"torch": ("agent_torch.train", "torch", "triton"), "jax": ("agent_jax.train", "jax", "pallas")}
-LOOP_WALL = re.compile(r"^\[completed\] .*?\bwall=([0-9.]+)s", re.M)  # agent_common.loop.run_cli's result line
+LOOP_WALL = re.compile(r"^\[completed\] .*?\bwall=([0-9.]+)s", re.M)  # agent_common.cli.summary's first line
 
 
 def merge_overrides(defaults: Sequence[str], extra: Sequence[str]) -> list[str]:

@@ -14,7 +14,7 @@ replays with no host synchronisation: it builds the torch MJX trainer at the fir
 and a few update steps (warm-up calls and graph capture), then ``--capture-steps`` more steps under
 ``torch.cuda.set_sync_debug_mode("error")`` (any synchronising CUDA call raises), and records the captured graphs,
 the loss scale and the metrics (on the CPU: no graphs and no sync mode, the steps only); ``train`` runs
-``bench.mjx`` (``python -m agent_<framework>.train`` on ``mjx_envs.recipe.gpu_recipe`` at each
+``bench.mjx`` (``python -m agent_<framework>.train`` on ``agent_common.recipes.gpu_recipe`` at each
 ``--envs`` count: steady env steps/s and updates/s) for jax and for torch, each with ``agent.use_amp=false``, bf16
 and fp16; ``env-step`` runs ``bench.mjx_env_speed`` (the jitted batched step alone, random actions, same env
 counts); ``update`` times the update alone on batches sampled from a device replay of random rows, as the MJX loop
@@ -73,7 +73,7 @@ def _tiny(framework: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------ child phases
 def _recipe_cfg(framework: str, extra: list[str]) -> Any:
     from agent_common.config import load_config
-    from mjx_envs.recipe import gpu_recipe
+    from agent_common.recipes import gpu_recipe
 
     return load_config([*gpu_recipe("halfcheetah", framework), *extra], framework)
 
@@ -304,8 +304,8 @@ def _child_json(kind: str, args: list[str], out: str, tag: str, timeout: float, 
 
 
 def _learn(a: argparse.Namespace, framework: str, out: str, env: dict[str, str], tiny: list[str]) -> dict:
+    from agent_common.recipes import gpu_recipe
     from bench.common import merge_overrides, tensorboard_events, timed_run, train_command
-    from mjx_envs.recipe import gpu_recipe
 
     run_dir = os.path.join(out, "runs", f"learn-{framework}")
     steps = a.learn_steps
@@ -491,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.child is not None:
         return _child_main(a)
     from agent_jax.compilation_cache import jax_cache_env
-    from mjx_envs.env import FAST_COMPILE_ENV
+    from simulators.mjx_env import FAST_COMPILE_ENV
 
     out = os.path.abspath(a.out)
     for sub in ("logs", "phases"):

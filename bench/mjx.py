@@ -5,8 +5,8 @@
     python -m bench mjx --out /tmp/mjx --tiny      # CPU: the torch agent, 4 envs, tiny networks, fast XLA compiles
 
 For each env count E one process, ``python -m agent_<framework>.train --overrides ...``, on upstream's GPU recipe
-(``mjx_envs.recipe.gpu_recipe(task, framework)``: batch 2048, 2 updates per interaction step, the replay rows on the
-device, AMP for torch) with a short budget: ``--steps`` interaction steps of which the first ``--warmup-steps`` are
+(``agent_common.recipes.gpu_recipe(task, framework)``: batch 2048, 2 updates per interaction step, the replay rows on
+the device, AMP for torch) with a short budget: ``--steps`` interaction steps of which the first ``--warmup-steps`` are
 the random warm-up (``agent.buffer_min_length`` = E x warm-up steps, so the first batch of 2048 fits from E = 205
 on with the default 10), logging every ``--log-every`` steps, no evaluation (``num_eval_envs`` = E: no second env
 compilation), no replay rows in the checkpoint, the strict fused target (``--backend``, default triton / pallas).
@@ -56,7 +56,7 @@ TINY = ["env.max_episode_steps=20", "agent.sample_batch_size=8", "agent.buffer_m
 def overrides(framework: str, task: str, num_envs: int, steps: int, warmup_steps: int, log_every: int,
               extra: list[str]) -> list[str]:
     """The overrides of one run (seed, backend and run directory are added by ``train_command``)."""
-    from mjx_envs.recipe import gpu_recipe
+    from agent_common.recipes import gpu_recipe
 
     ours = [f"num_train_envs={num_envs}", f"num_env_steps={num_envs * steps}",
             f"agent.buffer_min_length={num_envs * warmup_steps}", f"num_eval_envs={num_envs}", "num_eval_episodes=0",
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     cache_env = jax_cache_env(os.path.abspath(a.cache_dir)) if a.cache_dir else {}
     if a.tiny:
-        from mjx_envs.env import FAST_COMPILE_ENV
+        from simulators.mjx_env import FAST_COMPILE_ENV
 
         cache_env[FAST_COMPILE_ENV] = "1"  # XLA's backend optimisations off: compiles several times faster on a CPU
     for num_envs in a.envs:

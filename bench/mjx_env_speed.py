@@ -1,4 +1,4 @@
-"""Env steps per second of the batched MJX step (``mjx_envs``), for several env counts.
+"""Env steps per second of the batched MJX step (``simulators.mjx_env``), for several env counts.
 
 ``python -m bench.mjx_env_speed --out DIR [--task halfcheetah] [--envs 256 1024 4096] [--steps 100] [--repeats 5]``
 
@@ -39,12 +39,12 @@ def measure(
 ) -> dict[str, Any]:
     """Compile time and seconds per call of ``steps`` batched steps of ``num_envs`` envs (see the module doc).
 
-    ``make_env(task, num_envs)`` builds the env (default ``mjx_envs.env.make_mjx_env``); anything with
+    ``make_env(task, num_envs)`` builds the env (default ``simulators.mjx_env.make_mjx_env``); anything with
     ``action_size``, ``reset(key)`` and ``step(state, action)`` returning ``MjxStep``'s fields can be timed.
     """
     import jax
 
-    from mjx_envs.env import key_from_seed, make_mjx_env
+    from simulators.mjx_env import key_from_seed, make_mjx_env
 
     env = (make_env or make_mjx_env)(task, num_envs)
     shape = (num_envs, env.action_size)
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     import os
 
-    from mjx_envs.recipe import mjx_xla_flags
+    from simulators.mjx import xla_flags as mjx_xla_flags
 
     # what MJX training runs with (its CLIs set it too); XLA_FLAGS="--xla_gpu_enable_command_buffer=" turns it off
     os.environ["XLA_FLAGS"] = mjx_xla_flags(os.environ.get("XLA_FLAGS", ""))

@@ -71,7 +71,7 @@ __all__ = ["BAR", "SUMMARY", "Row", "cell", "parse_rows", "row_label", "row_stat
 UPSTREAM_MODES = ("eager", "auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TORCH_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "off")
 BAR = re.compile(r"(\d+)/(\d+) \[")  # a tqdm refresh: "  52%|#####2    | 5200/10000 [00:17<00:15, 300.12it/s]"
-# agent_common.loop's line at the first update, and its closing summary line
+# agent_common.driver's line at the first update, and its closing summary line
 FIRST = re.compile(r"first update at env step \d+: ([0-9.]+) s after launch .*?the update call took ([0-9.]+) s")
 SUMMARY = re.compile(r"^\[(\w+)\] env_step=(\d+) wall=([0-9.]+)s .*?last_eval_return=(\S+) "
                      r"time_to_first_update=(\S+)s steady_updates/s=(\S+)", re.M)

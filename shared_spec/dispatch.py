@@ -34,7 +34,7 @@ __all__ = ["AUTO_ORDER_ENV", "AUTO_ORDER_FILE", "KERNEL_BACKENDS", "REFERENCE_BA
            "validation_path", "validation_paths", "write_json_atomic"]
 
 # The backend names of each framework's dispatcher (torch_impl.dispatch and jax_impl.dispatch build theirs from these,
-# and agent_common.schema takes the allowed ``agent.categorical_target_backend`` values from ``backend_names``): the
+# and agent_common.keys takes the allowed ``agent.categorical_target_backend`` values from ``backend_names``): the
 # one list, readable without importing either framework.
 REFERENCE_BACKENDS: dict[str, str] = {"torch": "torch", "jax": "jax"}
 KERNEL_BACKENDS: dict[str, tuple[str, ...]] = {"torch": ("triton",), "jax": ("triton", "pallas", "mosaic")}

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from agent_common import checkpoint as checkpoint_module
-from agent_common import loop as loop_module
+from agent_common import host as host_module
 from agent_common.config import ConfigError, load_config
-from agent_common.loop import train
+from agent_common.driver import train
+from agent_common.host import host_trainer
 from agent_common.noise import ZetaNoise
+from agent_common.runs import files as run_files
 from agent_common.seeding import NOISE_STREAM
 
 TINY = [
@@ -68,7 +69,7 @@ def _recorded_run(framework: str, path: str, tmp_path, monkeypatch, act_before_u
     executed: list[np.ndarray] = []
     references: list[np.ndarray] = []
     last = {}
-    step_env = loop_module.step_env
+    step_env = host_module.step_env
 
     def recording_step_env(envs, action):
         executed.append(np.array(action, copy=True))
@@ -76,7 +77,7 @@ def _recorded_run(framework: str, path: str, tmp_path, monkeypatch, act_before_u
         last["observation"] = np.array(result.reset_observation, copy=True)
         return result
 
-    monkeypatch.setattr(loop_module, "step_env", recording_step_env)
+    monkeypatch.setattr(host_module, "step_env", recording_step_env)
     make_agent = _make_agent(framework)
 
     def factory(config, observation_space, action_space):
@@ -100,7 +101,7 @@ def _recorded_run(framework: str, path: str, tmp_path, monkeypatch, act_before_u
         agent.update, agent.step = update_recorded, step_recorded
         return agent
 
-    result = train(cfg, factory)
+    result = train(cfg, host_trainer(factory))
     assert result.status == "completed" and result.env_step == 40
     return executed, references
 
@@ -129,41 +130,41 @@ def test_by_default_the_actions_come_from_the_updated_policy(tmp_path, monkeypat
 def test_a_resumed_run_continues_exactly_and_keeps_the_key(framework, path, tmp_path):
     """40 steps straight, and the same run resumed from its step-20 checkpoint (taken with an action pending), end
     with the same agent, loop state (the pending action is the checkpoint's ``next_action``) and replay rows."""
-    from agent_common.config import read_config_file
+    from agent_common.runs.files import read_config_file
     from tests.agent_test_utils import assert_nested_equal
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     factory = _make_agent(framework)
     overrides = [path, "num_eval_episodes=1", "evaluation_per_interaction_step=20",
                  "save_checkpoint_per_interaction_step=20", "keep_checkpoints=4", "agent.act_before_update=true"]
-    result = train(_config(framework, *overrides, f"save_path={straight}"), factory)
+    result = train(_config(framework, *overrides, f"save_path={straight}"), host_trainer(factory))
     assert result.status == "completed"
     assert read_config_file(str(straight / "config.yaml"))["agent.act_before_update"] is True
     step20 = straight / "checkpoints" / "step20"
-    assert checkpoint_module.load_pickle(str(step20 / "loop_state.pkl"))["next_action"] is not None
+    assert run_files.load_pickle(str(step20 / "loop_state.pkl"))["next_action"] is not None
     cfg = load_config([f"agent_load_path={step20}", f"save_path={resumed}"], framework)
     assert cfg.agent.act_before_update is True
-    again = train(cfg, factory)
+    again = train(cfg, host_trainer(factory))
     assert again.env_step == 40 and again.evaluations == result.evaluations[-len(again.evaluations):]
     a, b = straight / "checkpoints" / "step40", resumed / "checkpoints" / "step40"
     if framework == "torch":
         load = functools.partial(torch.load, weights_only=False)
         names = ["actor.pt", "agent_state.pt", "critic.pt", "target_critic.pt", "temperature.pt"]
     else:
-        load = checkpoint_module.load_pickle
+        load = run_files.load_pickle
         names = ["actor.pkl", "agent_state.pkl", "critic.pkl", "target_critic.pkl", "temperature.pkl"]
     for name in names:
         state_a, state_b = load(str(a / "agent" / name)), load(str(b / "agent" / name))
         if name.startswith("agent_state"):
             state_a.pop("cuda_rng_state", None), state_b.pop("cuda_rng_state", None)
         assert_nested_equal(state_a, state_b, name)
-    loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
-    loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+    loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))
+    loop_b = run_files.load_pickle(str(b / "loop_state.pkl"))
     for key in ("noise", "reward_normalizer", "observation", "num_updates", "meter", "next_action", "buffer"):
         assert_nested_equal(loop_a[key], loop_b[key], key)
     assert loop_a["next_action"] is not None
-    assert_nested_equal(checkpoint_module.load_pickle(str(a / "replay_buffer.pkl")),
-                        checkpoint_module.load_pickle(str(b / "replay_buffer.pkl")), "replay_buffer")
+    assert_nested_equal(run_files.load_pickle(str(a / "replay_buffer.pkl")),
+                        run_files.load_pickle(str(b / "replay_buffer.pkl")), "replay_buffer")
 
 
 @pytest.mark.parametrize("overrides,fragment", [
@@ -171,10 +172,10 @@ def test_a_resumed_run_continues_exactly_and_keeps_the_key(framework, path, tmp_
     (["num_devices=2"], "num_devices=2"),
 ])
 def test_refused_where_it_does_not_apply(overrides, fragment, monkeypatch):
-    from agent_common import schema
-    from agent_common.schema import check_training_run
+    from agent_common.validation import check_training_run
+    from simulators import mjx
 
-    monkeypatch.setattr(schema, "mjx_missing", lambda: [])  # the check needs no MJX install
+    monkeypatch.setattr(mjx, "missing", lambda: [])  # the check needs no MJX install
     cfg = load_config([*TINY, "agent.act_before_update=true", *overrides], "jax")
     with pytest.raises(ConfigError, match="agent.act_before_update") as info:
         check_training_run(cfg, "jax")
@@ -186,7 +187,7 @@ def test_refused_with_several_replicas(tmp_path):
 
     cfg = _config("torch", "agent.act_before_update=true", f"save_path={tmp_path}")
     with pytest.raises(ConfigError, match="agent.act_before_update=true is not supported with 2 data-parallel"):
-        loop_module._Loop(cfg, _make_agent("torch"), Replicas(rank=0, world_size=2))
+        host_module.HostStepper(cfg, _make_agent("torch"), Replicas(rank=0, world_size=2))
     assert not os.listdir(tmp_path)
 
 

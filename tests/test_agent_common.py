@@ -13,21 +13,15 @@ import numpy as np
 import pytest
 
 from agent_common.buffer import BATCH_KEYS, ReplayBuffer
-from agent_common.checkpoint import (
-    atomic_pickle,
-    atomic_write,
-    commit_checkpoint_dir,
-    latest_checkpoint,
-    load_pickle,
-    resolve_checkpoint,
-)
 from agent_common.config import config_to_yaml, load_config, parse_args
 from agent_common.envs import evaluate, get_env_states, make_vec_env, set_env_states, step_env
+from agent_common.keys import ConfigError, target_entropy
 from agent_common.logger import CSV_HEADER, AverageMeter, RunLogger, UpdateTimeline, launch_time, read_eval_csv
 from agent_common.noise import ZetaNoise, truncated_zeta_cdf
 from agent_common.normalizer import RewardNormalizer
+from agent_common.runs.checkpoints import commit_checkpoint_dir, latest_checkpoint, resolve_checkpoint
+from agent_common.runs.files import atomic_pickle, atomic_write, load_pickle
 from agent_common.schedule import warmup_cosine_decay
-from agent_common.schema import ConfigError, target_entropy
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -409,7 +403,7 @@ def test_plot_command_writes_png(tmp_path):
 
 def test_agent_common_imports_no_framework():
     code = (
-        "import sys, agent_common, agent_common.loop, agent_common.plot, agent_common.envs; "
+        "import sys, agent_common, agent_common.driver, agent_common.plot, agent_common.envs; "
         "bad = [m for m in ('torch', 'jax', 'tensorflow') if m in sys.modules]; assert not bad, bad"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

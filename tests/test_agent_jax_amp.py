@@ -13,7 +13,7 @@ import pytest
 
 from agent_common.buffer import flat_batch
 from agent_common.config import load_config
-from agent_common.schema import ConfigError
+from agent_common.keys import ConfigError
 from agent_jax.agent import make_agent
 from agent_jax.amp import LossScale, resolve_amp_dtype
 from agent_jax.update import actor_grads, critic_grads, update_networks_flat

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from agent_common.config import load_config
-from agent_common.schema import ConfigError
+from agent_common.keys import ConfigError
 from agent_jax.compilation_cache import CACHE_ENV, default_cache_dir, resolve_cache_dir
 from tests.agent_test_utils import REPO, run_module
 

@@ -1,12 +1,12 @@
-"""The JAX agent on MJX environments (``env.env_type=mjx``): the CLI end to end through ``agent_common.vector_loop``
+"""The JAX agent on MJX environments (``env.env_type=mjx``): the CLI end to end through the driver, the device stepper
 and ``agent_jax.vector`` (fp16 mixed precision with its loss scale in the scan, 3-step returns), exact resume after a
-shorter run and after a wall-clock stop, config errors, the device reward normaliser against the host one, and SIGTERM.
+shorter run and after a wall-clock stop, config errors, the device reward normaliser against the host one, and
+SIGTERM.
 
 MJX compiles take tens of seconds on a CPU, so every run here is in this process with one configuration (4
 halfcheetah envs, 50-step episodes, tiny networks): the training scan and the evaluation loop compile once (the
-programs are cached by the env object, which ``agent_jax.vector`` keeps per configuration) and the later runs
-reuse them. Skipped only when the ``mjx`` extra is not installed.
-"""
+programs are cached by the env object, which ``agent_jax.vector`` keeps per configuration) and the later runs reuse
+them. Skipped only when the ``mjx`` extra is not installed."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ pytest.importorskip("brax", reason="the mjx extra is not installed (pip install 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from agent_common.device import interaction_steps_per_call  # noqa: E402
+from agent_common.driver import StopSignals  # noqa: E402
 from agent_common.logger import read_eval_csv  # noqa: E402
 from agent_common.normalizer import RewardNormalizer  # noqa: E402
-from agent_common.vector_loop import StopSignals, interaction_steps_per_call  # noqa: E402
 from agent_jax.train import main  # noqa: E402
 from agent_jax.vector import normalizer_update  # noqa: E402
 from tests.agent_test_utils import assert_nested_equal  # noqa: E402
@@ -207,7 +208,7 @@ def test_device_normaliser_matches_the_host_one():
 
 
 def test_steps_per_call_and_sigterm():
-    from agent_common.schema import build_config
+    from agent_common.config import build_config
 
     def k(**values):
         return interaction_steps_per_call(types.SimpleNamespace(interaction_steps_per_call=None, **values))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from agent_common.config import load_config
-from agent_common.schema import BACKENDS
+from agent_common.keys import BACKENDS
 from agent_jax.agent import FlashSACAgent
 from agent_jax.compilation_cache import jax_cache_env
 from agent_jax.train import main

@@ -98,7 +98,8 @@ def test_the_check_names_what_is_missing_or_different():
 
 def test_train_refuses_an_agent_that_does_not_conform(tmp_path):
     from agent_common.config import load_config
-    from agent_common.loop import train
+    from agent_common.driver import train
+    from agent_common.host import host_trainer
 
     class Half(_Base):
         capabilities = Capabilities(device_replay=True)  # but no replay_storage, step, take_metrics
@@ -107,4 +108,4 @@ def test_train_refuses_an_agent_that_does_not_conform(tmp_path):
                        f"save_path={tmp_path / 'run'}",
                        "progress_bar=false", "logger_type=none"])
     with pytest.raises(TypeError, match="Half.replay_storage: missing.*Half.step: missing.*Half.take_metrics"):
-        train(cfg, lambda cfg, obs, act: Half())
+        train(cfg, host_trainer(lambda cfg, obs, act: Half()))

@@ -16,8 +16,9 @@ import torch
 import agent_torch.update as update_mod
 from agent_common.buffer import ReplayBuffer
 from agent_common.config import load_config
+from agent_common.driver import train
 from agent_common.envs import make_vec_env, step_env
-from agent_common.loop import train
+from agent_common.host import host_trainer
 from agent_common.normalizer import RewardNormalizer
 from agent_common.schedule import warmup_cosine_decay
 from agent_torch.agent import FlashSACAgent, compute_path, make_agent, resolve_cuda_graph
@@ -595,8 +596,8 @@ def _tiny_run(tmp_path, name, seed, extra=()):
         "torch",
     )
     log: list = []
-    result = train(cfg, _record_factory(log))
-    buffer = __import__("agent_common.checkpoint", fromlist=["load_pickle"]).load_pickle(
+    result = train(cfg, host_trainer(_record_factory(log)))
+    buffer = __import__("agent_common.runs.files", fromlist=["load_pickle"]).load_pickle(
         os.path.join(result.checkpoint, "replay_buffer.pkl")
     )
     return log, buffer

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agent_common.config import load_config
-from agent_common.schema import ConfigError
+from agent_common.keys import ConfigError
 from agent_torch.agent import make_agent, resolve_cuda_graph
 from agent_torch.amp import DeviceLossScaler, resolve_amp_dtype
 from tests.data.make_torch_update_golden import OVERRIDES, PATH, fixed_batches, run, spaces

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from agent_common.checkpoint import load_pickle
+from agent_common.runs.files import load_pickle
 from tests.agent_test_utils import REPO, assert_nested_equal, module_cmd, run_module
 
 TINY = [

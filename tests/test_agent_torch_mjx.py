@@ -16,9 +16,9 @@ pytest.importorskip("brax", reason="the mjx extra is not installed (pip install 
 
 import torch  # noqa: E402
 
-from agent_common.schema import build_config  # noqa: E402
+from agent_common.config import build_config  # noqa: E402
 from agent_torch import vector  # noqa: E402
-from mjx_envs import torch_view  # noqa: E402
+from simulators import torch_view  # noqa: E402
 from tests.host_sync import HostSyncCounter  # noqa: E402
 
 TINY = {"env.env_type": "mjx", "env.env_name": "halfcheetah", "num_train_envs": 2, "num_eval_envs": 2,
@@ -299,7 +299,7 @@ def test_n_step_window_restarts_when_the_envs_start_new_episodes(capsys):
     first.advance(4)
     state, rows = first.state_dict(), first.buffer_state()
     second = _trainer(n_step=3)
-    second.train_env.exact_state = False  # as agent_torch.mjlab_env's envs
+    second.train_env.exact_state = False  # as simulators.mjlab_env's envs
     second.load_state_dict(state)
     second.load_buffer_state(rows)
     assert "saved n-step window (2, 2, 43) is not resumed" in capsys.readouterr().err

@@ -19,9 +19,12 @@ import shutil
 import numpy as np
 import pytest
 
-from agent_common import schema
-from agent_common.config import ConfigError, load_config, parse_args
-from agent_common.loop import run_cli, train
+from agent_common import help, keys
+from agent_common.cli import Framework, run
+from agent_common.config import ConfigError, build_config, load_config, parse_args
+from agent_common.driver import train
+from agent_common.host import host_trainer
+from simulators import mjx
 from tests.test_runs import TINY
 
 NO_UPDATES = ["agent.buffer_min_length=60", "num_eval_episodes=0", "max_wall_seconds=0.001"]
@@ -44,7 +47,8 @@ def _overrides(framework: str) -> list[str]:
 def _cli(framework: str, overrides: list[str], capsys) -> tuple[int, str, str]:
     argv = [a for o in overrides for a in ("--overrides", o)]
     try:
-        code = run_cli(argv, framework, lambda: _make_agent(framework))
+        code = run(parse_args(argv, framework, prog=f"python -m agent_{framework}.train"),
+                   Framework(framework, lambda: _make_agent(framework)))
     except SystemExit as exc:
         code = int(exc.code)  # type: ignore[arg-type]
     out = capsys.readouterr()
@@ -58,7 +62,8 @@ def base_runs(tmp_path_factory):
     runs = {}
     for framework in ("torch", "jax"):
         run = tmp_path_factory.mktemp("runs") / framework
-        result = train(load_config([*_overrides(framework), f"save_path={run}"], framework), _make_agent(framework))
+        result = train(load_config([*_overrides(framework), f"save_path={run}"], framework),
+                       host_trainer(_make_agent(framework)))
         assert result.status == "budget" and result.env_step < 60
         older = f"step{result.env_step}"
         shutil.copytree(run / "checkpoints" / older, run / "checkpoints" / f"step{result.env_step + 100}")
@@ -77,7 +82,7 @@ def _copy(base_runs, framework, tmp_path):
 # ----------------------------------------------------------------------------------------------- the manifest
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_every_checkpoint_has_a_manifest_of_all_its_files(base_runs, framework, tmp_path):
-    from agent_common.checkpoint import read_manifest
+    from agent_common.runs.manifest import read_manifest
 
     for ckpt in _copy(base_runs, framework, tmp_path)[1:]:
         entries = read_manifest(str(ckpt))
@@ -170,21 +175,21 @@ def test_a_legacy_checkpoint_with_a_damaged_config_falls_back(base_runs, tmp_pat
 
 
 def test_mjx_driver_manifest_and_fallback(tmp_path, monkeypatch, capsys):
-    """The MJX driver (agent_common.vector_loop, with the framework-free fake trainer) writes the same manifest
+    """The device stepper (agent_common.device, with the framework-free fake trainer) writes the same manifest
     and falls back the same way."""
-    from agent_common.checkpoint import verify_checkpoint
-    from agent_common.vector_loop import train_vector
+    from agent_common.device import device_trainer
+    from agent_common.runs.manifest import verify_checkpoint
     from tests.test_vector_loop import BASE, FakeTrainer
 
-    monkeypatch.setattr(schema, "mjx_missing", lambda: [])
-    cfg = schema.build_config({**BASE, "save_path": str(tmp_path / "run")}, "jax")
-    train_vector(cfg, FakeTrainer, "jax")
+    monkeypatch.setattr(mjx, "missing", lambda: [])
+    cfg = build_config({**BASE, "save_path": str(tmp_path / "run")}, "jax")
+    train(cfg, device_trainer(FakeTrainer, "jax"))
     ckpts = tmp_path / "run" / "checkpoints"
     assert verify_checkpoint(str(ckpts / "step300")) is True
     _flip(ckpts / "step300" / "replay_buffer.pkl")
-    resumed = schema.build_config({**BASE, "save_path": str(tmp_path / "run"),
+    resumed = build_config({**BASE, "save_path": str(tmp_path / "run"),
                                    "agent_load_path": str(tmp_path / "run")}, "jax")
-    result = train_vector(resumed, FakeTrainer, "jax")
+    result = train(resumed, device_trainer(FakeTrainer, "jax"))
     err = capsys.readouterr().err
     assert "replay_buffer.pkl does not match its SHA-256" in err and f"resumed from {ckpts / 'step240'}" in err
     assert (ckpts / "damaged" / "step300-checksum").is_dir() and result.env_step == 300
@@ -192,7 +197,7 @@ def test_mjx_driver_manifest_and_fallback(tmp_path, monkeypatch, capsys):
 
 def test_converter_writes_a_new_manifest(base_runs, tmp_path):
     """A converted training checkpoint verifies (its agent files are new, so is its manifest)."""
-    from agent_common.checkpoint import verify_checkpoint
+    from agent_common.runs.manifest import verify_checkpoint
     from agent_interop.convert import main as convert
 
     out = tmp_path / "jax"
@@ -232,7 +237,7 @@ def test_an_upstream_checkpoint_is_named_with_the_conversion_command_and_never_m
 
 
 def test_this_projects_agent_directory_is_not_called_foreign(base_runs, tmp_path):
-    from agent_common.checkpoint import detect_foreign_layout
+    from agent_common.runs.checkpoints import detect_foreign_layout
 
     _, older, _ = _copy(base_runs, "torch", tmp_path)
     assert detect_foreign_layout(str(older / "agent")) is None and detect_foreign_layout(str(older)) is None
@@ -246,14 +251,14 @@ class _Killed(BaseException):
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_a_kill_during_the_first_checkpoint_is_no_dead_end(framework, tmp_path, monkeypatch, capsys):
-    from agent_common import checkpoint
+    from agent_common.runs import checkpoints
 
     run = tmp_path / "run"
 
     def killed(directory):
         raise _Killed
 
-    monkeypatch.setattr(checkpoint, "write_manifest", killed)  # every file written, the manifest not yet
+    monkeypatch.setattr(checkpoints, "write_manifest", killed)  # every file written, the manifest not yet
     overrides = [*_overrides(framework), f"save_path={run}"]  # the budget stop writes the first checkpoint
     with pytest.raises(_Killed):
         _cli(framework, overrides, capsys)
@@ -333,9 +338,9 @@ def test_absurd_derived_values_are_refused_naming_the_key(override, key, words, 
 
 
 def test_a_non_finite_loss_names_likely_causes_and_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
-    from agent_common import loop
+    from agent_common import host
 
-    real = loop.step_env
+    real = host.step_env
 
     def poisoned(envs, action):
         result = real(envs, action)
@@ -345,7 +350,7 @@ def test_a_non_finite_loss_names_likely_causes_and_the_last_good_checkpoint(tmp_
         return result
 
     poisoned.calls = 0
-    monkeypatch.setattr(loop, "step_env", poisoned)
+    monkeypatch.setattr(host, "step_env", poisoned)
     code, _, err = _cli("torch", [*TINY, f"save_path={tmp_path / 'r'}"], capsys)
     assert code == 1 and "Traceback" not in err
     assert "non-finite critic/loss" in err and "agent.learning_rate_peak=0.0003" in err and "reward scale" in err
@@ -359,8 +364,8 @@ def test_help_lists_every_key_with_type_default_and_meaning(capsys):
         parse_args(["--help"], "torch", prog="python -m agent_torch.train")
     assert info.value.code == 0
     text = capsys.readouterr().out
-    docs = schema.field_docs()
-    for key in schema.KNOWN_KEYS:
+    docs = help.field_docs()
+    for key in keys.KNOWN_KEYS:
         line = next(x for x in text.splitlines() if x.split() and x.split()[0] == key)
         assert docs[key][1] and docs[key][1].split()[0] in line, key
     assert "agent.learning_rate_peak" in text and "float = 0.0003" in text and "agent: replay buffer" in text
@@ -371,7 +376,7 @@ def test_a_misspelled_key_shows_only_the_closest_matches():
         load_config(["agent.learning_rate_peek=1e-3"], "torch")
     message = str(info.value)
     assert "Did you mean: agent.learning_rate_peak" in message and "--help" in message
-    assert sum(key in message for key in schema.KNOWN_KEYS) <= 3
+    assert sum(key in message for key in keys.KNOWN_KEYS) <= 3
     with pytest.raises(ConfigError, match="Did you mean: agent.learning_rate_peak"):
         load_config(["learning_rate_peak=1e-3"], "torch")  # the group left out
 

@@ -18,7 +18,7 @@ import torch
 
 import agent_torch.compiled as compiled
 from agent_common.config import load_config
-from agent_common.schema import ConfigError
+from agent_common.keys import ConfigError
 from agent_torch.agent import FlashSACAgent, compute_path, make_agent
 from agent_torch.state import explain_compile_mode
 from tests.data import make_fused_update_golden as golden_run

@@ -214,7 +214,8 @@ def test_torchrun_cli_writes_one_run_and_resumes(tmp_path):
     budget = subprocess.run(_torchrun(["num_env_steps=1000000", "max_wall_seconds=2", f"agent_load_path={run_dir}"]),
                             env=_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert budget.returncode == 0 and budget.stdout.count("[budget]") == 1, budget.stderr[-3000:]
-    from agent_common.checkpoint import latest_checkpoint, read_checkpoint_file
+    from agent_common.runs.checkpoints import latest_checkpoint
+    from agent_common.runs.files import read_checkpoint_file
 
     latest = latest_checkpoint(str(run_dir))  # both replicas stopped at the same step, each saved its buffer
     for state_dir in (latest, os.path.join(latest, "ranks", "rank1")):
@@ -262,7 +263,8 @@ def test_failed_replica_stops_the_run_with_the_last_checkpoint_intact(tmp_path, 
     stderr = err.read_text()
     assert proc.returncode != 0
     assert reported < (10 if failure == "killed" else timeout + 30), f"stopped after {reported:.0f} s"
-    from agent_common.checkpoint import latest_checkpoint, read_checkpoint_file
+    from agent_common.runs.checkpoints import latest_checkpoint
+    from agent_common.runs.files import read_checkpoint_file
 
     latest = latest_checkpoint(str(run_dir))
     assert latest is not None

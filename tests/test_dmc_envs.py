@@ -11,10 +11,11 @@ pytest.importorskip("shimmy")
 
 import numpy as np  # noqa: E402
 
-from agent_common import schema  # noqa: E402
 from agent_common.config import ConfigError, load_config  # noqa: E402
+from agent_common.driver import train  # noqa: E402
 from agent_common.envs import get_env_states, make_vec_env, set_env_states, step_env  # noqa: E402
-from agent_common.loop import train  # noqa: E402
+from agent_common.host import host_trainer  # noqa: E402
+from simulators import SIMULATORS, dmc  # noqa: E402
 from tests.agent_test_utils import assert_nested_equal  # noqa: E402
 
 TASK = "cartpole-swingup"  # obs 5, act 1: the cheapest to simulate
@@ -23,8 +24,8 @@ TASK = "cartpole-swingup"  # obs 5, act 1: the cheapest to simulate
 def test_task_list_is_the_installed_suite():
     from dm_control import suite
 
-    assert sorted(schema.DMC_TASKS) == sorted(f"{d}-{t}" for d, t in suite.ALL_TASKS)
-    assert schema.ENV_TYPES["dmc"] == schema.DMC_TASKS
+    assert sorted(dmc.TASKS) == sorted(f"{d}-{t}" for d, t in suite.ALL_TASKS)
+    assert SIMULATORS["dmc"].TASKS == dmc.TASKS
 
 
 def test_env_is_float32_flat_and_ends_after_1000_steps():
@@ -100,7 +101,7 @@ def test_config_rejects_names_of_other_suites(override, fragment):
 
 
 def test_config_without_the_extra_names_it(monkeypatch):
-    monkeypatch.setattr(schema, "dmc_missing", lambda: ["shimmy"])
+    monkeypatch.setattr(dmc, "missing", lambda: ["shimmy"])
     with pytest.raises(ConfigError, match=r"dmc extra \(pip install -e \"\.\[dmc\]\"\); not installed: shimmy"):
         load_config(["env.env_type=dmc", f"env.env_name={TASK}"], "jax")
 
@@ -130,7 +131,7 @@ TINY = [
 def test_tiny_run_resumes_exactly(tmp_path, framework):
     """60 env steps with updates from step 15, evaluated every 30 steps; the run resumed from its step-30 checkpoint
     ends with the same evaluations and the same replay rows (the DMC env state travels in the checkpoint)."""
-    from agent_common import checkpoint as checkpoint_module
+    from agent_common.runs import files as run_files
 
     if framework == "torch":
         from agent_torch.agent import make_agent
@@ -141,16 +142,16 @@ def test_tiny_run_resumes_exactly(tmp_path, framework):
 
         overrides = [*TINY, "agent.categorical_target_backend=jax"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    result = train(load_config([*overrides, f"save_path={straight}"], framework), make_agent)
+    result = train(load_config([*overrides, f"save_path={straight}"], framework), host_trainer(make_agent))
     assert result.status == "completed" and result.env_step == 60
     returns = [m["avg_return"] for _, m in result.evaluations]
     assert len(returns) == 3 and all(np.isfinite(returns))
     cfg = load_config([f"agent_load_path={straight / 'checkpoints' / 'step30'}", f"save_path={resumed}"], framework)
     assert cfg.env.env_type == "dmc" and cfg.env.env_name == TASK
-    again = train(cfg, make_agent)
+    again = train(cfg, host_trainer(make_agent))
     assert again.env_step == 60 and again.evaluations == result.evaluations[-len(again.evaluations):]
     a, b = straight / "checkpoints" / "step60", resumed / "checkpoints" / "step60"
-    loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
-    loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+    loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))
+    loop_b = run_files.load_pickle(str(b / "loop_state.pkl"))
     for key in ("observation", "train_envs", "eval_envs"):
         assert_nested_equal(loop_a[key], loop_b[key], key)

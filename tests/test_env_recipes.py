@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from agent_common import schema
-from agent_common.config import parse_overrides
+from agent_common.config import build_config, parse_overrides
 from agent_common.recipes import recipe_overrides
-from agent_common.schema import build_config
+from simulators import SIMULATORS, dmc, myosuite, playground
 
 
 @pytest.fixture
 def extras(monkeypatch):
-    monkeypatch.setattr(schema, "dmc_missing", lambda: [])
-    monkeypatch.setattr(schema, "playground_missing", lambda: [])
-    monkeypatch.setattr(schema, "myosuite_missing", lambda: [])
+    monkeypatch.setattr(dmc, "missing", lambda: [])
+    monkeypatch.setattr(playground, "missing", lambda: [])
+    monkeypatch.setattr(myosuite, "missing", lambda: [])
 
 
 def _with_task(name: str, task: str, framework: str) -> list[str]:
@@ -55,4 +54,4 @@ def test_myosuite_recipe(framework, extras):
 def test_default_tasks_are_valid(extras):
     for name, task in (("dmc", "humanoid-walk"), ("playground", "CheetahRun"), ("myosuite", "myo-reach")):
         cfg = build_config(parse_overrides(recipe_overrides(name, "jax")), "jax")
-        assert cfg.env.env_name == task and task in schema.ENV_TYPES[cfg.env.env_type]
+        assert cfg.env.env_name == task and task in SIMULATORS[cfg.env.env_type].TASKS

@@ -24,7 +24,8 @@ def _agent_class(framework: str) -> type:
 @pytest.mark.parametrize("framework", ["torch", pytest.param("jax", marks=pytest.mark.default_xla)])
 def test_training_evaluations_act_through_snapshots_with_the_golden_returns(framework, tmp_path, monkeypatch):
     from agent_common.config import load_config
-    from agent_common.loop import train
+    from agent_common.driver import train
+    from agent_common.host import host_trainer
 
     with open(PATH) as f:
         golden = json.load(f)[framework]["loop"]
@@ -45,7 +46,7 @@ def test_training_evaluations_act_through_snapshots_with_the_golden_returns(fram
     monkeypatch.setattr(cls, "policy_snapshot", policy_snapshot)
     cfg = load_config([*overrides(framework), "num_env_steps=40", "evaluation_per_interaction_step=40",
                        "save_checkpoint_per_interaction_step=40", f"save_path={tmp_path / 'run'}"], framework)
-    result = train(cfg, make_agent_factory(framework))
+    result = train(cfg, host_trainer(make_agent_factory(framework)))
     assert [step for step, _ in result.evaluations] == [0, 40]
     assert {k: repr(v) for k, v in result.evaluations[0][1].items()} == golden
     assert deterministic_acts == [] and len(snapshots) == 2
@@ -57,7 +58,7 @@ def test_policy_returns_equal_the_golden_ones_and_snapshots_keep_their_weights(f
     ``act(obs, None)`` bitwise on the CPU and keeps acting with the weights it was taken from."""
     from agent_common.config import load_config
     from agent_common.envs import make_env
-    from agent_common.loop import evaluation_policy
+    from agent_common.host import evaluation_policy
     from agent_common.policy import Policy, run_episodes
 
     with open(PATH) as f:

@@ -4,8 +4,7 @@ Packages import downward only (docs/agents.md, "Layout"):
 
     shared_spec  <-  triton_kernels  <-  torch_impl  <-  agent_torch  \
                                      <-  jax_impl    <-  agent_jax    -  agent_interop  <-  bench
-    shared_spec  <-  agent_common    <-  agent_torch, agent_jax       /
-    shared_spec  <-  agent_common    <-  mjx_envs  <-  agent_torch, agent_jax
+    shared_spec  <-  simulators  <-  agent_common    <-  agent_torch, agent_jax       /
     torch_impl, jax_impl  <-  kernel_validation  <-  bench
 
 * ``ALLOWED`` lists, per package, the repository packages it may import; everything else is forbidden. So the two
@@ -44,11 +43,12 @@ ALLOWED: dict[str, set[str]] = {
     "triton_kernels": SPEC_LAYER,
     "torch_impl": KERNEL_LAYER,
     "jax_impl": KERNEL_LAYER,  # the Pallas kernel may share the Triton kernel's pure-Python launch configuration
-    "agent_common": SPEC_LAYER,
-    "mjx_envs": SPEC_LAYER | {"agent_common"},  # MJX environments (JAX) with DLPack views for torch
-    "agent_torch": KERNEL_LAYER | {"torch_impl", "agent_common", "mjx_envs"},
-    "agent_jax": SPEC_LAYER | {"jax_impl", "agent_common", "mjx_envs"},
-    "agent_interop": KERNEL_LAYER | {"torch_impl", "jax_impl", "agent_common", "mjx_envs", "agent_torch", "agent_jax"},
+    "simulators": SPEC_LAYER,  # one module per simulator; the device ones' envs (JAX, torch) imported on use only
+    "agent_common": SPEC_LAYER | {"simulators"},
+    "agent_torch": KERNEL_LAYER | {"torch_impl", "agent_common", "simulators"},
+    "agent_jax": SPEC_LAYER | {"jax_impl", "agent_common", "simulators"},
+    "agent_interop": KERNEL_LAYER | {"torch_impl", "jax_impl", "agent_common", "simulators", "agent_torch",
+                      "agent_jax"},
     # the kernel validation command: both frameworks' ops (each in its own worker process), no agent
     "kernel_validation": KERNEL_LAYER | {"torch_impl", "jax_impl"},
 }

@@ -13,10 +13,9 @@ import os
 
 import pytest
 
-from agent_common import schema
-from agent_common.config import load_config, parse_overrides
+from agent_common.config import ConfigError, build_config, load_config, parse_overrides
 from agent_common.recipes import recipe_overrides
-from agent_common.schema import ConfigError, build_config
+from simulators import SIMULATORS, device_env_types, mjlab, mjx
 
 needs_mjlab = pytest.mark.skipif(
     importlib.util.find_spec("mjlab") is None,
@@ -31,13 +30,13 @@ BASE = {"env.env_type": "mjlab", "env.env_name": TASK, "env.rescale_action": Fal
 
 @pytest.fixture
 def extra(monkeypatch):
-    monkeypatch.setattr(schema, "mjlab_missing", lambda: [])
+    monkeypatch.setattr(mjlab, "missing", lambda: [])
 
 
 def test_task_list_and_vector_driver():
-    assert schema.ENV_TYPES["mjlab"] == schema.MJLAB_TASKS
-    assert "mjlab" in schema.VECTOR_ENV_TYPES
-    assert [t for t in schema.MJLAB_TASKS if t.startswith("Mjlab-Velocity-")] == [
+    assert SIMULATORS["mjlab"].TASKS == mjlab.TASKS
+    assert "mjlab" in device_env_types()
+    assert [t for t in mjlab.TASKS if t.startswith("Mjlab-Velocity-")] == [
         "Mjlab-Velocity-Flat-Unitree-G1", "Mjlab-Velocity-Rough-Unitree-G1", "Mjlab-Velocity-Flat-Unitree-Go1",
         "Mjlab-Velocity-Rough-Unitree-Go1"]
 
@@ -101,7 +100,7 @@ def test_extra_pins_the_stack_and_its_ci_script_installs_it():
 
 
 def test_missing_extra_is_one_line_with_the_install_line(monkeypatch):
-    monkeypatch.setattr(schema, "mjlab_missing", lambda: ["mjlab"])
+    monkeypatch.setattr(mjlab, "missing", lambda: ["mjlab"])
     with pytest.raises(ConfigError) as err:
         load_config([f"{k}={v}" for k, v in BASE.items()], "torch")
     assert str(err.value) == ("invalid value 'mjlab' for 'env.env_type': mjlab's tasks need the mjlab extra (pip "
@@ -114,7 +113,7 @@ def test_the_torch_cli_sets_no_xla_flags_for_mjlab(monkeypatch, extra):
 
     from agent_torch.train import configure_mjx_xla
 
-    monkeypatch.setattr(schema, "mjx_missing", lambda: [])
+    monkeypatch.setattr(mjx, "missing", lambda: [])
     monkeypatch.delitem(sys.modules, "jax", raising=False)
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     configure_mjx_xla(build_config(BASE, "torch"))
@@ -128,7 +127,7 @@ def test_registered_in_the_installed_mjlab():
     import mjlab.tasks  # noqa: F401
     from mjlab.tasks.registry import list_tasks
 
-    assert set(schema.MJLAB_TASKS) <= set(list_tasks())
+    assert set(mjlab.TASKS) <= set(list_tasks())
 
 
 @needs_mjlab
@@ -137,7 +136,7 @@ def test_step_returns_the_terminal_observation_and_resets():
     terminal observation as ``final_obs`` and a fresh episode's as ``obs``; the state names its envs."""
     import torch
 
-    from agent_torch.mjlab_env import MjlabVecEnv
+    from simulators.mjlab_env import MjlabVecEnv
 
     env = MjlabVecEnv(TASK, 2, 0, "cpu", torch.device("cpu"), max_episode_steps=3)
     try:

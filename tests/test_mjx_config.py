@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from agent_common import schema
-from agent_common.config import parse_overrides
-from agent_common.schema import MJX_TASKS, ConfigError, build_config, check_training_run
-from mjx_envs.recipe import DETERMINISTIC_FLAG, DEVICE_LOOPS_FLAG, GPU_RECIPE, TORCH_AMP, gpu_recipe, mjx_xla_flags
+from agent_common.config import ConfigError, build_config, parse_overrides
+from agent_common.recipes import GPU_RECIPE, TORCH_AMP, gpu_recipe
+from agent_common.validation import check_training_run
+from simulators import mjx
+from simulators.mjx import DETERMINISTIC_FLAG, DEVICE_LOOPS_FLAG
+from simulators.mjx import TASKS as MJX_TASKS
+from simulators.mjx import xla_flags as mjx_xla_flags
 
 REPO = Path(__file__).resolve().parent.parent
 MJX = {"env.env_type": "mjx", "env.env_name": "halfcheetah"}
@@ -22,7 +25,7 @@ MJX = {"env.env_type": "mjx", "env.env_name": "halfcheetah"}
 
 @pytest.fixture
 def extra_installed(monkeypatch):
-    monkeypatch.setattr(schema, "mjx_missing", lambda: [])
+    monkeypatch.setattr(mjx, "missing", lambda: [])
 
 
 def test_mjx_tasks_and_names(extra_installed):
@@ -59,15 +62,16 @@ def test_env_count_checks(extra_installed):
 
 def test_missing_extra_names_the_key(monkeypatch):
     import importlib.metadata
+    import importlib.util
 
     def no_mjx(name):
         if name == "mujoco-mjx":
             raise importlib.metadata.PackageNotFoundError(name)
         return "1.0"
 
-    monkeypatch.setattr(schema.importlib.util, "find_spec", lambda name, *a: None if name == "brax" else object())
-    monkeypatch.setattr(schema.importlib.metadata, "version", no_mjx)
-    assert schema.mjx_missing() == ["brax", "mujoco-mjx"]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "brax" else object())
+    monkeypatch.setattr(importlib.metadata, "version", no_mjx)
+    assert mjx.missing() == ["brax", "mujoco-mjx"]
     with pytest.raises(ConfigError, match=r"invalid value 'mjx' for 'env.env_type': the MJX environments need the "
                                           r"mjx extra \(pip install -e \"\.\[mjx\]\"\); not installed: brax, "
                                           r"mujoco-mjx"):
@@ -77,10 +81,10 @@ def test_missing_extra_names_the_key(monkeypatch):
 
 def test_training_run_refuses_mjx_until_wired(extra_installed):
     cfg = build_config(MJX)
-    for framework in (None, *sorted({"torch", "jax"} - set(schema.MJX_TRAINING_FRAMEWORKS))):
+    for framework in (None, *sorted({"torch", "jax"} - set(mjx.FRAMEWORKS))):
         with pytest.raises(ConfigError, match="env.env_type='mjx' is not wired into this agent yet"):
             check_training_run(cfg, framework)
-    for framework in schema.MJX_TRAINING_FRAMEWORKS:
+    for framework in mjx.FRAMEWORKS:
         check_training_run(cfg, framework)
 
 
@@ -102,7 +106,7 @@ def test_training_program_checks(extra_installed):
 def test_cli_without_the_extra_exits_2(monkeypatch, tmp_path, capsys):
     from agent_torch.train import main
 
-    monkeypatch.setattr(schema, "mjx_missing", lambda: ["brax", "mujoco-mjx"])
+    monkeypatch.setattr(mjx, "missing", lambda: ["brax", "mujoco-mjx"])
     with pytest.raises(SystemExit) as exc:
         main(["--overrides", "env.env_type=mjx", "--overrides", "env.env_name=ant", "--overrides",
               f"save_path={tmp_path / 'run'}"])

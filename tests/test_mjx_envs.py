@@ -1,5 +1,5 @@
-"""mjx_envs: batched MJX environments (shapes, seeding, auto-reset with the true final observation, truncation vs
-termination, agreement with plain MuJoCo, zero-copy torch views).
+"""simulators.mjx_env: batched MJX environments (shapes, seeding, auto-reset with the true final observation,
+truncation vs termination, agreement with plain MuJoCo, zero-copy torch views).
 
 MJX compiles take tens of seconds on a CPU, so each task is compiled once per module: halfcheetah's ``reset`` and
 ``step`` (3 envs, episode limit 4) and one jitted hopper rollout (reset + ``lax.scan`` of steps), all with XLA's
@@ -19,7 +19,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 
-from mjx_envs.env import FAST_COMPILE_ENV, MjxStep, compiler_options, key_from_seed, make_mjx_env  # noqa: E402
+from simulators.mjx_env import FAST_COMPILE_ENV, MjxStep, compiler_options, key_from_seed, make_mjx_env  # noqa: E402
 
 CHEETAH_ENVS, CHEETAH_LIMIT = 3, 4
 HOPPER_ENVS, HOPPER_STEPS = 2, 60
@@ -199,7 +199,7 @@ def test_positions_are_the_physics_qpos(cheetah):
 
 def test_dlpack_views_share_memory(cheetah):
     torch = pytest.importorskip("torch")
-    from mjx_envs.torch_view import step_to_torch, to_torch
+    from simulators.torch_view import step_to_torch, to_torch
 
     env, reset, step = cheetah
     out = step(reset(key_from_seed(4)), jnp.zeros((CHEETAH_ENVS, 6)))

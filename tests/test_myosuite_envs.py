@@ -13,8 +13,9 @@ import os
 import numpy as np
 import pytest
 
-from agent_common import schema
 from agent_common.config import ConfigError, load_config
+from simulators import SIMULATORS
+from simulators import myosuite as myosuite_sim
 
 needs_myosuite = pytest.mark.skipif(importlib.util.find_spec("myosuite") is None,
                                     reason="the myosuite extra is not installed (pip install -e \".[myosuite]\")")
@@ -26,9 +27,9 @@ def test_task_list_is_upstreams_and_registered():
     import gymnasium as gym
     import myosuite  # noqa: F401
 
-    assert schema.ENV_TYPES["myosuite"] == tuple(schema.MYOSUITE_TASKS)
-    assert len(schema.MYOSUITE_TASKS) == 10 and all(name.startswith("myo-") for name in schema.MYOSUITE_TASKS)
-    assert all(env_id in gym.registry for env_id in schema.MYOSUITE_TASKS.values())
+    assert SIMULATORS["myosuite"].TASKS == tuple(myosuite_sim.TASK_IDS)
+    assert len(myosuite_sim.TASK_IDS) == 10 and all(name.startswith("myo-") for name in myosuite_sim.TASK_IDS)
+    assert all(env_id in gym.registry for env_id in myosuite_sim.TASK_IDS.values())
 
 
 @needs_myosuite
@@ -56,7 +57,7 @@ def test_env_is_float32_reports_success_and_keeps_the_task_limit():
 
 
 @needs_myosuite
-@pytest.mark.parametrize("task", [name for name in schema.MYOSUITE_TASKS if name.endswith("-hard")])
+@pytest.mark.parametrize("task", [name for name in myosuite_sim.TASK_IDS if name.endswith("-hard")])
 def test_snapshot_restores_the_trajectory_exactly(task):
     """Snapshot mid-episode, play on across the next reset (a new random target / object), restore, replay."""
     from agent_common.envs import get_env_states, make_vec_env, set_env_states, step_env
@@ -91,14 +92,14 @@ def test_snapshot_restores_the_trajectory_exactly(task):
     ],
 )
 def test_config_rejects_names_of_other_suites(override, fragment, monkeypatch):
-    monkeypatch.setattr(schema, "myosuite_missing", lambda: [])
+    monkeypatch.setattr(myosuite_sim, "missing", lambda: [])
     with pytest.raises(ConfigError, match="env.env_name") as info:
         load_config(["env.env_type=myosuite", override], "torch")
     assert fragment in str(info.value)
 
 
 def test_config_without_the_extra_names_it(monkeypatch):
-    monkeypatch.setattr(schema, "myosuite_missing", lambda: ["myosuite"])
+    monkeypatch.setattr(myosuite_sim, "missing", lambda: ["myosuite"])
     with pytest.raises(ConfigError, match=r"myosuite extra \(pip install -e \"\.\[myosuite\]\"\); not installed: "
                                           r"myosuite"):
         load_config(["env.env_type=myosuite", f"env.env_name={TASK}"], "jax")
@@ -128,14 +129,15 @@ TINY = [
 
 
 def _tiny_run(framework: str, save_path):
-    from agent_common.loop import train
+    from agent_common.driver import train
+    from agent_common.host import host_trainer
 
     if framework == "torch":
         from agent_torch.agent import make_agent
     else:
         from agent_jax.agent import make_agent  # type: ignore[assignment]
     overrides = [*TINY, f"agent.categorical_target_backend={framework}"]
-    result = train(load_config([*overrides, f"save_path={save_path}"], framework), make_agent)
+    result = train(load_config([*overrides, f"save_path={save_path}"], framework), host_trainer(make_agent))
     assert result.status == "completed" and result.env_step == 60
     evaluations = [m for _, m in result.evaluations]
     assert len(evaluations) == 3 and all(np.isfinite(m["avg_return"]) for m in evaluations)
@@ -155,8 +157,9 @@ def test_tiny_jax_run(tmp_path):
 def test_tiny_torch_run_resumes_exactly(tmp_path):
     """The torch agent, as the JAX one; the run resumed from its step-30 checkpoint ends with the same evaluations
     and the same replay rows (the MyoSuite env state travels in the checkpoint)."""
-    from agent_common import checkpoint as checkpoint_module
-    from agent_common.loop import train
+    from agent_common.driver import train
+    from agent_common.host import host_trainer
+    from agent_common.runs import files as run_files
     from tests.agent_test_utils import assert_nested_equal
 
     framework = "torch"
@@ -164,11 +167,11 @@ def test_tiny_torch_run_resumes_exactly(tmp_path):
     result, make_agent = _tiny_run(framework, straight)
     cfg = load_config([f"agent_load_path={straight / 'checkpoints' / 'step30'}", f"save_path={resumed}"], framework)
     assert cfg.env.env_type == "myosuite" and cfg.env.env_name == TASK
-    again = train(cfg, make_agent)
+    again = train(cfg, host_trainer(make_agent))
     assert again.env_step == 60 and again.evaluations == result.evaluations[-len(again.evaluations):]
     a, b = straight / "checkpoints" / "step60", resumed / "checkpoints" / "step60"
-    loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
-    loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+    loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))
+    loop_b = run_files.load_pickle(str(b / "loop_state.pkl"))
     for key in ("observation", "train_envs", "eval_envs"):
         assert_nested_equal(loop_a[key], loop_b[key], key)
 
@@ -179,14 +182,15 @@ def test_tiny_torch_run_resumes_exactly(tmp_path):
 def test_tiny_run_records_evaluation_videos(tmp_path, monkeypatch):
     """record_video=true films MyoSuite's evaluation episodes from the model's first camera: videos at steps 0 and
     30 of a 30-step torch run, each one 20-step episode (20 frames, not blank)."""
-    from agent_common.loop import train
+    from agent_common.driver import train
+    from agent_common.host import host_trainer
     from agent_common.video import read_video_frames
     from agent_torch.agent import make_agent
 
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
     record = ["record_video=true", "record_size=32", "recording_per_interaction_step=30", "num_env_steps=30",
               "agent.categorical_target_backend=torch", f"save_path={tmp_path}"]
-    assert train(load_config([*TINY, *record], "torch"), make_agent).status == "completed"
+    assert train(load_config([*TINY, *record], "torch"), host_trainer(make_agent)).status == "completed"
     names = sorted(os.listdir(tmp_path / "videos"))
     assert names == ["eval_step000000000.mp4", "eval_step000000030.mp4"]
     for name in names:

@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from agent_common.config import parse_overrides
-from agent_common.schema import ConfigError, build_config, loggers
+from agent_common.config import ConfigError, build_config, parse_overrides
+from agent_common.keys import loggers
 from tests.agent_test_utils import run_module
 
 TINY = [

@@ -18,8 +18,9 @@ import sys
 import numpy as np
 import pytest
 
-from agent_common import schema
 from agent_common.config import ConfigError, load_config
+from agent_common.keys import config_to_dict
+from simulators import playground
 from tests.agent_test_utils import REPO
 
 HAS_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None
@@ -30,8 +31,8 @@ TASK = "CartpoleBalance"  # obs 5, act 1
 
 @pytest.fixture
 def extra(monkeypatch):
-    monkeypatch.setattr(schema, "playground_missing", lambda: [])
-    monkeypatch.delenv(schema.MENAGERIE_ENV, raising=False)
+    monkeypatch.setattr(playground, "missing", lambda: [])
+    monkeypatch.delenv(playground.MENAGERIE_ENV, raising=False)
 
 
 def _load(*overrides: str):
@@ -41,6 +42,15 @@ def _load(*overrides: str):
 def test_dm_control_task_validates(extra):
     cfg = _load(f"env.env_name={TASK}")
     assert cfg.env.env_type == "mujoco_playground" and cfg.env.menagerie_path is None
+
+
+def test_actions_follow_the_simulator_without_rescale_action(extra):
+    """Without the recipe and without ``env.rescale_action``, a Playground run takes the simulator's convention
+    (actions in [-1, 1] go to the task unchanged), as the recipe spells it out; the config records the value."""
+    cfg = load_config(["env.env_type=mujoco_playground", f"env.env_name={TASK}", "save_path=run"], "jax")
+    assert cfg.env.rescale_action is False
+    assert config_to_dict(cfg) == config_to_dict(_load(f"env.env_name={TASK}", "save_path=run"))
+    assert load_config([], "jax").env.rescale_action is True  # gymnasium's tasks are rescaled
 
 
 @pytest.mark.parametrize(("overrides", "fragment"), [
@@ -60,12 +70,12 @@ def test_menagerie_path_must_hold_the_robot(extra, tmp_path, monkeypatch):
         _load("env.env_name=T1JoystickRoughTerrain", f"env.menagerie_path={tmp_path}")
     (tmp_path / "booster_t1").mkdir()
     assert _load("env.env_name=T1JoystickRoughTerrain", f"env.menagerie_path={tmp_path}").env.menagerie_path
-    monkeypatch.setenv(schema.MENAGERIE_ENV, str(tmp_path))  # the environment variable when the key is null
+    monkeypatch.setenv(playground.MENAGERIE_ENV, str(tmp_path))  # the environment variable when the key is null
     _load("env.env_name=T1JoystickFlatTerrain")
 
 
 def test_missing_extra_is_named(monkeypatch):
-    monkeypatch.setattr(schema, "playground_missing", lambda: ["playground"])
+    monkeypatch.setattr(playground, "missing", lambda: ["playground"])
     with pytest.raises(ConfigError, match=r"playground extra .*not installed: playground"):
         _load(f"env.env_name={TASK}")
 
@@ -73,7 +83,7 @@ def test_missing_extra_is_named(monkeypatch):
 def test_locomotion_without_menagerie_fails_before_importing_playground():
     code = ("import os, sys\n"
             "os.environ.pop('MUJOCO_MENAGERIE_PATH', None)\n"
-            "from mjx_envs.playground import load_playground_task\n"
+            "from simulators.playground_env import load_playground_task\n"
             "try:\n    load_playground_task('G1JoystickRoughTerrain')\n"
             "except ValueError as exc:\n    print('ERR', exc)\n"
             "print('imported' if 'mujoco_playground' in sys.modules else 'not imported')\n")
@@ -90,7 +100,7 @@ def test_locomotion_without_menagerie_fails_before_importing_playground():
 def test_vector_env_steps_resets_and_compiles_once():
     import jax
 
-    from mjx_envs.playground import PlaygroundVecEnv
+    from simulators.playground_env import PlaygroundVecEnv
 
     env = PlaygroundVecEnv(TASK, 2, max_episode_steps=3)
     assert (env.observation_size, env.action_size) == (5, 1)

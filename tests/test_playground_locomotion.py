@@ -19,7 +19,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from agent_common.schema import MENAGERIE_ENV, PLAYGROUND_LOCOMOTION_TASKS
+from simulators.playground import LOCOMOTION_TASKS as PLAYGROUND_LOCOMOTION_TASKS
+from simulators.playground import MENAGERIE_ENV
 from tests.agent_test_utils import REPO
 
 MENAGERIE = os.environ.get(MENAGERIE_ENV) or None

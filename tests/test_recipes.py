@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from agent_common import schema
-from agent_common.config import config_to_yaml, load_config, parse_args
+from agent_common.config import ConfigError, build_config, config_to_yaml, load_config, parse_args
+from agent_common.keys import config_to_dict
 from agent_common.recipes import GPU_RECIPE, RECIPES, TORCH_AMP, gpu_recipe, recipe_overrides
-from agent_common.schema import ConfigError, build_config
+from simulators import mjlab, mjx, myosuite
 
 
 @pytest.fixture
 def extra_installed(monkeypatch):
-    monkeypatch.setattr(schema, "mjx_missing", lambda: [])
-    monkeypatch.setattr(schema, "mjlab_missing", lambda: [])
-    monkeypatch.setattr(schema, "myosuite_missing", lambda: [])  # the myosuite recipe validates without the extra
+    monkeypatch.setattr(mjx, "missing", lambda: [])
+    monkeypatch.setattr(mjlab, "missing", lambda: [])
+    monkeypatch.setattr(myosuite, "missing", lambda: [])  # the myosuite recipe validates without the extra
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
@@ -31,9 +31,9 @@ def test_every_recipe_is_a_valid_config_and_recorded(name, framework, extra_inst
     assert f"recipe: {name}\n" in config_to_yaml(cfg)  # the run's config.yaml
     spelled_out = load_config([*recipe_overrides(name, framework), "save_path=run"], framework)  # the same, unnamed
     assert spelled_out.recipe is None
-    assert {**schema.config_to_dict(cfg), "recipe": None} == schema.config_to_dict(spelled_out)
-    defaults = schema.config_to_dict(build_config({"save_path": "run"}, framework))
-    assert (schema.config_to_dict(spelled_out) == defaults) is (name == "gym")  # gym is the defaults
+    assert {**config_to_dict(cfg), "recipe": None} == config_to_dict(spelled_out)
+    defaults = config_to_dict(build_config({"save_path": "run"}, framework))
+    assert (config_to_dict(spelled_out) == defaults) is (name == "gym")  # gym is the defaults
 
 
 def test_smoke_is_the_short_cpu_run():
@@ -49,7 +49,7 @@ def test_gym_is_upstreams_gymnasium_recipe_and_the_defaults():
     assert (cfg.env.env_type, cfg.env.env_name, cfg.num_env_steps, cfg.agent.sample_batch_size) == (
         "mujoco", "HalfCheetah-v4", 1_000_000, 512)
     defaults = build_config({"save_path": "run"}, "jax")
-    assert {**schema.config_to_dict(cfg), "recipe": None} == {**schema.config_to_dict(defaults)}
+    assert {**config_to_dict(cfg), "recipe": None} == {**config_to_dict(defaults)}
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
@@ -57,9 +57,8 @@ def test_mjx_recipe_is_the_gpu_recipe(framework, extra_installed):
     amp = [TORCH_AMP] if framework == "torch" else []
     assert recipe_overrides("mjx", framework) == [GPU_RECIPE[0], "env.env_name=halfcheetah", *GPU_RECIPE[1:], *amp]
     assert gpu_recipe("ant", framework) == [GPU_RECIPE[0], "env.env_name=ant", *GPU_RECIPE[1:], *amp]
-    from mjx_envs import recipe as mjx_recipe
-
-    assert mjx_recipe.gpu_recipe is gpu_recipe and mjx_recipe.GPU_RECIPE is GPU_RECIPE
+    # one definition: the simulator module declares no recipe of its own (agent_common.recipes holds them all)
+    assert not hasattr(mjx, "gpu_recipe") and not hasattr(mjx, "GPU_RECIPE")
     cfg = parse_args(["--recipe", "mjx"], framework)
     assert (cfg.env.env_type, cfg.num_train_envs, cfg.agent.sample_batch_size, cfg.agent.buffer_device_type) == (
         "mjx", 1024, 2048, "cuda")
@@ -95,7 +94,7 @@ def test_the_mjx_cli_path_takes_the_recipe(monkeypatch, capsys, tmp_path):
     """``--recipe mjx`` selects the MJX environments in the CLI (here: their missing extra exits 2 before any work)."""
     from agent_torch.train import main
 
-    monkeypatch.setattr(schema, "mjx_missing", lambda: ["brax", "mujoco-mjx"])
+    monkeypatch.setattr(mjx, "missing", lambda: ["brax", "mujoco-mjx"])
     with pytest.raises(SystemExit) as exc:
         main(["--recipe", "mjx", "--overrides", f"save_path={tmp_path / 'run'}"])
     assert exc.value.code == 2

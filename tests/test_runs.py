@@ -19,9 +19,12 @@ import numpy as np
 import pytest
 import torch
 
-from agent_common import checkpoint as checkpoint_module
-from agent_common.config import ConfigError, config_to_yaml, load_config
-from agent_common.loop import run_cli, train
+from agent_common.cli import Framework, run
+from agent_common.config import ConfigError, config_to_yaml, load_config, parse_args
+from agent_common.driver import train
+from agent_common.host import host_trainer
+from agent_common.runs import files as run_files
+from agent_common.runs import manifest as run_manifest
 from agent_torch.agent import make_agent
 from tests.agent_test_utils import REPO
 
@@ -60,7 +63,7 @@ def _factory():
 def _cli(argv_overrides: list[str], capsys) -> tuple[int, str, str]:
     argv = [a for o in argv_overrides for a in ("--overrides", o)]
     try:
-        code = run_cli(argv, "torch", _factory)
+        code = run(parse_args(argv, "torch", prog="python -m agent_torch.train"), Framework("torch", _factory))
     except SystemExit as exc:  # config errors exit from parse_args
         code = int(exc.code)  # type: ignore[arg-type]
     out = capsys.readouterr()
@@ -76,7 +79,7 @@ def _eval_steps(run_dir) -> list[float]:
 def base_run(tmp_path_factory):
     """A finished 60-step run: checkpoints step45 and step60 kept (of 15, 30, 45, 60), evaluations every 15."""
     run = tmp_path_factory.mktemp("runs") / "base"
-    result = train(load_config([*TINY, f"save_path={run}"], "torch"), make_agent)
+    result = train(load_config([*TINY, f"save_path={run}"], "torch"), host_trainer(make_agent))
     assert result.status == "completed" and result.env_step == 60
     return run
 
@@ -191,7 +194,7 @@ def test_foreign_checkpoint_points_to_the_converter(run_copy):
     agent_dir = run_copy / "checkpoints" / "step60" / "agent"
     for name in os.listdir(agent_dir):
         os.replace(agent_dir / name, agent_dir / name.replace(".pt", ".pkl"))  # what the JAX agent writes
-    checkpoint_module.write_manifest(str(run_copy / "checkpoints" / "step60"))  # an intact checkpoint of the other
+    run_manifest.write_manifest(str(run_copy / "checkpoints" / "step60"))  # an intact checkpoint of the other
     with pytest.raises(ConfigError) as info:
         load_config([f"agent_load_path={run_copy}"], "torch")
     assert "written by the jax agent" in str(info.value)
@@ -225,7 +228,7 @@ def test_resume_from_an_older_checkpoint_cuts_eval_csv_and_tensorboard_back(run_
 def test_fresh_run_never_writes_into_another_run(run_copy, capsys):
     before = {p: os.path.getmtime(os.path.join(run_copy, p)) for p in ("config.yaml", "eval.csv")}
     with pytest.raises(ConfigError, match="already holds a run"):
-        train(load_config([*TINY, "seed=1", f"save_path={run_copy}"], "torch"), make_agent)
+        train(load_config([*TINY, "seed=1", f"save_path={run_copy}"], "torch"), host_trainer(make_agent))
     code, _, err = _cli([*TINY, "seed=1", f"save_path={run_copy}"], capsys)
     assert code == 2 and f"agent_load_path={run_copy}" in err
     assert {p: os.path.getmtime(os.path.join(run_copy, p)) for p in before} == before
@@ -235,7 +238,7 @@ def test_files_follow_the_umask(tmp_path):
     old = os.umask(0o022)
     try:
         train(load_config([*TINY, "num_env_steps=30", f"save_path={tmp_path / 'r'}"]),
-              make_agent)
+              host_trainer(make_agent))
     finally:
         os.umask(old)
     ckpt = tmp_path / "r" / "checkpoints" / "step30"
@@ -246,7 +249,7 @@ def test_files_follow_the_umask(tmp_path):
 
 
 def test_disk_full_says_so_and_removes_the_partial_checkpoint(tmp_path, monkeypatch, capsys):
-    real_mkstemp = checkpoint_module.tempfile.mkstemp
+    real_mkstemp = run_files.tempfile.mkstemp
 
     def full_disk_for_checkpoints(*args, **kwargs):
         fd, path = real_mkstemp(*args, **kwargs)
@@ -255,10 +258,10 @@ def test_disk_full_says_so_and_removes_the_partial_checkpoint(tmp_path, monkeypa
             fd = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
         return fd, path
 
-    monkeypatch.setattr(checkpoint_module.tempfile, "mkstemp", full_disk_for_checkpoints)
+    monkeypatch.setattr(run_files.tempfile, "mkstemp", full_disk_for_checkpoints)
     run = tmp_path / "r"
     with pytest.raises(OSError, match="No space left on device"):
-        train(load_config([*TINY, f"save_path={run}"], "torch"), make_agent)
+        train(load_config([*TINY, f"save_path={run}"], "torch"), host_trainer(make_agent))
     assert os.listdir(run / "checkpoints") == []  # the half-written step15.tmp is gone
     code, _, err = _cli([*TINY, f"save_path={tmp_path / 'r2'}"], capsys)
     assert code == 1 and "disk full" in err and "checkpoints/step15" in err and "Traceback" not in err
@@ -315,8 +318,9 @@ def test_strict_backend_that_cannot_run_ends_with_one_line(tmp_path):
 def test_stored_config_round_trips(tmp_path):
     cfg = load_config([*TINY, f"save_path={tmp_path}"], "torch")
     (tmp_path / "config.yaml").write_text(config_to_yaml(cfg))
-    from agent_common.config import read_config_file
-    from agent_common.schema import build_config, config_to_dict, flatten
+    from agent_common.config import build_config
+    from agent_common.keys import config_to_dict, flatten
+    from agent_common.runs.files import read_config_file
 
     again = build_config(read_config_file(str(tmp_path / "config.yaml")), "torch")
     assert flatten(config_to_dict(again)) == flatten(config_to_dict(cfg))
@@ -339,14 +343,15 @@ def test_resume_with_the_device_replay_is_exact(tmp_path, framework):
         from agent_jax.agent import make_agent as factory  # type: ignore[assignment]
 
         overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + ["agent.buffer_max_length=64"]
-        load = checkpoint_module.load_pickle
+        load = run_files.load_pickle
         agent_files = ["actor.pkl", "agent_state.pkl", "critic.pkl", "target_critic.pkl", "temperature.pkl"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    result = train(load_config([*overrides, f"save_path={straight}", "keep_checkpoints=4"], framework), factory)
+    result = train(load_config([*overrides, f"save_path={straight}", "keep_checkpoints=4"], framework),
+                   host_trainer(factory))
     assert result.status == "completed"
     cfg = load_config([f"agent_load_path={straight / 'checkpoints' / 'step30'}", f"save_path={resumed}"], framework)
     assert cfg.agent.buffer_device_type == ("cuda" if framework == "torch" else "auto")
-    again = train(cfg, factory)
+    again = train(cfg, host_trainer(factory))
     assert again.env_step == 60 and again.evaluations == result.evaluations[-len(again.evaluations):]
     a, b = straight / "checkpoints" / "step60", resumed / "checkpoints" / "step60"
     for name in agent_files:
@@ -354,13 +359,13 @@ def test_resume_with_the_device_replay_is_exact(tmp_path, framework):
         if name.startswith("agent_state"):
             state_a.pop("cuda_rng_state", None), state_b.pop("cuda_rng_state", None)
         assert_nested_equal(state_a, state_b, name)
-    loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
-    loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+    loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))
+    loop_b = run_files.load_pickle(str(b / "loop_state.pkl"))
     for key in ("noise", "reward_normalizer", "observation", "num_updates", "meter", "next_action", "buffer"):
         assert_nested_equal(loop_a[key], loop_b[key], key)
     assert loop_a["next_action"] is not None
-    assert_nested_equal(checkpoint_module.load_pickle(str(a / "replay_buffer.pkl")),
-                        checkpoint_module.load_pickle(str(b / "replay_buffer.pkl")), "replay_buffer")
+    assert_nested_equal(run_files.load_pickle(str(a / "replay_buffer.pkl")),
+                        run_files.load_pickle(str(b / "replay_buffer.pkl")), "replay_buffer")
 
 
 def test_jax_resume_from_the_warm_up_is_exact(tmp_path, monkeypatch):
@@ -368,15 +373,15 @@ def test_jax_resume_from_the_warm_up_is_exact(tmp_path, monkeypatch):
     staged on the host, and resumed from that checkpoint ends like the run that was never stopped."""
     import signal
 
-    from agent_common import loop as loop_module
+    from agent_common import host
     from agent_jax.agent import make_agent as factory
     from tests.agent_test_utils import assert_nested_equal
 
     overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + ["agent.buffer_max_length=64"]
     straight, stopped, resumed = tmp_path / "straight", tmp_path / "stopped", tmp_path / "resumed"
-    assert train(load_config([*overrides, f"save_path={straight}"], "jax"), factory).status == "completed"
+    assert train(load_config([*overrides, f"save_path={straight}"], "jax"), host_trainer(factory)).status == "completed"
     calls = []
-    step_env = loop_module.step_env
+    step_env = host.step_env
 
     def interrupt_at_step_8(envs, action):
         calls.append(1)
@@ -384,21 +389,22 @@ def test_jax_resume_from_the_warm_up_is_exact(tmp_path, monkeypatch):
             os.kill(os.getpid(), signal.SIGINT)  # the loop's first-press handler: stop after this step, save
         return step_env(envs, action)
 
-    monkeypatch.setattr(loop_module, "step_env", interrupt_at_step_8)
-    result = train(load_config([*overrides, f"save_path={stopped}"], "jax"), factory)
-    monkeypatch.setattr(loop_module, "step_env", step_env)
+    monkeypatch.setattr(host, "step_env", interrupt_at_step_8)
+    result = train(load_config([*overrides, f"save_path={stopped}"], "jax"), host_trainer(factory))
+    monkeypatch.setattr(host, "step_env", step_env)
     assert result.status == "interrupted" and result.env_step == 8 and result.checkpoint.endswith("step8")
-    saved = checkpoint_module.load_pickle(os.path.join(result.checkpoint, "replay_buffer.pkl"))
+    saved = run_files.load_pickle(os.path.join(result.checkpoint, "replay_buffer.pkl"))
     assert saved["size"] == 8
-    again = train(load_config([f"agent_load_path={result.checkpoint}", f"save_path={resumed}"], "jax"), factory)
+    again = train(load_config([f"agent_load_path={result.checkpoint}", f"save_path={resumed}"], "jax"),
+                  host_trainer(factory))
     assert again.status == "completed" and again.env_step == 60
     a, b = straight / "checkpoints" / "step60", resumed / "checkpoints" / "step60"
     for name in ["actor.pkl", "agent_state.pkl", "critic.pkl", "target_critic.pkl", "temperature.pkl"]:
-        assert_nested_equal(checkpoint_module.load_pickle(str(a / "agent" / name)),
-                            checkpoint_module.load_pickle(str(b / "agent" / name)), name)
+        assert_nested_equal(run_files.load_pickle(str(a / "agent" / name)),
+                            run_files.load_pickle(str(b / "agent" / name)), name)
     for name in ["loop_state.pkl", "replay_buffer.pkl"]:
-        state_a = checkpoint_module.load_pickle(str(a / name))
-        state_b = checkpoint_module.load_pickle(str(b / name))
+        state_a = run_files.load_pickle(str(a / name))
+        state_b = run_files.load_pickle(str(b / name))
         if name == "loop_state.pkl":
             state_a = {k: state_a[k] for k in ("noise", "reward_normalizer", "observation", "num_updates", "meter",
                                                "next_action", "buffer")}
@@ -423,12 +429,12 @@ def _held_evaluation(monkeypatch, release_at_step: int) -> dict[str, object]:
     import threading
     import time
 
-    from agent_common import loop as loop_module
+    from agent_common import host
 
     seen: dict[str, object] = {}
     steps = [0]
     release = threading.Event()
-    real_step_env, real_evaluate = loop_module.step_env, loop_module.evaluate
+    real_step_env, real_evaluate = host.step_env, host.evaluate
 
     def counting_step_env(envs, action):
         steps[0] += 1
@@ -450,8 +456,8 @@ def _held_evaluation(monkeypatch, release_at_step: int) -> dict[str, object]:
         seen["ended"] = steps[0]
         return metrics
 
-    monkeypatch.setattr(loop_module, "step_env", counting_step_env)
-    monkeypatch.setattr(loop_module, "evaluate", held_evaluate)
+    monkeypatch.setattr(host, "step_env", counting_step_env)
+    monkeypatch.setattr(host, "evaluate", held_evaluate)
     return seen
 
 
@@ -461,7 +467,7 @@ def test_background_initial_evaluation_equals_the_sequential_run(tmp_path, monke
     change the actor its host-side policy snapshot was copied from: JAX donates the state's buffers, torch updates
     in place), gives the run of the evaluation first: the same evaluations, eval.csv (the step-0 row first),
     TensorBoard scalars, checkpoints and loop state."""
-    from agent_common import loop as loop_module
+    from agent_common import driver
     from tests.agent_test_utils import assert_nested_equal
 
     if framework == "torch":
@@ -471,15 +477,15 @@ def test_background_initial_evaluation_equals_the_sequential_run(tmp_path, monke
         from agent_jax.agent import make_agent as factory  # type: ignore[assignment]
 
         overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + ["agent.buffer_max_length=64"]
-        release_at, load = 20, checkpoint_module.load_pickle
+        release_at, load = 20, run_files.load_pickle
     overrides += ["num_eval_episodes=2", "evaluation_per_interaction_step=30",
                   "save_checkpoint_per_interaction_step=30"]
     first, background = tmp_path / "first", tmp_path / "background"
-    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", False)
-    expected = train(load_config([*overrides, f"save_path={first}"], framework), factory)
-    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", True)
+    monkeypatch.setattr(driver, "BACKGROUND_INITIAL_EVALUATION", False)
+    expected = train(load_config([*overrides, f"save_path={first}"], framework), host_trainer(factory))
+    monkeypatch.setattr(driver, "BACKGROUND_INITIAL_EVALUATION", True)
     seen = _held_evaluation(monkeypatch, release_at)
-    result = train(load_config([*overrides, f"save_path={background}"], framework), factory)
+    result = train(load_config([*overrides, f"save_path={background}"], framework), host_trainer(factory))
     assert seen["background"] and seen["began"] >= release_at
     assert result.evaluations == expected.evaluations and [s for s, _ in result.evaluations] == [0, 30, 60]
     assert (result.last_eval_return, result.last_eval_step) == (expected.last_eval_return, expected.last_eval_step)
@@ -491,8 +497,8 @@ def test_background_initial_evaluation_equals_the_sequential_run(tmp_path, monke
         for name in sorted(os.listdir(a / "agent")):
             state_a, state_b = load(str(a / "agent" / name)), load(str(b / "agent" / name))
             assert_nested_equal(state_a, state_b, f"{step}/{name}")
-        loop_a = checkpoint_module.load_pickle(str(a / "loop_state.pkl"))
-        loop_b = checkpoint_module.load_pickle(str(b / "loop_state.pkl"))
+        loop_a = run_files.load_pickle(str(a / "loop_state.pkl"))
+        loop_b = run_files.load_pickle(str(b / "loop_state.pkl"))
         loop_a.pop("config_yaml"), loop_b.pop("config_yaml")  # names the run directory
         assert_nested_equal(loop_a, loop_b, f"{step}/loop_state")
 
@@ -506,14 +512,14 @@ def test_background_initial_evaluation_outlives_the_first_donated_update_on_2_de
 
     import jax
 
-    from agent_common import loop as loop_module
+    from agent_common import driver, host
     from agent_jax.agent import make_agent as jax_agent
 
     assert len(jax.devices()) >= 2, "needs 2 JAX devices (XLA_FLAGS=--xla_force_host_platform_device_count=2)"
     updated = threading.Event()
     donated: list = []  # the actor's leaves when the first update is called
     seen: dict[str, object] = {}
-    real_evaluate = loop_module.evaluate
+    real_evaluate = host.evaluate
 
     def factory(cfg, observation_space, action_space):
         agent = jax_agent(cfg, observation_space, action_space)
@@ -540,12 +546,12 @@ def test_background_initial_evaluation_outlives_the_first_donated_update_on_2_de
         seen["before"] = before
         return real_evaluate(act, envs, num_episodes)
 
-    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", True)
-    monkeypatch.setattr(loop_module, "evaluate", held_evaluate)
+    monkeypatch.setattr(driver, "BACKGROUND_INITIAL_EVALUATION", True)
+    monkeypatch.setattr(host, "evaluate", held_evaluate)
     overrides = [o.replace("backend=torch", "backend=jax") for o in TINY] + [
         "num_devices=2", "num_env_steps=18", "evaluation_per_interaction_step=18", "agent.actor_update_period=1",
         "save_checkpoint_per_interaction_step=18", f"save_path={tmp_path / 'run'}"]  # one update program
-    result = train(load_config(overrides, "jax"), factory)
+    result = train(load_config(overrides, "jax"), host_trainer(factory))
     assert result.status == "completed" and [step for step, _ in result.evaluations] == [0, 18]
     assert donated and all(leaf.is_deleted() for leaf in donated)  # the evaluation ran after the donation
     np.testing.assert_array_equal(seen["after"], seen["before"], strict=True)
@@ -558,11 +564,11 @@ def test_a_stop_while_the_initial_evaluation_runs_waits_for_it(tmp_path, monkeyp
     import threading
     import time
 
-    from agent_common import loop as loop_module
+    from agent_common import driver, host
     from tests.agent_test_utils import assert_nested_equal
 
     calls, stopping = [], threading.Event()
-    real_step_env, real_evaluate = loop_module.step_env, loop_module.evaluate
+    real_step_env, real_evaluate = host.step_env, host.evaluate
 
     def interrupt_at_step_3(envs, action):
         calls.append(1)
@@ -577,19 +583,19 @@ def test_a_stop_while_the_initial_evaluation_runs_waits_for_it(tmp_path, monkeyp
         time.sleep(0.5)  # still running when the loop stops
         return real_evaluate(act, envs, num_episodes)
 
-    monkeypatch.setattr(loop_module, "step_env", interrupt_at_step_3)
-    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", False)
-    expected = train(load_config([*TINY, f"save_path={tmp_path / 'first'}"], "torch"), make_agent)
+    monkeypatch.setattr(host, "step_env", interrupt_at_step_3)
+    monkeypatch.setattr(driver, "BACKGROUND_INITIAL_EVALUATION", False)
+    expected = train(load_config([*TINY, f"save_path={tmp_path / 'first'}"], "torch"), host_trainer(make_agent))
     calls.clear()
-    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", True)
-    monkeypatch.setattr(loop_module, "evaluate", slow_evaluate)
+    monkeypatch.setattr(driver, "BACKGROUND_INITIAL_EVALUATION", True)
+    monkeypatch.setattr(host, "evaluate", slow_evaluate)
     capsys.readouterr()
-    result = train(load_config([*TINY, f"save_path={tmp_path / 'background'}"], "torch"), make_agent)
+    result = train(load_config([*TINY, f"save_path={tmp_path / 'background'}"], "torch"), host_trainer(make_agent))
     assert "waiting for the initial evaluation to finish" in capsys.readouterr().err
     assert result.status == expected.status == "interrupted" and result.env_step == expected.env_step == 3
     assert result.evaluations == expected.evaluations and result.evaluations[0][0] == 0
-    loop_a = checkpoint_module.load_pickle(os.path.join(expected.checkpoint, "loop_state.pkl"))
-    loop_b = checkpoint_module.load_pickle(os.path.join(result.checkpoint, "loop_state.pkl"))
+    loop_a = run_files.load_pickle(os.path.join(expected.checkpoint, "loop_state.pkl"))
+    loop_b = run_files.load_pickle(os.path.join(result.checkpoint, "loop_state.pkl"))
     assert loop_b["last_eval_step"] == 0 and loop_b["last_eval_return"] == expected.evaluations[0][1]["avg_return"]
     loop_a.pop("config_yaml"), loop_b.pop("config_yaml")
     assert_nested_equal(loop_a, loop_b, "loop_state")
@@ -602,10 +608,10 @@ def test_an_error_in_the_background_initial_evaluation_surfaces(tmp_path, monkey
     import threading
     import time
 
-    from agent_common import loop as loop_module
+    from agent_common import driver, host
 
     stepping, failed, calls = threading.Event(), threading.Event(), []
-    real_step_env = loop_module.step_env
+    real_step_env = host.step_env
 
     def broken_evaluate(act, envs, num_episodes):
         assert stepping.wait(30)
@@ -621,9 +627,9 @@ def test_an_error_in_the_background_initial_evaluation_surfaces(tmp_path, monkey
             time.sleep(0.2)  # the thread has ended
         return real_step_env(envs, action)
 
-    monkeypatch.setattr(loop_module, "BACKGROUND_INITIAL_EVALUATION", True)
-    monkeypatch.setattr(loop_module, "evaluate", broken_evaluate)
-    monkeypatch.setattr(loop_module, "step_env", step_env)
+    monkeypatch.setattr(driver, "BACKGROUND_INITIAL_EVALUATION", True)
+    monkeypatch.setattr(host, "evaluate", broken_evaluate)
+    monkeypatch.setattr(host, "step_env", step_env)
     with pytest.raises(ValueError, match="the evaluation env broke"):
-        train(load_config([*TINY, f"save_path={tmp_path / 'r'}"], "torch"), make_agent)
+        train(load_config([*TINY, f"save_path={tmp_path / 'r'}"], "torch"), host_trainer(make_agent))
     assert len(calls) == 2 and not (tmp_path / "r" / "checkpoints").exists()

@@ -247,8 +247,8 @@ def test_dispatcher_decides_once_logs_by_request_and_counts(caplog, tmp_path, mo
 
 def test_framework_dispatchers_take_their_backend_names_from_the_one_registry():
     """``shared_spec.dispatch`` names each framework's backends once: the config's allowed values
-    (``agent_common.schema.BACKENDS``) are these, and a framework dispatcher built with other kernels fails at once."""
-    from agent_common.schema import BACKENDS
+    (``agent_common.keys.BACKENDS``) are these, and a framework dispatcher built with other kernels fails at once."""
+    from agent_common.keys import BACKENDS
     from shared_spec.dispatch import KERNEL_BACKENDS, Dispatcher, backend_names
 
     assert backend_names("jax") == ("auto", "jax", "triton", "pallas", "mosaic")

@@ -364,8 +364,9 @@ def test_init_path_config_checks(imported_dirs, tmp_path):
 def test_training_run_starts_from_the_imported_weights(imported_dirs, tmp_path, capfd):
     """A tiny torch run with agent_init_path: a new run directory, the source named on stderr and in config.yaml,
     the imported reward normaliser continued (count 300 + this run's steps), the update counter from 0."""
-    from agent_common.checkpoint import load_pickle
-    from agent_common.loop import train
+    from agent_common.driver import train
+    from agent_common.host import host_trainer
+    from agent_common.runs.files import load_pickle
     from agent_torch.agent import make_agent
 
     run_dir = tmp_path / "run"
@@ -373,7 +374,7 @@ def test_training_run_starts_from_the_imported_weights(imported_dirs, tmp_path, 
                        f"agent_init_path={imported_dirs[0]}", "num_env_steps=20", "agent.buffer_min_length=16",
                        "env.max_episode_steps=10", "num_eval_episodes=1", "logger_type=none",
                        f"save_path={run_dir}"], "torch")
-    result = train(cfg, make_agent)
+    result = train(cfg, host_trainer(make_agent))
     err = capfd.readouterr().err
     assert f"new run started from weights, optimizer state, reward normaliser of {imported_dirs[0]}" in err
     assert f"agent_init_path: {imported_dirs[0]}" in (run_dir / "config.yaml").read_text()
@@ -411,7 +412,7 @@ def _policy_module(framework: str):
 def test_converter_reads_the_architecture_from_the_shapes(converted, imported_dirs):
     """Without architecture keys the converter builds the agents the files state (widths, block counts, atoms,
     support, head, LR peak) and writes the same networks and optimizer state as with the run's keys given."""
-    from agent_common.checkpoint import load_pickle
+    from agent_common.runs.files import load_pickle
     from tests.agent_test_utils import assert_nested_equal
 
     record = json.loads(open(os.path.join(converted["torch"], "imported_from.json")).read())

@@ -1,6 +1,6 @@
-"""``agent_common.vector_loop`` with a framework-free fake trainer: the chunks it asks for, when it evaluates, logs and
-checkpoints, how it counts updates, resume (also without the replay rows) and closing. No JAX, no MJX: the JAX
-trainer itself is tested end to end in tests/test_agent_jax_mjx.py."""
+"""The driver over the device stepper (``agent_common.device``) with a framework-free fake trainer: the chunks it asks
+for, when it evaluates, logs and checkpoints, how it counts updates, resume (also without the replay rows) and
+closing. No JAX, no MJX: the JAX trainer itself is tested end to end in tests/test_agent_jax_mjx.py."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent_common import schema
-from agent_common.checkpoint import atomic_pickle, load_pickle
+from agent_common.config import build_config
+from agent_common.device import device_trainer, interaction_steps_per_call
+from agent_common.driver import train
 from agent_common.logger import read_eval_csv
-from agent_common.schema import build_config
-from agent_common.vector_loop import interaction_steps_per_call, train_vector
+from agent_common.runs.files import atomic_pickle, load_pickle
+from simulators import mjx
 
 
 class FakeTrainer:
@@ -92,13 +93,13 @@ BASE = {"env.env_type": "mjx", "env.env_name": "hopper", "num_train_envs": 3, "n
 
 @pytest.fixture(autouse=True)
 def _mjx_extra(monkeypatch):
-    monkeypatch.setattr(schema, "mjx_missing", lambda: [])
+    monkeypatch.setattr(mjx, "missing", lambda: [])
     FakeTrainer.instances.clear()
 
 
 def _train(tmp_path, **values: Any) -> Any:
     cfg = build_config({**BASE, "save_path": str(tmp_path / "run"), **values}, "jax")
-    return train_vector(cfg, FakeTrainer, "jax")
+    return train(cfg, device_trainer(FakeTrainer, "jax"))
 
 
 def test_chunks_events_and_counts(tmp_path):
@@ -174,11 +175,11 @@ def test_the_rows_mirror_counts_the_n_step_window(tmp_path):
     """n_step=3: rows are stored from the 3rd step, so updates start 2 steps later (step 12); the loop's count of
     rows and updates follows, also across a resume (the window is in the checkpoint)."""
     cfg = build_config({**BASE, "save_path": str(tmp_path / "run"), "n_step": 3, "num_env_steps": 150}, "jax")
-    train_vector(cfg, NStepFakeTrainer, "jax")
+    train(cfg, device_trainer(NStepFakeTrainer, "jax"))
     first = FakeTrainer.instances[-1]
     assert (first.steps, first.rows, first.updates) == (50, 3 * 48, 2 * 39)  # updates on steps 12..50
     cfg = build_config({**BASE, "agent_load_path": str(tmp_path / "run"), "n_step": 3, "num_env_steps": 300}, "jax")
-    train_vector(cfg, NStepFakeTrainer, "jax")
+    train(cfg, device_trainer(NStepFakeTrainer, "jax"))
     resumed = FakeTrainer.instances[-1]
     assert (resumed.steps, resumed.updates) == (100, 2 * 89)
     state = load_pickle(str(tmp_path / "run" / "checkpoints" / "step300" / "loop_state.pkl"))
@@ -186,12 +187,12 @@ def test_the_rows_mirror_counts_the_n_step_window(tmp_path):
 
 
 def test_several_processes_are_refused(tmp_path):
+    from agent_common.keys import ConfigError
     from agent_common.replicas import Replicas
-    from agent_common.schema import ConfigError
 
     cfg = build_config({**BASE, "save_path": str(tmp_path / "run")}, "jax")
     with pytest.raises(ConfigError, match="env.env_type=mjx runs in one process"):
-        train_vector(cfg, FakeTrainer, "jax", Replicas(rank=0, world_size=2))
+        train(cfg, device_trainer(FakeTrainer, "jax"), Replicas(rank=0, world_size=2))
     assert not FakeTrainer.instances
 
 
@@ -246,7 +247,7 @@ def test_recording_schedule_frames_and_resume(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
     RecordingFakeTrainer.rounds.clear()
     cfg = build_config({**BASE, **RECORD, "save_path": str(tmp_path / "run")}, "jax")
-    train_vector(cfg, RecordingFakeTrainer, "jax")
+    train(cfg, device_trainer(RecordingFakeTrainer, "jax"))
     ends = np.cumsum(RecordingFakeTrainer.instances[-1].calls).tolist()
     assert {33, 66, 99} <= set(ends)
     straight = _videos(tmp_path / "run")
@@ -259,10 +260,10 @@ def test_recording_schedule_frames_and_resume(tmp_path, monkeypatch, capsys):
 
     RecordingFakeTrainer.rounds.clear()
     half = build_config({**BASE, **RECORD, "num_env_steps": 150, "save_path": str(tmp_path / "half")}, "jax")
-    train_vector(half, RecordingFakeTrainer, "jax")  # videos at 0, 33 and 50 (its end): rounds 0..5
+    train(half, device_trainer(RecordingFakeTrainer, "jax"))  # videos at 0, 33 and 50 (its end): rounds 0..5
     resumed = build_config({**BASE, **RECORD, "agent_load_path": str(tmp_path / "half" / "checkpoints" / "step120"),
                             "save_path": str(tmp_path / "resumed")}, "jax")
-    train_vector(resumed, RecordingFakeTrainer, "jax")  # from step 40: videos at 66, 99 and 100
+    train(resumed, device_trainer(RecordingFakeTrainer, "jax"))  # from step 40: videos at 66, 99 and 100
     assert _videos(tmp_path / "resumed") == {k: v for k, v in straight.items() if k >= "eval_step000000198.mp4"}
     for name in _videos(tmp_path / "resumed"):
         np.testing.assert_array_equal(read_video_frames(str(tmp_path / "resumed" / "videos" / name)),
@@ -277,17 +278,17 @@ def test_recording_schedule_frames_and_resume(tmp_path, monkeypatch, capsys):
                         lambda self, *args, **kw: (created.append(1), viewer_init(self, *args, **kw))[1])
     RecordingFakeTrainer.rounds.clear()
     off = build_config({**BASE, **RECORD, "record_video": False, "save_path": str(tmp_path / "off")}, "jax")
-    train_vector(off, RecordingFakeTrainer, "jax")
+    train(off, device_trainer(RecordingFakeTrainer, "jax"))
     assert created == [] and RecordingFakeTrainer.rounds == [] and not (tmp_path / "off" / "videos").exists()
 
 
 def test_recording_needs_a_trainer_that_records(tmp_path, monkeypatch):
-    from agent_common.schema import ConfigError
+    from agent_common.keys import ConfigError
 
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
     cfg = build_config({**BASE, **RECORD, "save_path": str(tmp_path / "run")}, "jax")
     with pytest.raises(ConfigError, match="record_video=true: the jax trainer of env.env_type=mjx cannot record"):
-        train_vector(cfg, FakeTrainer, "jax")
+        train(cfg, device_trainer(FakeTrainer, "jax"))
     assert FakeTrainer.instances[-1].closed == 1
     with pytest.raises(ConfigError, match="num_record_envs.*must be <= num_eval_envs=1 with env.env_type=mjx"):
         build_config({**BASE, **RECORD, "num_eval_envs": 1}, "jax")

@@ -16,9 +16,10 @@ pytestmark = pytest.mark.skipif(ctypes.util.find_library("OSMesa") is None,
 
 import numpy as np  # noqa: E402
 
-from agent_common import checkpoint as checkpoint_module  # noqa: E402
 from agent_common.config import load_config  # noqa: E402
-from agent_common.loop import train  # noqa: E402
+from agent_common.driver import train  # noqa: E402
+from agent_common.host import host_trainer  # noqa: E402
+from agent_common.runs import files as run_files  # noqa: E402
 from tests.agent_test_utils import assert_nested_equal  # noqa: E402
 
 TINY = [
@@ -79,13 +80,13 @@ def test_dmc_recording_off_never_creates_a_renderer(tmp_path, monkeypatch):
     monkeypatch.setattr(video.VideoRecorder, "__init__", count_recorder)
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
     short = ["num_env_steps=20", "evaluation_per_interaction_step=20", "save_checkpoint_per_interaction_step=20"]
-    assert train(load_config([*TINY, *short, f"save_path={tmp_path / 'off'}"], "torch"), make_agent).status == \
-        "completed"
+    assert train(load_config([*TINY, *short, f"save_path={tmp_path / 'off'}"], "torch"),
+                 host_trainer(make_agent)).status == "completed"
     assert created == {"viewer": 0, "recorder": 0}
     assert not (tmp_path / "off" / "videos").exists()
     # the positive control: the same run recording builds one recorder and its viewer
     assert train(load_config([*TINY, *short, *RECORD, f"save_path={tmp_path / 'on'}"], "torch"),
-                 make_agent).status == "completed"
+                 host_trainer(make_agent)).status == "completed"
     assert created == {"viewer": 1, "recorder": 1}
     assert sorted(os.listdir(tmp_path / "on" / "videos")) == ["eval_step000000000.mp4", "eval_step000000020.mp4"]
 
@@ -100,7 +101,8 @@ def test_dmc_videos_and_a_resumed_run_records_the_same_steps_and_frames(tmp_path
 
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
     straight, resumed, end = tmp_path / "straight", tmp_path / "resumed", tmp_path / "end"
-    assert train(load_config([*TINY, *RECORD, f"save_path={straight}"], "torch"), make_agent).status == "completed"
+    assert train(load_config([*TINY, *RECORD, f"save_path={straight}"], "torch"),
+                 host_trainer(make_agent)).status == "completed"
     names = sorted(os.listdir(straight / "videos"))
     assert names == ["eval_step000000000.mp4", "eval_step000000030.mp4", "eval_step000000060.mp4"]
     frames = {name: read_video_frames(str(straight / "videos" / name)) for name in names}
@@ -111,14 +113,14 @@ def test_dmc_videos_and_a_resumed_run_records_the_same_steps_and_frames(tmp_path
     assert "videos: 3 in" in err
 
     train(load_config([f"agent_load_path={straight / 'checkpoints' / 'step30'}", f"save_path={resumed}"], "torch"),
-          make_agent)
+          host_trainer(make_agent))
     assert sorted(os.listdir(resumed / "videos")) == [names[2]]
     np.testing.assert_array_equal(read_video_frames(str(resumed / "videos" / names[2])), frames[names[2]])
-    a = checkpoint_module.load_pickle(str(straight / "checkpoints" / "step60" / "loop_state.pkl"))
-    b = checkpoint_module.load_pickle(str(resumed / "checkpoints" / "step60" / "loop_state.pkl"))
+    a = run_files.load_pickle(str(straight / "checkpoints" / "step60" / "loop_state.pkl"))
+    b = run_files.load_pickle(str(resumed / "checkpoints" / "step60" / "loop_state.pkl"))
     assert a["videos"]["last_step"] == 60 and a["videos"]["num_videos"] == 3
     assert_nested_equal(a["videos"], b["videos"], "videos")
 
     train(load_config([f"agent_load_path={straight / 'checkpoints' / 'step60'}", f"save_path={end}"], "torch"),
-          make_agent)
+          host_trainer(make_agent))
     assert not (end / "videos").exists() or os.listdir(end / "videos") == []

@@ -1,7 +1,7 @@
-"""``num_envs`` copies of one MuJoCo Playground task on MJX, with the same pure-JAX API as ``mjx_envs.env``.
+"""``num_envs`` copies of one MuJoCo Playground task on MJX, with the same pure-JAX API as ``simulators.mjx_env``.
 
 ``PlaygroundVecEnv`` is an ``MjxVecEnv`` whose task is a MuJoCo Playground environment (``env.env_type=
-mujoco_playground``, task names ``agent_common.schema.PLAYGROUND_TASKS``) instead of a Brax one; the episode limit,
+mujoco_playground``, task names ``simulators.playground.TASKS``) instead of a Brax one; the episode limit,
 the resets inside ``step``, ``final_obs`` and the seeding are ``MjxVecEnv``'s. Differences:
 
 * the physics is MJX's pure-JAX engine (``impl="jax"``), which runs inside the agents' jitted programs on the CPU
@@ -13,10 +13,10 @@ the resets inside ``step``, ``final_obs`` and the seeding are ``MjxVecEnv``'s. D
 * Playground's ``reset`` returns some fields weakly typed that its ``step`` returns strongly typed; the state is made
   strongly typed everywhere (``_strong``), so the reset state has the step's structure and the step compiles once.
 
-The locomotion tasks (``PLAYGROUND_LOCOMOTION_TASKS``: the G1 / T1 joystick tasks) load their robots from a MuJoCo
-Menagerie checkout: ``menagerie_path`` (config ``env.menagerie_path`` or ``$MUJOCO_MENAGERIE_PATH``). Without one
-this module raises one line saying where to get it, before Playground is imported: Playground itself would run a
-``git clone`` when such a task is loaded. Needs the ``playground`` extra.
+The locomotion tasks (``simulators.playground.LOCOMOTION_TASKS``: the G1 / T1 joystick tasks) load their robots from
+a MuJoCo Menagerie checkout: ``menagerie_path`` (config ``env.menagerie_path`` or ``$MUJOCO_MENAGERIE_PATH``).
+Without one this module raises one line saying where to get it, before Playground is imported: Playground itself
+would run a ``git clone`` when such a task is loaded. Needs the ``playground`` extra.
 """
 
 from __future__ import annotations
@@ -29,15 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agent_common.schema import (
-    MENAGERIE_ENV,
-    PLAYGROUND_LOCOMOTION_TASKS,
-    PLAYGROUND_TASKS,
-    menagerie_problem,
-)
-from mjx_envs.env import DEFAULT_MAX_EPISODE_STEPS, MjxVecEnv, cached_mjx_env, compiler_options
+from simulators.mjx_env import DEFAULT_MAX_EPISODE_STEPS, MjxVecEnv, compiler_options
+from simulators.playground import LOCOMOTION_TASKS, MENAGERIE_ENV, TASKS, menagerie_problem
 
-__all__ = ["PlaygroundVecEnv", "cached_playground_env", "cached_vector_env", "load_playground_task"]
+__all__ = ["PlaygroundVecEnv", "cached_playground_env", "load_playground_task", "make_env"]
 
 
 def load_playground_task(task: str, menagerie_path: str | None = None) -> Any:
@@ -47,9 +42,9 @@ def load_playground_task(task: str, menagerie_path: str | None = None) -> Any:
         ValueError: an unknown task, or a locomotion task without a usable Menagerie checkout (one line: what is
             missing and where to get it), before Playground is imported.
     """
-    if task not in PLAYGROUND_TASKS:
-        raise ValueError(f"task: expected one of {', '.join(PLAYGROUND_TASKS)}, got {task!r}")
-    if task in PLAYGROUND_LOCOMOTION_TASKS:
+    if task not in TASKS:
+        raise ValueError(f"task: expected one of {', '.join(TASKS)}, got {task!r}")
+    if task in LOCOMOTION_TASKS:
         path = menagerie_path or os.environ.get(MENAGERIE_ENV) or None
         problem = menagerie_problem(task, path)
         if problem:
@@ -141,14 +136,12 @@ class PlaygroundVecEnv(MjxVecEnv):
 @functools.lru_cache(maxsize=8)
 def cached_playground_env(task: str, num_envs: int, max_episode_steps: int | None = None,
                           menagerie_path: str | None = None) -> PlaygroundVecEnv:
-    """``PlaygroundVecEnv``, one per configuration in a process (as ``mjx_envs.env.cached_mjx_env``)."""
+    """``PlaygroundVecEnv``, one per configuration in a process (as ``simulators.mjx_env.cached_mjx_env``)."""
     return PlaygroundVecEnv(task, num_envs, max_episode_steps, False, menagerie_path)
 
 
-def cached_vector_env(env_cfg: Any, num_envs: int) -> MjxVecEnv:
-    """The cached env of a config's ``env`` group (``env.env_type`` ``mjx`` or ``mujoco_playground``) with
-    ``num_envs`` copies: ``mjx_envs.env.cached_mjx_env``, or ``cached_playground_env``."""
-    if env_cfg.env_type == "mujoco_playground":
-        return cached_playground_env(env_cfg.env_name, int(num_envs), env_cfg.max_episode_steps,
-                                     env_cfg.menagerie_path)
-    return cached_mjx_env(env_cfg.env_name, int(num_envs), env_cfg.max_episode_steps, bool(env_cfg.rescale_action))
+def make_env(cfg: Any, num_envs: int, seed: int, device: Any = None) -> PlaygroundVecEnv:
+    """The envs of a config (``simulators.playground.ENV_MODULE``): ``num_envs`` copies of its task, one per
+    configuration in a process; the seed enters at the reset, the device is JAX's default."""
+    env = cfg.env
+    return cached_playground_env(env.env_name, int(num_envs), env.max_episode_steps, env.menagerie_path)

@@ -25,7 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from mjx_envs.env import MjxEnvState, MjxStep, MjxVecEnv, key_from_seed  # noqa: E402
+from simulators.mjx_env import MjxEnvState, MjxStep, MjxVecEnv, key_from_seed  # noqa: E402
 
 __all__ = ["TorchEnv", "TorchStep", "from_torch", "jax_device_for", "step_to_torch", "to_torch"]
 

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agent_common.schema import MJX_TASKS
+from simulators.mjx import TASKS as MJX_TASKS
 
 # Brax 0.12 warns on every env that its own pipelines are unmaintained (the MJX backend used here is MuJoCo's), jaxopt
 # (imported by brax) that it is unmaintained, and brax's MJX pipeline reads two Data fields by deprecated names.
@@ -37,7 +37,7 @@ warnings.filterwarnings("ignore", message=r"JAXopt is no longer maintained", cat
 warnings.filterwarnings("ignore", message=r"Accessing `(contact|ncon)` directly", category=DeprecationWarning)
 
 __all__ = ["DEFAULT_MAX_EPISODE_STEPS", "FAST_COMPILE_ENV", "MjxEnvState", "MjxStep", "MjxVecEnv", "cached_mjx_env",
-           "compiler_options", "key_from_seed", "make_mjx_env"]
+           "compiler_options", "key_from_seed", "make_env", "make_mjx_env"]
 
 DEFAULT_MAX_EPISODE_STEPS = 1000
 """Episode-length limit when none is given: the gymnasium tasks' TimeLimit."""
@@ -266,6 +266,13 @@ def make_mjx_env(
         ValueError: an unknown task or a bad ``num_envs`` / ``max_episode_steps``, naming the argument.
     """
     return MjxVecEnv(task, num_envs, max_episode_steps, rescale_action)
+
+
+def make_env(cfg: Any, num_envs: int, seed: int, device: Any = None) -> MjxVecEnv:
+    """The envs of a config (``simulators.mjx.ENV_MODULE``): ``num_envs`` copies of its task, one per configuration in
+    a process (``cached_mjx_env``); the seed enters at the reset (``init(seed)``), the device is JAX's default."""
+    env = cfg.env
+    return cached_mjx_env(env.env_name, int(num_envs), env.max_episode_steps, bool(env.rescale_action))
 
 
 @functools.lru_cache(maxsize=8)

@@ -14,15 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_common.architecture import read_conversion_record
-from agent_common.checkpoint import (
-    AGENT_DIR,
-    LOOP_STATE_FILE,
-    CheckpointError,
-    candidate_checkpoints,
-    converter_command,
-    load_pickle,
-)
-from agent_common.upstream_layout import (
+from agent_common.runs.checkpoints import candidate_checkpoints
+from agent_common.runs.commands import converter_command
+from agent_common.runs.files import AGENT_DIR, LOOP_STATE_FILE, CheckpointError, load_pickle
+from agent_common.runs.upstream_layout import (
     IMPORTED_FILE,
     REWARD_NORMALIZER_FILE,
     describe_foreign_checkpoint,

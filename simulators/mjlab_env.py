@@ -24,9 +24,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from agent_common.schema import MJLAB_TASKS, mjlab_missing
+from simulators import mjlab as declared  # this simulator's declarations (the name mjlab is mjlab's)
 
-__all__ = ["MjlabStep", "MjlabVecEnv", "observation_group"]
+__all__ = ["MjlabStep", "MjlabVecEnv", "make_env", "observation_group"]
 
 
 class MjlabStep(NamedTuple):
@@ -57,7 +57,7 @@ class MjlabVecEnv:
     """``num_envs`` copies of an mjlab task stepped from torch (see the module doc).
 
     Args:
-        task: one of ``agent_common.schema.MJLAB_TASKS``.
+        task: one of ``simulators.mjlab.TASKS``.
         num_envs: E.
         seed: mjlab's seed (it seeds Python's, numpy's, Warp's and torch's global generators when the env is built).
         sim_device: the torch device mjlab simulates on (``cpu``, ``cuda``, ``cuda:N``).
@@ -76,9 +76,9 @@ class MjlabVecEnv:
 
     def __init__(self, task: str, num_envs: int, seed: int, sim_device: str | torch.device, device: torch.device,
                  max_episode_steps: int | None = None) -> None:
-        if task not in MJLAB_TASKS:
-            raise ValueError(f"task: expected one of {', '.join(MJLAB_TASKS)}, got {task!r}")
-        missing = mjlab_missing()
+        if task not in declared.TASKS:
+            raise ValueError(f"task: expected one of {', '.join(declared.TASKS)}, got {task!r}")
+        missing = declared.missing()
         if missing:
             raise ImportError("env.env_type=mjlab needs the mjlab extra (pip install -c constraints/ci.txt -e "
                               f"\".[mjlab]\"); not installed: {', '.join(missing)}")
@@ -172,3 +172,17 @@ class MjlabVecEnv:
 
     def close(self) -> None:
         self._env.close()
+
+
+def make_env(cfg: Any, num_envs: int, seed: int, device: Any = None) -> Any:
+    """``num_envs`` copies of the config's task seeded with ``seed``, simulated on ``env.device`` (null: ``device``,
+    the agent's torch device) and returning tensors on ``device``.
+
+    Raises:
+        ValueError: ``env.device`` names CUDA and torch sees none (the config error's line).
+    """
+    sim_device = torch.device(cfg.env.device) if cfg.env.device is not None else device
+    if sim_device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"invalid value {cfg.env.device!r} for 'env.device': torch sees no CUDA device here "
+                         "(use cpu, or null for the agent's device)")
+    return MjlabVecEnv(cfg.env.env_name, int(num_envs), int(seed), sim_device, device, cfg.env.max_episode_steps)
