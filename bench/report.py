@@ -35,6 +35,8 @@ JOB_COMMANDS = {
                 "--out bench/results/learning",
     "harness": "python -m bench harness --out bench/results/harness",
     "gpu-recipe": "python -m bench gpu-recipe --out bench/results/gpu-recipe --upstream PATH",
+    "breakdown": "python -m bench breakdown --out bench/results/breakdown --iters 100 --repeats 3 --warmup 10",
+    "config-path": "python -m bench.config_path (CPU; c3538cd: the file copied into that checkout)",
 }
 
 
