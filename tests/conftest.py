@@ -41,6 +41,7 @@ if os.environ.get("FLASHSAC_TEST_DATA_HOME") is None or (
     atexit.register(shutil.rmtree, os.environ["XDG_DATA_HOME"], ignore_errors=True)
 
 import gc  # noqa: E402
+import json  # noqa: E402
 import random  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -80,6 +81,30 @@ def _release_compiled_programs():
         if regions > 0.75 * limit:  # fail here, naming the cause, rather than segfault inside a later compile
             pytest.fail(f"this test process holds {regions} memory regions after releasing JAX's programs "
                         f"(vm.max_map_count {limit}): something still keeps compiled programs alive", pytrace=False)
+
+
+@pytest.fixture
+def pallas_validated_on_h200(tmp_path, monkeypatch):
+    """A validation file of the tests' own (FLASHSAC_KERNEL_VALIDATION): jax/pallas and torch/triton passed on an
+    "NVIDIA H200", jax/triton and jax/mosaic absent. The tests of auto's choice among validated and unvalidated
+    kernels use it, so they do not depend on what the packaged file records from the latest GPU run. Both
+    dispatchers read it afresh (their cached validation is dropped before and after)."""
+    from shared_spec.dispatch import VALIDATION_ENV, VALIDATION_FORMAT
+
+    entry = {"gpu": "NVIDIA H200", "date": "2026-12-01", "versions": {}, "result": "test fixture", "passed": True}
+    path = tmp_path / "kernel_validation.json"
+    path.write_text(json.dumps({"format": VALIDATION_FORMAT,
+                                "backends": {"jax/pallas": entry, "torch/triton": entry}}))
+    monkeypatch.setenv(VALIDATION_ENV, str(path))
+
+    def reset():
+        for name in ("jax_impl.dispatch", "torch_impl.dispatch"):
+            if name in sys.modules:
+                sys.modules[name].reset_dispatch()
+
+    reset()
+    yield path
+    reset()
 
 
 def pytest_configure(config):

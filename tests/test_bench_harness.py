@@ -189,7 +189,8 @@ def test_catches_a_silent_fallback(tmp_path, monkeypatch, impl):
     registered kernel never fires."""
     if impl == "triton":  # the torch op asks its dispatcher directly (resolve_backend is the public query)
         monkeypatch.setattr(torch_dispatch.DISPATCHER, "decide",
-                            lambda backend, strict, config: torch_dispatch.Decision(backend, "torch", "requested"))
+                            lambda backend, strict, config, rows=None: torch_dispatch.Decision(backend, "torch",
+                                                                                               "requested"))
     else:
         monkeypatch.setattr(jax_dispatch, "resolve_backend",
                             lambda backend="auto", strict=False, **kw: jax_dispatch.Decision(backend, "jax",

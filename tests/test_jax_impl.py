@@ -105,6 +105,7 @@ class TestJaxDispatch:
         with pytest.raises(jax_impl.BackendUnavailable, match="simulated"):
             jax_impl.resolve_backend("pallas", strict=True)
 
+    @pytest.mark.usefixtures("pallas_validated_on_h200")
     def test_backend_info_without_inputs_reports_the_machine_not_a_decision(self, monkeypatch):
         monkeypatch.setitem(dispatch.GATES, "pallas", lambda key: f"simulated: no GPU for {key}")
         monkeypatch.setitem(dispatch.GATES, "mosaic", lambda key: "simulated: no Hopper GPU")
@@ -115,7 +116,7 @@ class TestJaxDispatch:
         assert info["backends"]["jax"] == "available"
         assert info["backends"]["pallas"] == "simulated: no GPU for ('cpu', 'float32', 2, 101)"
         assert info["auto_order"] == list(dispatch.AUTO_ORDER)
-        assert info["validated"]["pallas"]["gpu"] == "NVIDIA H200", "the committed H200 validation"
+        assert info["validated"]["pallas"]["gpu"] == "NVIDIA H200", "the fixture's validation"
         assert "no GPU validation result for jax/triton" in info["validated"]["triton"]
         assert "no GPU validation result for jax/mosaic" in info["validated"]["mosaic"]
         assert info["decision"] is None and info["decisions"] == [] and info["fallback_count"] == 0
@@ -187,6 +188,7 @@ class TestJaxKernelFailures:
         with pytest.raises(jax_impl.BackendUnavailable, match=f"simulated {name}"):
             jax_impl.categorical_td_target(**to_jax(x), gamma=0.9, backend=name, strict=True)
 
+    @pytest.mark.usefixtures("pallas_validated_on_h200")
     def test_auto_never_chooses_an_unvalidated_kernel(self, monkeypatch, caplog):
         monkeypatch.setitem(dispatch.GATES, "pallas", lambda key: "simulated: pallas cannot run")
         monkeypatch.setitem(dispatch.GATES, "triton", lambda key: None)  # it could run, but is not validated

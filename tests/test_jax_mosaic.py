@@ -178,6 +178,7 @@ def test_lowers_for_cuda_to_a_mosaic_gpu_call_with_the_triton_kernels_ptx(N, E, 
     assert not missing, f"instructions missing from the lowered kernel: {missing}"
 
 
+@pytest.mark.usefixtures("pallas_validated_on_h200")
 class TestMosaicDispatch:
     def setup_method(self):
         dispatch.reset_dispatch()

@@ -352,6 +352,7 @@ class TestLowering:
             jax.jit(f).trace(x).lower(lowering_platforms=("cuda",))
 
 
+@pytest.mark.usefixtures("pallas_validated_on_h200")
 class TestPallasDispatch:
     def setup_method(self):
         dispatch.reset_dispatch()
