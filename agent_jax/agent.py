@@ -24,7 +24,7 @@ from agent_jax import parallel
 from agent_jax.amp import resolve_amp_dtype
 from agent_jax.compilation_cache import compute_path
 from agent_jax.packing import PackedTree, host_unpack, packed, unpacked
-from agent_jax.state import AgentState, build_networks, create_agent_state
+from agent_jax.state import AgentState, build_networks, create_agent_state, host_fold_in, host_prng_key
 from agent_jax.step import (
     METRIC_NAMES,
     DeviceRowStorage,
@@ -173,7 +173,7 @@ class FlashSACAgent:
         # update, not yet returned
         # The device replay (``replay_storage``), created when the loop asks for it; until then its sampler key.
         self._storage: DeviceRowStorage | None = None
-        self._replay_key = np.asarray(jax.random.fold_in(jax.random.PRNGKey(int(cfg.seed)), BUFFER_STREAM))
+        self._replay_key = host_fold_in(host_prng_key(int(cfg.seed)), BUFFER_STREAM)  # no device program
         self._metric_carry = (np.zeros(len(METRIC_NAMES), np.float32), np.zeros(len(METRIC_NAMES), np.float32))
         # ``act``'s (params, batch_stats, their flat leaves, treedef), rebuilt when the actor's params or BN
         # statistics are other objects (every update, load or outside replacement of ``state``)

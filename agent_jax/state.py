@@ -21,6 +21,8 @@ __all__ = [
     "RLTrainState",
     "build_networks",
     "create_agent_state",
+    "host_fold_in",
+    "host_prng_key",
     "learning_rate_schedule",
     "make_optimizer",
 ]
@@ -58,6 +60,36 @@ class AgentState:
     temperature: RLTrainState
     rng: jax.Array
     loss_scale: LossScale | None = None
+
+
+def host_prng_key(seed: int) -> np.ndarray:
+    """``jax.random.PRNGKey(seed)`` (the raw threefry key, (2,) uint32) computed on the host: bitwise the same
+    array, without compiling and running the device programs that JAX uses for it (a few tenths of a second each
+    before a run's first update, tests/test_agent_jax_update.py compares the two).
+
+    Raises:
+        ValueError: a seed outside int32, where JAX's own rule applies (use ``jax.random.PRNGKey``).
+    """
+    if not -(2**31) <= int(seed) < 2**31:
+        raise ValueError(f"seed must be an int32 for host_prng_key, got {seed}")
+    return np.array([0, int(seed) & 0xFFFFFFFF], np.uint32)
+
+
+def host_fold_in(key: np.ndarray, data: int) -> np.ndarray:
+    """``jax.random.fold_in(key, data)`` of a raw (2,) uint32 threefry key, computed on the host with numpy: the
+    Threefry-2x32 hash (20 rounds) of the counter (0, data) under ``key``, bitwise JAX's result."""
+    k0, k1 = (np.uint32(k) for k in np.asarray(key, np.uint32))
+    schedule = (k0, k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA))
+    x0, x1 = np.uint32(0), np.uint32(int(data) & 0xFFFFFFFF)
+    with np.errstate(over="ignore"):
+        x0, x1 = x0 + schedule[0], x1 + schedule[1]
+        for i in range(5):
+            for r in ((13, 15, 26, 6), (17, 29, 16, 24))[i % 2]:
+                x0 = x0 + x1
+                x1 = ((x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))) ^ x0
+            x0 = x0 + schedule[(i + 1) % 3]
+            x1 = x1 + schedule[(i + 2) % 3] + np.uint32(i + 1)
+    return np.array([x0, x1], np.uint32)
 
 
 def learning_rate_schedule(
@@ -182,7 +214,7 @@ def create_agent_state(agent_cfg: Any, observation_dim: int, action_dim: int, se
     actor_def, critic_def, temperature_def = build_networks(agent_cfg, observation_dim, action_dim, action_low,
                                                             action_high, compute_dtype)
     state = _init_state(actor_def, critic_def, temperature_def, make_optimizer(agent_cfg), int(observation_dim),
-                        int(action_dim), jax.random.PRNGKey(seed))
+                        int(action_dim), host_prng_key(seed))
     if compute_dtype is not None and jnp.dtype(compute_dtype) == jnp.float16:
         state = state.replace(loss_scale=LossScale.create())
     return state

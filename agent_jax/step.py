@@ -140,13 +140,21 @@ class DeviceReplay:
     metric_count: Array
 
 
+@functools.partial(jax.jit, static_argnames=("capacity", "width"))
+def _zero_rows(capacity: int, width: int) -> Array:
+    return jnp.zeros((capacity, width), jnp.float32)  # (M, W)
+
+
 def create_device_replay(capacity: int, width: int, key: np.ndarray, device: jax.Device) -> DeviceReplay:
-    """An empty replay of ``capacity`` rows of ``width`` columns on ``device``, sampling from ``key`` ((2,) uint32)."""
+    """An empty replay of ``capacity`` rows of ``width`` columns on ``device``, sampling from ``key`` ((2,) uint32).
+    The small fields are numpy copied to the device (no device program each); the rows are zeros made there by one
+    program (``_zero_rows``)."""
     with jax.default_device(device):
-        replay = DeviceReplay(rows=jnp.zeros((capacity, width), jnp.float32), index=jnp.zeros((), jnp.int32),
-                              size=jnp.zeros((), jnp.int32), key=jnp.asarray(key, jnp.uint32),
-                              metric_sum=jnp.zeros(len(METRIC_NAMES), jnp.float32),
-                              metric_count=jnp.zeros(len(METRIC_NAMES), jnp.float32))
+        rows = _zero_rows(int(capacity), int(width))
+    zero = np.zeros((), np.int32)
+    replay = DeviceReplay(rows=rows, index=zero, size=zero.copy(), key=np.asarray(key, np.uint32),
+                          metric_sum=np.zeros(len(METRIC_NAMES), np.float32),
+                          metric_count=np.zeros(len(METRIC_NAMES), np.float32))
     return jax.device_put(replay, device)
 
 

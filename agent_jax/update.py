@@ -101,8 +101,9 @@ class UpdateContext:
     @classmethod
     def create(cls, discount: float, target_entropy: float, bc_alpha: float, tau: float, min_v: float,
                max_v: float, backend: str) -> UpdateContext:
-        """Builds the context with the scalars as f32 device arrays."""
-        f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
+        """Builds the context with the scalars as f32 numpy arrays (jit takes them as f32 scalars; the agent commits
+        them to its device; numpy builds them without a device program)."""
+        f32 = functools.partial(np.asarray, dtype=np.float32)
         return cls(discount=f32(discount), target_entropy=f32(target_entropy), bc_alpha=f32(bc_alpha), tau=f32(tau),
                    min_v=float(min_v), max_v=float(max_v), backend=str(backend))
 

@@ -414,3 +414,17 @@ def test_forward_passes_match_the_torch_agent_with_shared_weights():
     theirs = t_critic.state_dict()
     for name, value in torch_state_dict({"batch_stats": upd["batch_stats"]}).items():
         np.testing.assert_allclose(value, theirs[name].numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_host_prng_keys_are_jax_keys_bitwise():
+    """``host_prng_key`` / ``host_fold_in`` (numpy: no device program before a run's first update) give JAX's
+    ``PRNGKey`` and ``fold_in`` bit for bit, over the seed range and stream ids the agents use."""
+    from agent_jax.state import host_fold_in, host_prng_key
+
+    for seed in (0, 1, 4, 12345, 2**31 - 1):
+        key = host_prng_key(seed)
+        assert key.dtype == np.uint32 and np.array_equal(key, np.asarray(jax.random.PRNGKey(seed)))
+        for data in (0, 1, 2, 3, 7, 1000, 2**32 - 1):
+            np.testing.assert_array_equal(host_fold_in(key, data), np.asarray(jax.random.fold_in(key, data)))
+    with pytest.raises(ValueError, match="int32"):
+        host_prng_key(2**31)
