@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.agents import TINY  # the CLI runs' tiny sizes, as bench agents has them
 from bench.common import (
     UPSTREAM_RECIPE,
     cli_run_rates,
@@ -69,9 +70,6 @@ __all__ = ["DEFAULT_VARIANTS", "MEASURES", "compile_log", "kernel_counts", "main
 MEASURES = ("device path: step (update + act)", "device path: step, host time of the call", "device path: act alone",
             "host path: update", "host path: act", "host path: act, action read from the device")
 DEFAULT_VARIANTS = ("default=", "no-command-buffers=xla_gpu_enable_command_buffer:")
-TINY = ["agent.actor_hidden_dim=8", "agent.critic_hidden_dim=8", "agent.actor_num_blocks=1",
-        "agent.critic_num_blocks=1", "agent.sample_batch_size=8", "env.max_episode_steps=30", "num_threads=1",
-        "agent.buffer_max_length=1000", "agent.device_type=cpu"]
 _TRIVIAL = {"parameter", "tuple", "get-tuple-element", "bitcast", "constant", "after-all", "opt-barrier"}
 
 
@@ -478,6 +476,10 @@ def _report(out: str, res: dict[str, Any]) -> str:
         lines += ["| measure | " + " | ".join(variants) + " |", "|---|" + "---|" * len(variants)]
         for m in MEASURES:
             lines.append(f"| {m} | " + " | ".join(_summary(res["ms"][m][v]) for v in variants) + " |")
+        step, act = (res["ms"][m] for m in ("device path: step (update + act)", "device path: act alone"))
+        lines.append("| device path: update (step minus act alone, medians) | " + " | ".join(
+            fmt(statistics.median(step[v]) - statistics.median(act[v]) if step[v] and act[v] else None, ".3f")
+            for v in variants) + " |")
         lines.append("")
     if res["programs"]:
         lines += ["| program | variant | first call s | kernels | fusions | custom calls | copies | command buffers "
