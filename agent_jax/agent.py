@@ -23,7 +23,7 @@ from agent_common.seeding import BUFFER_STREAM
 from agent_jax import parallel
 from agent_jax.amp import resolve_amp_dtype
 from agent_jax.compilation_cache import compute_path
-from agent_jax.packing import PackedTree, host_unpack, packed, unpacked
+from agent_jax.packing import PackedTree, Parts, from_parts, host_unpack, packed, parts, unpacked
 from agent_jax.state import AgentState, build_networks, create_agent_state, host_fold_in, host_prng_key
 from agent_jax.step import (
     METRIC_NAMES,
@@ -68,13 +68,14 @@ def resolve_device(device_type: str) -> jax.Device:
     return jax.devices("cpu")[0]
 
 
-def _act_on_leaves(actor_def: Any, leaves: tuple[jax.Array, ...], treedef: Any, observation: np.ndarray,
+def _act_on_leaves(actor_def: Any, arrays: tuple[jax.Array, ...], recipe: Parts, observation: np.ndarray,
                    noise: np.ndarray | None, host_output: bool) -> jax.Array:
-    """Dispatches the policy on given actor leaves: (E, O) observations and (E, A) noise or None -> the (E, A) action
-    (in pinned host memory with ``host_output``), one array to the device and one jitted call."""
+    """Dispatches the policy on the actor's arrays (``FlashSACAgent.actor_leaves``): (E, O) observations and (E, A)
+    noise or None -> the (E, A) action (in pinned host memory with ``host_output``), one array to the device and one
+    jitted call."""
     obs = np.asarray(observation, dtype=np.float32)  # (E, O)
     inputs = obs if noise is None else np.concatenate([obs, np.asarray(noise, dtype=np.float32)], axis=1)
-    action = policy_on_leaves(leaves, inputs, actor_def=actor_def, treedef=treedef, deterministic=noise is None,
+    action = policy_on_leaves(arrays, inputs, actor_def=actor_def, recipe=recipe, deterministic=noise is None,
                               host_output=host_output)  # (E, A)
     if not host_output:
         action.copy_to_host_async()  # started now: the read finds it on its way
@@ -101,6 +102,11 @@ def host_copies(leaves: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
     host = jax.devices("cpu")[0]
     values = jax.device_get(tuple(leaves))  # the read-backs of every leaf start before the first one is waited for
     return tuple(jax.device_put(np.array(value, copy=True), host) for value in values)
+
+
+def _actor_variables(state: AgentState) -> tuple[Any, Any]:
+    """The actor's (params, batch_stats): what acting reads of the state."""
+    return state.actor.params, state.actor.batch_stats
 
 
 def _to_numpy(tree: Any) -> Any:
@@ -175,9 +181,9 @@ class FlashSACAgent:
         self._storage: DeviceRowStorage | None = None
         self._replay_key = host_fold_in(host_prng_key(int(cfg.seed)), BUFFER_STREAM)  # no device program
         self._metric_carry = (np.zeros(len(METRIC_NAMES), np.float32), np.zeros(len(METRIC_NAMES), np.float32))
-        # ``act``'s (params, batch_stats, their flat leaves, treedef), rebuilt when the actor's params or BN
-        # statistics are other objects (every update, load or outside replacement of ``state``)
-        self._actor_leaves: tuple[Any, Any, tuple[jax.Array, ...], Any] | None = None
+        # ``act``'s (source state, its arrays holding the actor, their recipe), gathered again when the packed or
+        # unpacked state is another object (every update, load or outside replacement of ``state``)
+        self._actor_leaves: tuple[Any, tuple[jax.Array, ...], Parts] | None = None
         # ``env_step`` programs being compiled in the background (``precompile_step``): static key -> done event
         self._precompiling: dict[tuple[Any, ...], threading.Event] = {}
         log.info("categorical_td_target backend: %s", self.info()["backend/selected"])
@@ -206,6 +212,13 @@ class FlashSACAgent:
             self._packed = packed(self.state, mode=STATE_PACKING)
         return self._packed
 
+    def _replace_state(self, new_state: Any) -> None:
+        """The state a program returned, packed (then unpacked only when read) or not."""
+        if isinstance(new_state, PackedTree):
+            self._state, self._packed = None, new_state
+        else:
+            self.state = new_state
+
     def _place(self, tree: Any) -> Any:
         """Committed to the agent's device, or replicated over the ``num_devices`` mesh (``agent_jax.parallel``)."""
         return jax.device_put(tree, self.device) if self.mesh is None else parallel.replicate(tree, self.mesh)
@@ -221,11 +234,10 @@ class FlashSACAgent:
         Returns:
             (E, A) float32 numpy actions in [-1, 1]. Consumes no JAX RNG.
         """
-        # numpy in, as for the update: jit copies it to the parameters' device. The evaluation calls this once per
-        # env step with one row, so the host work per call is kept small: the actor's leaves are flattened once per
-        # new state, and the deterministic call sends no noise.
-        leaves, treedef = self.actor_leaves()
-        return np.asarray(_act_on_leaves(self._actor_def, leaves, treedef, observation, noise, self._action_on_host()),
+        # numpy in, as for the update: jit copies it to the parameters' device. The host work per call is kept
+        # small: the actor's arrays are gathered once per new state (a few, from the packed state), one input array.
+        arrays, recipe = self.actor_leaves()
+        return np.asarray(_act_on_leaves(self._actor_def, arrays, recipe, observation, noise, self._action_on_host()),
                           dtype=np.float32)
 
     def act_async(self, observation: np.ndarray, noise: np.ndarray | None) -> Callable[[], np.ndarray]:
@@ -234,8 +246,8 @@ class FlashSACAgent:
         does not change it (it donates the state's buffers only once this action has read them). The returned
         function waits for this action alone and returns it (call it once).
         """
-        leaves, treedef = self.actor_leaves()
-        action = _act_on_leaves(self._actor_def, leaves, treedef, observation, noise, self._action_on_host())
+        arrays, recipe = self.actor_leaves()
+        action = _act_on_leaves(self._actor_def, arrays, recipe, observation, noise, self._action_on_host())
         return lambda: np.asarray(action, dtype=np.float32)
 
     def policy_snapshot(self) -> Callable[[np.ndarray], np.ndarray]:
@@ -255,12 +267,16 @@ class FlashSACAgent:
         initial evaluation with it in the background. The copies own their memory on every layout (``host_copies``),
         also with the state replicated over ``num_devices`` devices.
         """
-        leaves, treedef = self.actor_leaves()
+        arrays, recipe = self.actor_leaves()
+        # the actor's own leaves (sliced on the host out of a packed state's buffers), copies owning their memory
+        actor = from_parts(jax.device_get(tuple(arrays)), recipe, take=lambda a, start, stop: a[start:stop])
+        leaves, leaf_recipe = parts(actor, lambda t: t)
         copies = host_copies(leaves)
         actor_def = self._actor_def
 
         def policy(observation: np.ndarray) -> np.ndarray:  # on the host CPU: its result is host memory already
-            return np.asarray(_act_on_leaves(actor_def, copies, treedef, observation, None, False), dtype=np.float32)
+            return np.asarray(_act_on_leaves(actor_def, copies, leaf_recipe, observation, None, False),
+                              dtype=np.float32)
 
         return policy
 
@@ -269,15 +285,17 @@ class FlashSACAgent:
         where the action is computed on the mesh's devices)."""
         return ACTION_ON_HOST and self.mesh is None
 
-    def actor_leaves(self) -> tuple[tuple[jax.Array, ...], Any]:
-        """The actor's (params, batch_stats) as flat leaves and their treedef (``agent_jax.step.policy_on_leaves``
-        takes them), flattened once per new params or BN statistics (an update, a load, a replaced ``state``)."""
-        actor = self.state.actor
+    def actor_leaves(self) -> tuple[tuple[jax.Array, ...], Parts]:
+        """The arrays that hold the actor's (params, batch_stats) and the recipe that rebuilds them
+        (``agent_jax.packing.parts``; ``agent_jax.step.policy_on_leaves`` takes both), gathered once per new state
+        (an update, a load, a replaced ``state``): from the packed state when there is one (its flat buffers and the
+        actor's weight matrices: fewer arrays to dispatch than the actor's leaves, and no unpacking), else the
+        actor's leaves."""
+        source = self._packed if self._packed is not None else self.state
         cache = self._actor_leaves
-        if cache is None or cache[0] is not actor.params or cache[1] is not actor.batch_stats:
-            leaves, treedef = jax.tree_util.tree_flatten((actor.params, actor.batch_stats))
-            cache = self._actor_leaves = (actor.params, actor.batch_stats, tuple(leaves), treedef)
-        return cache[2], cache[3]
+        if cache is None or cache[0] is not source:
+            cache = self._actor_leaves = (source, *parts(source, _actor_variables))
+        return cache[1], cache[2]
 
     # ------------------------------------------------------------------------------------------------ update
     def to_batch(self, batch: dict[str, np.ndarray]) -> Batch:
@@ -301,10 +319,11 @@ class FlashSACAgent:
         # The numpy batch goes to jit as it is: jit's C++ dispatch copies it to the device, without the Python
         # path of jax.device_put (bench/results/h200-2026-11-29-update-speed).
         flat = flat_batch(batch) if self.mesh is None else parallel.shard_batch(flat_batch(batch), self.mesh)
-        with parallel.data_parallel(self.mesh):
-            self.state, values = update_networks_flat(self.state, flat, self.ctx,
-                                                      observation_dim=self.observation_dim,
-                                                      do_actor_update=do_actor_update)
+        with parallel.data_parallel(self.mesh):  # one device: the packed state, as ``step`` (fewer arrays to dispatch)
+            new_state, values = update_networks_flat(self.state if self.mesh is not None else self._step_state(),
+                                                     flat, self.ctx, observation_dim=self.observation_dim,
+                                                     do_actor_update=do_actor_update)
+        self._replace_state(new_state)
         values.copy_to_host_async()  # queued behind the update, so the next call's read-back finds it on the host
         self._pending = (metric_names(do_actor_update), values)
         self.update_step += 1
@@ -398,10 +417,7 @@ class FlashSACAgent:
                                                      **dict(key))
         if action is not None and not ACTION_ON_HOST:
             action.copy_to_host_async()  # queued behind the program: the read below does not start a second wait
-        if isinstance(new_state, PackedTree):
-            self._state, self._packed = None, new_state
-        else:
-            self.state = new_state
+        self._replace_state(new_state)
         self.update_step += len(updates)
         if updates:
             self._pending = None  # the unfused path's one-late metrics belong to an older state

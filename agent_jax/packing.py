@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["MODES", "Layout", "PackedTree", "host_unpack", "pack", "pack_like", "packed", "unpack", "unpacked"]
+__all__ = ["MODES", "Layout", "PackedTree", "Parts", "from_parts", "host_unpack", "pack", "pack_like", "packed",
+           "parts", "unpack", "unpacked"]
 
 MODES: tuple[str, ...] = ("all", "matrices")
 
@@ -150,6 +151,61 @@ def host_unpack(packed_tree: PackedTree) -> Any:
     buffers, separate = jax.device_get((packed_tree.buffers, packed_tree.separate))
     return _unflatten(packed_tree.layout, [np.asarray(b) for b in buffers], [np.asarray(x) for x in separate],
                       lambda buf, start, stop: buf[start:stop])
+
+
+class Parts(NamedTuple):
+    """How to rebuild a subtree from a few arrays (``parts``; hashable: a jitted function takes it as static).
+
+    Attributes:
+        treedef: the subtree's structure.
+        sources: per leaf, (index of the array it is in, start, stop, shape); start -1: the whole array.
+    """
+
+    treedef: Any
+    sources: tuple[tuple[int, int, int, tuple[int, ...]], ...]
+
+
+def parts(tree: Any, select: Any) -> tuple[tuple[Any, ...], Parts]:
+    """The arrays that hold ``select(tree)`` and the recipe that rebuilds it from them (``from_parts``).
+
+    For a ``PackedTree``: the flat buffers and the kept-apart leaves that the subtree's leaves live in (a call then
+    passes a few arrays instead of every leaf; the buffers' unused parts are not read). For any other tree: the
+    subtree's own leaves.
+
+    Args:
+        tree: a ``PackedTree``, or the tree itself.
+        select: tree -> subtree (e.g. ``lambda s: (s.actor.params, s.actor.batch_stats)``); attribute and item
+            access only (it also runs on a tree of leaf indices).
+    """
+    if not isinstance(tree, PackedTree):
+        leaves, treedef = jax.tree_util.tree_flatten(select(tree))
+        return tuple(leaves), Parts(treedef, tuple((i, -1, -1, ()) for i in range(len(leaves))))
+    layout = tree.layout
+    indices, treedef = jax.tree_util.tree_flatten(
+        select(jax.tree_util.tree_unflatten(layout.treedef, list(range(len(layout.entries))))))
+    arrays: list[Any] = []
+    where: dict[tuple[int, int], int] = {}  # (group, or -1 with the kept-apart index) -> position in ``arrays``
+    sources = []
+    for index in indices:
+        entry = layout.entries[index]
+        source = (entry.group, entry.offset if entry.group < 0 else 0)
+        if source not in where:
+            where[source] = len(arrays)
+            arrays.append(tree.separate[entry.offset] if entry.group < 0 else tree.buffers[entry.group])
+        if entry.group < 0:
+            sources.append((where[source], -1, -1, entry.shape))
+        else:
+            size = int(np.prod(entry.shape, dtype=np.int64))
+            sources.append((where[source], entry.offset, entry.offset + size, entry.shape))
+    return tuple(arrays), Parts(treedef, tuple(sources))
+
+
+def from_parts(arrays: Any, recipe: Parts, take: Any = jax.lax.slice_in_dim) -> Any:
+    """The subtree ``parts`` described: each leaf a whole array, or ``take(array, start, stop)`` reshaped (jnp slices
+    by default, which XLA fuses into their consumers; numpy slicing on the host with ``lambda a, i, j: a[i:j]``)."""
+    leaves = [arrays[i] if start < 0 else take(arrays[i], start, stop).reshape(shape)
+              for i, start, stop, shape in recipe.sources]
+    return jax.tree_util.tree_unflatten(recipe.treedef, leaves)
 
 
 @functools.partial(jax.jit, static_argnames=("mode",))

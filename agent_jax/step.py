@@ -29,7 +29,7 @@ import numpy as np
 
 from agent_common.buffer import ROW_KEYS
 from agent_jax.networks import scale_action
-from agent_jax.packing import PackedTree, pack_like, unpack
+from agent_jax.packing import PackedTree, Parts, from_parts, pack_like, unpack
 from agent_jax.update import Batch, UpdateContext, metric_names, update_networks
 
 __all__ = [
@@ -84,24 +84,25 @@ def policy_actions(actor_def: Any, params: Any, batch_stats: Any, observation: j
     return scale_action(actor_def, jnp.tanh(mean + std * noise))  # (E, A)
 
 
-POLICY_JIT: dict[str, Any] = {"static_argnames": ("actor_def", "treedef", "deterministic", "host_output")}
+POLICY_JIT: dict[str, Any] = {"static_argnames": ("actor_def", "recipe", "deterministic", "host_output")}
 """``jax.jit``'s arguments of ``policy_on_leaves`` (a benchmark compiles the same function with other XLA options)."""
 
 
 @functools.partial(jax.jit, **POLICY_JIT)
-def policy_on_leaves(leaves: tuple[Array, ...], inputs: Array, *, actor_def: Any, treedef: Any, deterministic: bool,
-                     host_output: bool = False) -> Array:
+def policy_on_leaves(arrays: tuple[Array, ...], inputs: Array, *, actor_def: Any, recipe: Parts,
+                     deterministic: bool, host_output: bool = False) -> Array:
     """Jitted ``policy_actions`` as one call with one input array, for acting from the host.
 
-    The actor's (params, batch_stats) come as their flat leaves (``treedef`` rebuilds them): one tuple of arrays,
-    which jit dispatches faster than the nested dicts. The observation and the noise come as one array, so a call
-    copies one array to the device.
+    The actor's (params, batch_stats) come as the few arrays that hold them (``agent_jax.packing.parts`` of the
+    packed state: its flat buffers and the actor's weight matrices; or the leaves themselves), one tuple that jit
+    dispatches faster than the nested dicts, rebuilt here by ``recipe`` (slices XLA fuses into their consumers). The
+    observation and the noise come as one array, so a call copies one array to the device.
 
     Args:
-        leaves: the actor's params and BN statistics, flattened.
+        arrays: the arrays of ``parts`` that hold the actor's params and BN statistics.
         inputs: (E, O) observations when ``deterministic``, else (E, O + A) rows [observation | noise].
         actor_def: the FlashSACActor module (static).
-        treedef: the treedef of (params, batch_stats) (static).
+        recipe: how ``arrays`` make (params, batch_stats) (``agent_jax.packing.Parts``, static).
         deterministic: tanh(mean), no noise.
         host_output: the program writes the action to pinned host memory (``jax.memory.Space.Host``), so reading
             it needs no device-to-host transfer after the program (``agent_jax.agent.ACTION_ON_HOST``).
@@ -109,7 +110,7 @@ def policy_on_leaves(leaves: tuple[Array, ...], inputs: Array, *, actor_def: Any
     Returns:
         (E, A) actions.
     """
-    params, batch_stats = jax.tree_util.tree_unflatten(treedef, leaves)
+    params, batch_stats = from_parts(arrays, recipe)
     observation_dim = actor_def.observation_dim
     observation = inputs[:, :observation_dim]  # (E, O)
     noise = None if deterministic else inputs[:, observation_dim:]  # (E, A)

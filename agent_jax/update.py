@@ -23,6 +23,7 @@ from agent_common.buffer import flat_widths
 from agent_jax import parallel
 from agent_jax.amp import LossScale, select_finite
 from agent_jax.networks import normalize_parameters
+from agent_jax.packing import PackedTree, pack_like, unpack
 from agent_jax.state import AgentState, RLTrainState
 from jax_impl import categorical_td_target
 
@@ -394,24 +395,30 @@ options)."""
 
 
 @functools.partial(jax.jit, **UPDATE_FLAT_JIT)
-def update_networks_flat(state: AgentState, flat: Array, ctx: UpdateContext, *, observation_dim: int,
-                         do_actor_update: bool) -> tuple[AgentState, Array]:
+def update_networks_flat(state: Any, flat: Array, ctx: UpdateContext, *, observation_dim: int,
+                         do_actor_update: bool) -> tuple[Any, Array]:
     """``update_networks`` on a flat batch, with the metrics stacked: what the agent runs each update.
 
     The twin of the torch agent's ``_update_step``: the batch arrives in one host -> device copy
     (``agent_common.buffer.flat_batch``) and the metrics go back in one read-back.
 
     Args:
-        state: AgentState (donated).
+        state: AgentState, or the AgentState as a ``PackedTree`` (``agent_jax.packing``, as ``agent_jax.step.env_step``
+            takes it: a few arrays to dispatch instead of every leaf; unpacked and packed again inside) (donated).
         flat: (B, 2O + A + 2) batch, columns in ``agent_common.buffer.UPDATE_KEYS`` order.
         ctx: update constants.
         observation_dim: O (static).
         do_actor_update: whether this step first updates the actor and the temperature (static).
 
     Returns:
-        (new AgentState, (M,) f32 metrics in ``metric_names(do_actor_update)`` order).
+        (new AgentState in the form it came in, (M,) f32 metrics in ``metric_names(do_actor_update)`` order).
     """
+    layout = state.layout if isinstance(state, PackedTree) else None
+    if layout is not None:
+        state = unpack(state)
     state, info = update_networks(state, Batch.from_flat(flat, observation_dim), ctx, do_actor_update=do_actor_update)
+    if layout is not None:
+        state = pack_like(state, layout)
     names = metric_names(do_actor_update)
     if set(info) != set(names):  # trace time: keeps metric_names in step with update_networks
         raise AssertionError(f"update_networks returned metrics {sorted(info)}, metric_names says {names}")

@@ -124,3 +124,36 @@ def test_fused_steps_with_a_packed_state_equal_those_with_the_plain_state(monkey
                 np.testing.assert_array_equal(x, y)
         assert metrics == base_metrics
         _assert_trees_bitwise(agent.state, base.state)
+
+
+def test_host_replay_updates_and_actions_with_a_packed_state_equal_those_with_the_plain_state(monkeypatch):
+    """The host-replay path (``update`` on a numpy batch, ``act``, the evaluation's ``policy_snapshot``) on the packed
+    state or on the AgentState: bitwise the same actions, metrics and final state; acting from the packed state
+    dispatches the few arrays that hold the actor, not its leaves, and unpacks nothing."""
+    from tests.data.make_fused_update_golden import fixed_batches
+
+    rng = np.random.default_rng(2)
+    observation = rng.standard_normal((NUM_ENVS, OBS_SPACE.shape[0])).astype(np.float32)
+    noise = rng.standard_normal((NUM_ENVS, ACT_DIM)).astype(np.float32)
+    runs = {}
+    for mode in VARIANTS:
+        monkeypatch.setattr(agent_module, "STATE_PACKING", mode)
+        agent = _agent()
+        out, metrics = [], []
+        for batch in fixed_batches(3):
+            metrics.append(agent.update(batch))
+            out += [agent.act(observation, noise), agent.act(observation, None), agent.policy_snapshot()(observation)]
+        if mode is not None:
+            assert isinstance(agent._packed, PackedTree) and agent._state is None  # acting unpacked nothing
+            arrays, _ = agent.actor_leaves()
+            assert len(arrays) < len(jax.tree_util.tree_leaves((agent.state.actor.params,
+                                                                agent.state.actor.batch_stats))) // 2
+        metrics.append(agent.flush_metrics())
+        runs[mode] = (agent, out, metrics)
+    base, base_out, base_metrics = runs[None]
+    for mode in VARIANTS:
+        agent, out, metrics = runs[mode]
+        for x, y in zip(out, base_out, strict=True):
+            assert x.tobytes() == y.tobytes()
+        assert metrics == base_metrics
+        _assert_trees_bitwise(agent.state, base.state)
