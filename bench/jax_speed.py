@@ -88,8 +88,9 @@ def recipe(backend: str, fill: int, num_env_steps: int, tiny: bool, extra: list[
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any], bool]:
     """``NAME=KEY:VALUE,...`` -> (name, XLA compiler options, whether the state is donated). Values: ``true`` /
-    ``false``, integers, anything else a string (an empty value is the empty string). ``donate_state:false`` is the
-    donation switch, not an XLA option.
+    ``false``, integers, anything else a string (an empty value is the empty string; a comma followed by a word
+    without ``:`` continues the value, so ``xla_gpu_enable_command_buffer:FUSION,CUBLAS`` is one item).
+    ``donate_state:false`` is the donation switch, not an XLA option.
 
     Raises:
         ValueError: no name, or an item without ``:``.
@@ -99,7 +100,13 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any], bool]:
         raise ValueError(f"--variant: expected NAME=KEY:VALUE,... (NAME= for XLA's defaults), got {text!r}")
     options: dict[str, Any] = {}
     donate = True
-    for item in filter(None, (s.strip() for s in spec.split(","))):
+    items: list[str] = []
+    for token in (t.strip() for t in spec.split(",")):
+        if items and ":" not in token:
+            items[-1] += "," + token  # a list value: FUSION,CUBLAS
+        elif token:
+            items.append(token)
+    for item in items:
         key, colon, value = item.partition(":")
         if not colon:
             raise ValueError(f"--variant {name}: expected KEY:VALUE, got {item!r}")

@@ -36,6 +36,8 @@ def test_parse_variant():
     assert parse_variant("default=") == ("default", {}, True)
     assert parse_variant("x=xla_gpu_enable_command_buffer:,xla_gpu_graph_min_graph_size:1,donate_state:false") == (
         "x", {"xla_gpu_enable_command_buffer": "", "xla_gpu_graph_min_graph_size": 1}, False)
+    assert parse_variant("cb=xla_gpu_enable_command_buffer:FUSION,CUBLAS,WHILE,xla_gpu_graph_min_graph_size:1") == (
+        "cb", {"xla_gpu_enable_command_buffer": "FUSION,CUBLAS,WHILE", "xla_gpu_graph_min_graph_size": 1}, True)
     for bad in ("nameless", "=a:1", "x=a"):
         with pytest.raises(ValueError):
             parse_variant(bad)
