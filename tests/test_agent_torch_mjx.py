@@ -129,14 +129,17 @@ def test_evaluation_returns_equal_those_of_the_per_step_evaluation_of_e5cba09():
     evaluation of commit e5cba09 gave on the same run (values printed by that commit's ``evaluate`` for this
     config, seed 3: two calls, the eval key advancing in between; run by that commit's test file with this test in
     this place, on the mujoco / mujoco-mjx 3.11.0, brax 0.14.2 stack: the cached envs carry state between the file's
-    tests); host reads: the all-done flag every 16 steps and the returns once."""
+    tests); host reads: the all-done flag every 16 steps and the returns once. Bitwise on the machine that printed
+    them; the tolerance (2e-3 relative) absorbs another CPU's GEMM kernels over 5 updates and 12 policy steps (an
+    AVX2 EPYC gave -3.21037 for -3.21196, 5e-4), while a changed evaluation (another key, episode count or action)
+    moves a 12-step return by far more."""
     trainer = _trainer(**{"num_eval_episodes": 4})
     trainer.advance(5)
     with HostSyncCounter() as syncs:
         first = trainer.evaluate(4)  # 2 rounds of 12 steps: no flag read (< 16 steps), one read of the returns
-    assert first["avg_return"] == pytest.approx(-3.2119641080498695, rel=1e-9, abs=1e-12)
+    assert first["avg_return"] == pytest.approx(-3.2119641080498695, rel=2e-3)
     assert first["avg_length"] == 12.0
-    assert trainer.evaluate(2)["avg_return"] == pytest.approx(-1.7746288888156414, rel=1e-9, abs=1e-12)
+    assert trainer.evaluate(2)["avg_return"] == pytest.approx(-1.7746288888156414, rel=2e-3)
     assert dict(syncs.counts) == {"Tensor.numpy": 2}, dict(syncs.counts)
 
 

@@ -15,10 +15,14 @@ from tests.host_sync import HostSyncCounter
 
 # Losses are compared relatively, arrays element-wise. The update's maths and the order of every element's
 # operations are those of the golden commit: on the machine that wrote the files the results are bitwise equal
-# (max difference 0). The tolerance only absorbs another CPU's GEMM kernels (oneDNN / Eigen pick AVX2 / AVX-512
-# paths by CPU, whose summation order differs), as tests/test_agent_torch_amp.py does; a changed operation (a skipped
-# projection, a wrong EMA, a step on the wrong batch) moves values by orders of magnitude more.
-RTOL, ATOL = 1e-5, 1e-6
+# (max difference 0). The tolerance only absorbs another CPU's GEMM kernels (oneDNN / Eigen / XLA pick AVX2 / AVX-512
+# paths by CPU, whose summation order differs), as tests/test_agent_torch_amp.py does: every element within
+# (RTOL, ATOL), except at most OUTLIERS of an array's elements within 10x that (Adam's step on a gradient element
+# near zero can differ by a sizeable fraction of the learning rate when its rounding differs). Measured on an AVX2 EPYC
+# (no AVX-512): one element of 413 arrays past (RTOL, ATOL), at 1.39x (the JAX actor's blocks_1 fc1 weight, 1 of
+# 1,024); every other array within 0.25x. A changed operation (a skipped projection, a wrong EMA, a step on the wrong
+# batch) moves values by orders of magnitude more, and in most of an array's elements.
+RTOL, ATOL, OUTLIERS = 1e-5, 1e-6, 0.005
 
 
 def _compare(golden: dict[str, np.ndarray], new: dict[str, np.ndarray]) -> None:
@@ -26,7 +30,10 @@ def _compare(golden: dict[str, np.ndarray], new: dict[str, np.ndarray]) -> None:
     for name, expected in golden.items():
         got = new[name]
         assert got.shape == expected.shape and got.dtype == expected.dtype, name
-        np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL, err_msg=name)
+        np.testing.assert_allclose(got, expected, rtol=10 * RTOL, atol=10 * ATOL, err_msg=name)
+        outside = ~np.isclose(got, expected, rtol=RTOL, atol=ATOL)
+        assert outside.mean() <= OUTLIERS, (name, f"{int(outside.sum())} of {outside.size} elements past "
+                                                  f"rtol={RTOL}, atol={ATOL}")
 
 
 def _load(path: str) -> dict[str, np.ndarray]:

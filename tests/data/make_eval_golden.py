@@ -1,24 +1,17 @@
-"""Writes ``eval_golden.json``: the deterministic evaluation returns of both agents on a fixed seed, acting through
-``agent.act(obs, None)`` (one call per env step).
+"""The reference evaluation of ``tests/test_eval_golden.py``: the deterministic evaluation returns of both agents on a
+fixed seed, acting through ``agent.act(obs, None)`` (one call per env step, as the loop of commit 2b3c4af did).
 
 For each framework, the freshly initialised agent (seed 0, the paper head, whose orthogonal mean head gives actions
 of order one) is evaluated as the training loop evaluates at step 0: ``loop``, ``agent_common.envs.evaluate`` of
 ``num_eval_episodes`` (three) on the loop's evaluation env (``make_vec_env`` with the run's seed, reset once with
 it; HalfCheetah-v4 cut at 40 steps); ``policy``, ``agent_common.policy.run_episodes`` (two episodes, seed 5).
-Returns are stored as ``repr`` strings so the comparison is bitwise.
-
-The committed file was written by this script at commit 2b3c4af (whose loop evaluated through ``agent.act``), on
-the CPU with one thread; ``tests/test_eval_golden.py`` compares the loop's and ``Policy``'s evaluation today with
-it. Regenerate only when the evaluation's arithmetic is meant to change:
-``PYTHONPATH=$PWD python tests/data/make_eval_golden.py``.
+Returns are ``repr`` strings so the comparison is bitwise. ``python tests/data/make_eval_golden.py`` prints them.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
-PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "eval_golden.json")
 OVERRIDES = [
     "seed=0",
     "num_threads=1",
@@ -81,11 +74,7 @@ def golden_returns(framework: str) -> dict[str, object]:
 
 
 def main() -> None:
-    data = {framework: golden_returns(framework) for framework in ("torch", "jax")}
-    with open(PATH, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
-    print(json.dumps(data, indent=1, sort_keys=True))
+    print(json.dumps({framework: golden_returns(framework) for framework in ("torch", "jax")}, indent=1))
 
 
 if __name__ == "__main__":
