@@ -204,6 +204,8 @@ def test_policy_snapshot_keeps_the_policy_it_was_taken_from():
     donate the state's buffers and change the actor (the loop's background initial evaluation relies on it; with
     the state on 2 devices: tests/test_runs.py)."""
     agent = _agent(0)
+    agent.update(_batch(7))  # the first update packs the state (new buffers); later ones donate the packed buffers
+    agent.flush_metrics()
     obs = _batch(9)["observation"][:3]
     before = agent.act(obs, None)
     leaves, _ = agent.actor_leaves()
