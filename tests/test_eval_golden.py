@@ -22,7 +22,7 @@ def _agent_class(framework: str) -> type:
     return FlashSACAgent
 
 
-@pytest.mark.parametrize("framework", ["torch", pytest.param("jax", marks=pytest.mark.default_xla)])
+@pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_training_evaluations_act_through_snapshots_with_the_golden_returns(framework, tmp_path, monkeypatch):
     from agent_common.config import load_config
     from agent_common.driver import train
@@ -52,7 +52,7 @@ def test_training_evaluations_act_through_snapshots_with_the_golden_returns(fram
     assert deterministic_acts == [] and len(snapshots) == 2
 
 
-@pytest.mark.parametrize("framework", ["torch", pytest.param("jax", marks=pytest.mark.default_xla)])
+@pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_policy_returns_equal_the_golden_ones_and_snapshots_keep_their_weights(framework):
     """``Policy`` (deterministic) acts through a snapshot with the golden returns; a snapshot equals
     ``act(obs, None)`` bitwise on the CPU and keeps acting with the weights it was taken from."""
