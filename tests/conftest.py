@@ -41,7 +41,6 @@ if os.environ.get("FLASHSAC_TEST_DATA_HOME") is None or (
     atexit.register(shutil.rmtree, os.environ["XDG_DATA_HOME"], ignore_errors=True)
 
 import gc  # noqa: E402
-import json  # noqa: E402
 import random  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -89,12 +88,12 @@ def pallas_validated_on_h200(tmp_path, monkeypatch):
     "NVIDIA H200", jax/triton and jax/mosaic absent. The tests of auto's choice among validated and unvalidated
     kernels use it, so they do not depend on what the packaged file records from the latest GPU run. Both
     dispatchers read it afresh (their cached validation is dropped before and after)."""
-    from shared_spec.dispatch import VALIDATION_ENV, VALIDATION_FORMAT
+    from validation_files import validation_entry, write_validation
 
-    entry = {"gpu": "NVIDIA H200", "date": "2026-12-01", "versions": {}, "result": "test fixture", "passed": True}
-    path = tmp_path / "kernel_validation.json"
-    path.write_text(json.dumps({"format": VALIDATION_FORMAT,
-                                "backends": {"jax/pallas": entry, "torch/triton": entry}}))
+    from shared_spec.dispatch import VALIDATION_ENV
+
+    path = write_validation(tmp_path / "kernel_validation.json",
+                            {"jax/pallas": validation_entry(), "torch/triton": validation_entry()})
     monkeypatch.setenv(VALIDATION_ENV, str(path))
 
     def reset():

@@ -10,21 +10,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from validation_files import validation_entry as _entry
+from validation_files import write_validation as _write
 
 from shared_spec import dispatch as sd
 from shared_spec.dispatch import Decision, Dispatcher
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _entry(passed: bool = True, gpu: str = "NVIDIA H200") -> dict:
-    return {"gpu": gpu, "date": "2026-12-03", "versions": {}, "result": "92/92", "passed": passed}
-
-
-def _write(path: Path, entries: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"format": 1, "backends": entries}))
-    return path
 
 
 def _dispatcher(kernels=("a", "b", "c"), order=("a", "b", "c"), gates=None) -> Dispatcher:

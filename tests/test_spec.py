@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from validation_files import validation_entry as _entry
+from validation_files import write_validation
 
 from shared_spec import CASES, GOLDEN, CategoricalSupport, make_inputs
 from shared_spec import reference as R
@@ -186,17 +188,9 @@ def test_launch_config_needs_neither_triton_nor_jax():
 
 
 def _validation_file(tmp_path, monkeypatch, entries: dict) -> None:
-    import json
-
     from shared_spec.dispatch import VALIDATION_ENV
 
-    path = tmp_path / "validated.json"
-    path.write_text(json.dumps({"format": 1, "backends": entries}))
-    monkeypatch.setenv(VALIDATION_ENV, str(path))
-
-
-def _entry(passed: bool = True) -> dict:
-    return {"gpu": "NVIDIA H200", "date": "2026-12-03", "versions": {}, "result": "88/88", "passed": passed}
+    monkeypatch.setenv(VALIDATION_ENV, str(write_validation(tmp_path / "validated.json", entries)))
 
 
 def test_dispatcher_decides_once_logs_by_request_and_counts(caplog, tmp_path, monkeypatch):
@@ -276,7 +270,7 @@ def test_auto_takes_the_first_validated_kernel_that_can_run_in_its_order(tmp_pat
     assert d.decide("a", True, ("gpu",)).backend == "a", "an unvalidated kernel runs when requested by name"
     info = d.info("gpu", ("gpu",))
     assert "no GPU validation result for fw/a" in info["validated"]["a"]
-    assert "its GPU validation failed" in info["validated"]["d"] and info["validated"]["c"]["result"] == "88/88"
+    assert "its GPU validation failed" in info["validated"]["d"] and info["validated"]["c"]["result"] == "92/92"
     with pytest.raises(ValueError, match="auto_order"):
         Dispatcher(framework="fw", reference="ref", kernels=("a",), auto_order=("z",), reference_impl=lambda: 0,
                    logger="x", describe=str)
