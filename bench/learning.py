@@ -30,7 +30,15 @@ returns, their mean and interquartile mean (IQM) with 95 % percentile-bootstrap 
 published mean at that step, with stratified bootstrap intervals (seeds resampled within each task), the aggregate
 method of rliable.
 
-Published figures: ``bench/results/published/flashsac_gym_mujoco.csv`` (its header comment names the source).
+Suites (``SUITES``): gym-MuJoCo (the tasks above, upstream's CPU-sim recipe), DeepMind Control, MyoSuite (each on
+its ``agent_common.recipes`` recipe, 1 env) and MuJoCo Playground (its recipe, 1024 envs, 2 updates per step); a
+task's suite follows from the simulators' task tables, so ``--tasks dog-walk,myo-reach`` needs nothing else. Each
+suite keeps the published runs' learning-rate schedule (their length in env steps, over the recipe's envs and
+updates per step) and an evaluation cadence near theirs; Playground's published evaluations fall at env steps a
+1024-env run does not hit, so a run's evaluation counts for a published step within 2 % of it (exact elsewhere).
+
+Published figures: ``bench/results/published/flashsac_gym_mujoco.csv`` (gym) and, summarised per step here,
+``flashsac_suites_per_seed.csv`` (the other suites; each header comment names the source).
 """
 
 from __future__ import annotations
@@ -53,7 +61,9 @@ import numpy as np
 from bench.common import BOOTSTRAP_REPS, REPO, UPSTREAM_RECIPE, bootstrap_ci, environment, write_results
 
 PUBLISHED = os.path.join(REPO, "bench", "results", "published", "flashsac_gym_mujoco.csv")
+PUBLISHED_SUITES = os.path.join(REPO, "bench", "results", "published", "flashsac_suites_per_seed.csv")
 TASKS = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4")
+"""The gym-MuJoCo tasks (suite ``gym``)."""
 INIT_SWAPPED = {"jax-torchinit": ("jax", "torch"), "torch-jaxinit": ("torch", "jax")}
 """Run label -> (agent, the agent whose initial state it starts from for the same seed): ``python -m
 agent_interop.train --agent A --init-from B``, the check that tells an initialisation outcome from a defect when the
@@ -63,6 +73,62 @@ AGENTS = ("torch", "jax", *INIT_SWAPPED)
 PUBLISHED_RUN_STEPS = 1_000_000  # the length of the published runs, whose learning-rate schedule the runs follow
 # the expected range of n normal samples in standard deviations (d2 of quality control), n = 2..10
 _D2 = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
+
+
+# ---------------------------------------------------------------------------------------------------------- suites
+
+
+@dataclass(frozen=True)
+class Suite:
+    recipe: str | None  # agent_common.recipes name; None: gym's UPSTREAM_RECIPE path
+    run_steps: int  # env steps of the published runs: the learning-rate schedule the runs follow
+    eval_every: int  # evaluation_per_interaction_step
+    step_tolerance: float = 0.0  # a run's evaluation counts for a published step within this fraction of it
+
+
+SUITES: dict[str, Suite] = {
+    "gym": Suite(None, PUBLISHED_RUN_STEPS, 20_000),
+    "dmc": Suite("dmc", PUBLISHED_RUN_STEPS, 20_000),
+    "myosuite": Suite("myosuite", PUBLISHED_RUN_STEPS, 20_000),
+    # upstream evaluates every 4,880 interaction steps of 1024 envs (4,997,120 env steps), from 5,496,832 on
+    "playground": Suite("playground", 50_000_896, 4_880, 0.02),
+}
+
+
+def suite_of(task: str) -> str:
+    """The suite whose simulator runs ``task``; ValueError naming the task and the suites' task tables otherwise."""
+    if task in TASKS:
+        return "gym"
+    import simulators.dmc
+    import simulators.myosuite
+    import simulators.playground
+
+    for name, tasks in (("dmc", simulators.dmc.TASKS), ("myosuite", simulators.myosuite.TASKS),
+                        ("playground", simulators.playground.TASKS)):
+        if task in tasks:
+            return name
+    raise ValueError(f"task: expected a gym-MuJoCo task {TASKS} or one of simulators.dmc, simulators.myosuite or "
+                     f"simulators.playground's TASKS, got {task!r}")
+
+
+def recipe_shape(suite: str) -> tuple[int, int]:
+    """(train envs, updates per interaction step) of ``suite``'s recipe."""
+    recipe = SUITES[suite].recipe
+    if recipe is None:
+        return 1, 1
+    from agent_common.recipes import recipe_overrides
+
+    keys = dict(o.split("=", 1) for o in recipe_overrides(recipe, "torch"))
+    return (int(keys.get("num_train_envs", "1").replace("_", "")),
+            int(keys.get("updates_per_interaction_step", "1").replace("_", "")))
+
+
+def published_decay(task: str) -> int:
+    """The learning-rate decay steps (updates) of the published runs of ``task``: the schema's derivation for a run
+    of its suite's ``run_steps`` on the recipe's envs and updates per step."""
+    suite = suite_of(task)
+    envs, utd = recipe_shape(suite)
+    return max(1, SUITES[suite].run_steps // envs * utd)
 
 
 # ------------------------------------------------------------------------------------------------------------ run
@@ -91,34 +157,46 @@ def run_finished(run_dir: str, num_env_steps: int) -> bool:
     return any(step >= num_env_steps for step in eval_returns(run_dir))
 
 
-def schedule_overrides(schedule_steps: int) -> list[str]:
-    """The learning-rate schedule of a run of ``schedule_steps`` env steps (one train env, one update per step), as
-    the schema derives it (warm-up int(1e-6 * N), cosine decay over N), for a run that stops earlier."""
-    return [f"agent.learning_rate_warmup_step={int(1e-6 * schedule_steps)}",
-            f"agent.learning_rate_decay_step={schedule_steps}"]
+def schedule_overrides(schedule_steps: int, envs: int = 1, utd: int = 1) -> list[str]:
+    """The learning-rate schedule of a run of ``schedule_steps`` env steps on ``envs`` train envs with ``utd``
+    updates per interaction step, as the schema derives it (N_int = N // envs interaction steps: warm-up
+    int(1e-6 * N_int * utd), cosine decay over N_int * utd updates), for a run that stops earlier."""
+    updates = schedule_steps // envs * utd
+    return [f"agent.learning_rate_warmup_step={int(1e-6 * updates)}",
+            f"agent.learning_rate_decay_step={max(1, updates)}"]
 
 
 def train_command(spec: RunSpec, root: str, num_env_steps: int, wall_seconds: float,
-                  overrides: Sequence[str] = (), schedule_steps: int = PUBLISHED_RUN_STEPS) -> list[str]:
+                  overrides: Sequence[str] = (), schedule_steps: int | None = None) -> list[str]:
     """The agent CLI command that starts ``spec``'s run, or resumes it when its directory already holds one.
 
-    The learning rate follows the schedule of a ``schedule_steps`` run (by default the published runs' 1M steps),
-    whatever ``num_env_steps`` is: a run to 100k is then the first tenth of a published run, which is what the
-    published 100k figures are (a schedule derived from a 100k budget would have decayed the learning rate from
-    3e-4 to 1.5e-4 by the end)."""
+    The learning rate follows the schedule of a ``schedule_steps`` run (by default the published runs' length in
+    the task's suite: 1M env steps, Playground's 50M), whatever ``num_env_steps`` is: a run to 100k is then the first
+    tenth of a published run, which is what the published 100k figures are (a schedule derived from a 100k budget
+    would have decayed the learning rate from 3e-4 to 1.5e-4 by the end)."""
     run_dir = spec.run_dir(root)
-    # Each agent keeps its default replay placement (auto: the JAX agent's device replay and one jitted call per env
-    # step, the torch agent's host buffer), so the runs measure the loops users run.
-    recipe = [o for o in UPSTREAM_RECIPE if not o.startswith(("env.env_name=", "agent.buffer_device_type="))]
+    suite = SUITES[suite_of(spec.task)]
+    envs, utd = recipe_shape(suite_of(spec.task))
+    agent = INIT_SWAPPED[spec.agent][0] if spec.agent in INIT_SWAPPED else spec.agent
+    if suite.recipe is None:
+        # Each agent keeps its default replay placement (auto: the JAX agent's device replay and one jitted call per
+        # env step, the torch agent's host buffer), so the runs measure the loops users run.
+        recipe = [o for o in UPSTREAM_RECIPE if not o.startswith(("env.env_name=", "agent.buffer_device_type="))]
+    else:
+        from agent_common.recipes import recipe_overrides
+
+        recipe = [o for o in recipe_overrides(suite.recipe, agent)
+                  if not o.startswith(("env.env_name=", "num_env_steps="))]
     settings = [*recipe, f"env.env_name={spec.task}", f"seed={spec.seed}", f"num_env_steps={num_env_steps}",
-                "evaluation_per_interaction_step=20_000", "progress_bar=false", *schedule_overrides(schedule_steps),
+                f"evaluation_per_interaction_step={suite.eval_every:_}", "progress_bar=false",
+                *schedule_overrides(schedule_steps or suite.run_steps, envs, utd),
                 *overrides, f"max_wall_seconds={max(int(wall_seconds), 1)}"]
     if os.path.isfile(os.path.join(run_dir, "config.yaml")):
         settings = [f"agent_load_path={run_dir}", f"max_wall_seconds={max(int(wall_seconds), 1)}"]
     else:
         settings.append(f"save_path={run_dir}")
     if spec.agent in INIT_SWAPPED:
-        agent, init = INIT_SWAPPED[spec.agent]
+        init = INIT_SWAPPED[spec.agent][1]
         cmd = [sys.executable, "-m", "agent_interop.train", "--agent", agent, "--init-from", init]
     else:
         cmd = [sys.executable, "-m", f"agent_{spec.agent}.train"]
@@ -129,7 +207,7 @@ def train_command(spec: RunSpec, root: str, num_env_steps: int, wall_seconds: fl
 
 def run_all(specs: Sequence[RunSpec], root: str, num_env_steps: int, budget_s: float, gpus: Sequence[str],
             per_gpu: int, overrides: Sequence[str] = (), min_run_s: float = 60.0, margin_s: float = 30.0,
-            schedule_steps: int = PUBLISHED_RUN_STEPS) -> dict:
+            schedule_steps: int | None = None) -> dict:
     """Runs the unfinished ``specs``, ``per_gpu`` at a time on each of ``gpus`` ("" = no GPU), within ``budget_s``.
 
     A run starts only while at least ``min_run_s`` of the budget is left, and gets the rest of the budget less
@@ -216,6 +294,24 @@ def load_published(path: str = PUBLISHED) -> dict[str, dict[int, dict]]:
     return out
 
 
+def load_published_suites(path: str = PUBLISHED_SUITES) -> dict[str, dict[int, dict]]:
+    """``load_published``'s form for the per-seed file of the other suites, summarised per task and step: the mean,
+    lowest and highest seed and population standard deviation over the seeds published there."""
+    per: dict[str, dict[int, list[float]]] = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(line for line in f if not line.startswith("#")):
+            per.setdefault(r["env_name"], {}).setdefault(int(r["env_step"]), []).append(float(r["avg_return"]))
+    return {task: {step: {"mean": float(np.mean(v)), "min": min(v), "max": max(v), "std": float(np.std(v)),
+                          "n": len(v)} for step, v in steps.items()} for task, steps in per.items()}
+
+
+def match_step(steps: Sequence[int], published_step: int, tolerance: float) -> int | None:
+    """The evaluation step of ``steps`` that stands for ``published_step``: equal to it, or the nearest within
+    ``tolerance`` x ``published_step``; None if there is none."""
+    near = [s for s in steps if abs(s - published_step) <= tolerance * published_step]
+    return min(near, key=lambda s: (abs(s - published_step), s)) if near else None
+
+
 def _group_order(item: tuple) -> tuple:
     """Sort key of a ((agent, task or step, LR decay steps), value) item: the longest schedule first."""
     (agent, second, decay), _value = item
@@ -281,20 +377,40 @@ def same_as_published(returns: np.ndarray, published: dict) -> dict:
     return {"test": f"Welch t ({how})", "p": float(res.pvalue)}
 
 
+def _published(published_path: str) -> dict[str, dict[int, dict]]:
+    return {**load_published_suites(), **load_published(published_path)}
+
+
+def _on_protocol(task: str, schedule: int | None) -> bool:
+    try:
+        return schedule == published_decay(task)
+    except ValueError:  # a task no simulator here runs: only gym's schedule is known
+        return schedule == PUBLISHED_RUN_STEPS
+
+
 def analyse(folders: Sequence[str], published_path: str = PUBLISHED) -> dict:
-    published = load_published(published_path)
+    published = _published(published_path)
     runs = load_runs(folders)
     rows, aggregate = [], {}
     for (agent, task, schedule), seeds in sorted(runs.items(), key=_group_order):
-        steps = sorted({s for curve in seeds.values() for s in curve} & set(published.get(task, {})))
-        for step in steps:
-            have = {seed: curve[step] for seed, curve in sorted(seeds.items()) if step in curve}
+        try:
+            tolerance = SUITES[suite_of(task)].step_tolerance
+        except ValueError:
+            tolerance = 0.0
+        for step in sorted(published.get(task, {})):
+            have = {}
+            for seed, curve in sorted(seeds.items()):
+                own = match_step(list(curve), step, tolerance)
+                if own is not None:
+                    have[seed] = curve[own]
+            if not have:
+                continue
             x = np.array(list(have.values()), dtype=np.float64)
             pub = published[task][step]
             mean = bootstrap_ci([x], np.mean)
             iq = bootstrap_ci([x], iqm)
             rows.append({"agent": agent, "task": task, "lr_decay_steps": schedule,
-                         "published_protocol": schedule == PUBLISHED_RUN_STEPS,
+                         "published_protocol": _on_protocol(task, schedule),
                          "env_step": step, "seeds": list(have), "returns": x.tolist(),
                          "mean": mean, "iqm": iq, "published": pub, **same_as_published(x, pub),
                          "interval_excludes_published": not (mean[1] <= pub["mean"] <= mean[2]) if len(x) > 1
@@ -312,8 +428,9 @@ def _ci(v: Sequence[float]) -> str:
     return f"{v[0]:,.0f} [{v[1]:,.0f}, {v[2]:,.0f}]"
 
 
-def _schedule(steps: int | None) -> str:
-    return "?" if steps is None else f"{steps:,}" + ("" if steps == PUBLISHED_RUN_STEPS else " *")
+def _schedule(steps: int | None, task: str | None = None) -> str:
+    on = _on_protocol(task, steps) if task is not None else steps == PUBLISHED_RUN_STEPS
+    return "?" if steps is None else f"{steps:,}" + ("" if on else " *")
 
 
 def markdown(res: dict) -> str:
@@ -326,7 +443,8 @@ def markdown(res: dict) -> str:
         span = (f" ± {pub['std']:,.0f}" if pub.get("std") is not None else "") + (
             f" [{pub['min']:,.0f}, {pub['max']:,.0f}]" if pub["min"] is not None else "")
         p = "" if r["p"] is None else f"{r['p']:.2g}"
-        lines.append(f"| {r['agent']} | {r['task']} | {_schedule(r['lr_decay_steps'])} | {r['env_step']:,} | "
+        schedule = _schedule(r["lr_decay_steps"], r["task"])
+        lines.append(f"| {r['agent']} | {r['task']} | {schedule} | {r['env_step']:,} | "
                      f"{len(r['seeds'])} | "
                      f"{', '.join(f'{v:,.0f}' for v in r['returns'])} | {_ci(r['mean'])} | {_ci(r['iqm'])} | "
                      f"{pub['mean']:,.0f}{span} | {r['test']} | {p} |")
@@ -353,7 +471,7 @@ def curves_plot(folders: Sequence[str], path: str, published_path: str = PUBLISH
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    published, runs = load_published(published_path), load_runs(folders)
+    published, runs = _published(published_path), load_runs(folders)
     tasks = sorted({task for _agent, task, _decay in runs})
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
@@ -373,7 +491,7 @@ def curves_plot(folders: Sequence[str], path: str, published_path: str = PUBLISH
                 continue
             color = {"torch": "tab:blue", "jax": "tab:orange", "jax-torchinit": "tab:green",
                      "torch-jaxinit": "tab:purple"}[agent]
-            protocol = decay == PUBLISHED_RUN_STEPS
+            protocol = _on_protocol(task, decay)
             for i, (_seed, curve) in enumerate(sorted(seeds.items())):
                 xs = sorted(curve)
                 ax.plot(xs, [curve[s] for s in xs], color=color, alpha=0.7, lw=1, ls="-" if protocol else ":",
@@ -450,9 +568,9 @@ def parse_runs(text: str) -> list[RunSpec]:
     specs = []
     for item in _csv(text):
         parts = item.split(":")
-        if len(parts) != 3 or parts[0] not in AGENTS or parts[1] not in TASKS or not parts[2].lstrip("-").isdigit():
-            raise ValueError(f"expected AGENT:TASK:SEED with AGENT in {AGENTS}, TASK in {TASKS} and an integer "
-                             f"SEED, got {item!r}")
+        if len(parts) != 3 or parts[0] not in AGENTS or not parts[2].lstrip("-").isdigit():
+            raise ValueError(f"expected AGENT:TASK:SEED with AGENT in {AGENTS} and an integer SEED, got {item!r}")
+        suite_of(parts[1])  # ValueError naming the task
         specs.append(RunSpec(parts[0], parts[1], int(parts[2])))
     if not specs:
         raise ValueError(f"expected at least one AGENT:TASK:SEED, got {text!r}")
@@ -470,8 +588,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--runs", default="", metavar="AGENT:TASK:SEED,...",
                      help="these runs instead of agents x tasks x seeds")
     run.add_argument("--num-env-steps", type=int, default=100_000)
-    run.add_argument("--schedule-steps", type=int, default=PUBLISHED_RUN_STEPS,
-                     help="the learning-rate schedule of a run this long (default: the published runs' length)")
+    run.add_argument("--schedule-steps", type=int, default=None,
+                     help="the learning-rate schedule of a run this long (default: the published runs' length in "
+                          "the task's suite)")
     run.add_argument("--gpus", default="0", help="comma-separated CUDA device ids; '' for none")
     run.add_argument("--per-gpu", type=int, default=4)
     run.add_argument("--budget-s", type=float, required=True)
@@ -502,8 +621,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             seeds = [int(s) for s in _csv(args.seeds)]
         except ValueError:
             ap.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
-        if args.per_gpu < 1 or args.budget_s <= 0 or args.num_env_steps <= 0 or args.schedule_steps <= 0:
+        if args.per_gpu < 1 or args.budget_s <= 0 or args.num_env_steps <= 0 or (args.schedule_steps or 1) <= 0:
             ap.error("--per-gpu, --budget-s, --num-env-steps and --schedule-steps must be positive")
+        for t in tasks:
+            try:
+                suite_of(t)
+            except ValueError as e:
+                ap.error(f"--tasks: {e}")
         specs = [RunSpec(a, t, s) for t in tasks for s in seeds for a in agents]
         if args.runs:
             try:
