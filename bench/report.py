@@ -205,8 +205,9 @@ def results_index() -> str:
         date = (env.get("date_utc") or env.get("date") or "")[:10] or "see results.md"
         machine = env.get("gpu") or env.get("device") or machine or "see results.md"
         lines.append(f"| {job} | [`{job}/`]({job}/) | {machine} | {date} | `{cmd}` |")
-    lines += ["", "`published/flashsac_gym_mujoco.csv`: FlashSAC's published gym-MuJoCo returns (its header names the "
-              "source), read by `python -m bench learning report`."]
+    lines += ["", "`published/flashsac_gym_mujoco.csv` and `published/flashsac_suites_per_seed.csv`: FlashSAC's "
+              "published returns on gym-MuJoCo and on DeepMind Control, MyoSuite and MuJoCo Playground (each header "
+              "names the source), read by `python -m bench learning report`."]
     return "\n".join(lines) + "\n"
 
 
