@@ -32,6 +32,17 @@ What each row reports, from the process's own output:
     final eval return     the last ``avg_return``: this project's summary line; upstream's TensorBoard events
                           (``runs/`` under the row's directory, which is the process's working directory).
 
+The race (issue: wall clock to a return): ``--recipe playground --env CheetahRun --eval-every N`` gives every row
+MuJoCo Playground's GPU-simulator recipe (``agent_common.recipes``'s ``playground`` for this project's agents; the
+same values in upstream's Hydra keys, its scripts/run_mujoco_playground.sh, with ``agent.asymmetric_observation=false``
+as CheetahRun has no privileged state) and an evaluation every N interaction steps; ``--time-limit`` is the common
+wall-clock budget from launch (this project's rows get ``max_wall_seconds`` ``RACE_MARGIN_S`` below it, so they stop
+cleanly and write their last evaluation; upstream's process group is ended at the limit, after its TensorBoard writer
+flushed each evaluation). Every row then carries its return curve against seconds since its launch (the evaluation
+events' wall times in its TensorBoard folder) and ``race.png`` plots them; the headline (``race``): the return the
+slower row reaches by the end of its budget (the lowest of the rows' best returns) and the seconds each row took to
+reach it.
+
 ``--upstream-dtype-fix`` runs upstream through ``bench/upstream_launch.py``, which wraps one upstream function at
 import time (float64 rewards reach its float32 ``scatter_add_`` on torch 2.11 / gymnasium 1.x / numpy 2 and upstream
 crashes at its first update); the table and the JSON say so. Writes ``results.json`` and ``results.md`` under
@@ -66,13 +77,17 @@ from bench.common import (
     write_results,
 )
 
-__all__ = ["BAR", "SUMMARY", "Row", "cell", "parse_rows", "row_label", "row_status", "run_row", "table", "tqdm_timing"]
+__all__ = ["BAR", "SUMMARY", "Row", "cell", "parse_rows", "race", "return_curve", "row_label", "row_status", "run_row",
+           "table", "tqdm_timing"]
 
 UPSTREAM_MODES = ("eager", "auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 TORCH_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "off")
 BAR = re.compile(r"(\d+)/(\d+) \[")  # a tqdm refresh: "  52%|#####2    | 5200/10000 [00:17<00:15, 300.12it/s]"
 # agent_common.driver's line at the first update, and its closing summary line
 FIRST = re.compile(r"first update at env step \d+: ([0-9.]+) s after launch .*?the update call took ([0-9.]+) s")
+RECIPES = ("gym", "playground")
+RACE_MARGIN_S = 20.0  # this project's rows stop (max_wall_seconds) this long before the common limit
+BUFFER_MIN_LENGTH = {"gym": 5000, "playground": 100_000}  # --buffer-min-length's default per recipe
 SUMMARY = re.compile(r"^\[(\w+)\] env_step=(\d+) wall=([0-9.]+)s .*?last_eval_return=(\S+) "
                      r"time_to_first_update=(\S+)s steady_updates/s=(\S+)", re.M)
 
@@ -123,16 +138,31 @@ def _recipe_value(key: str) -> str:
     return next(o.split("=", 1)[1] for o in UPSTREAM_RECIPE if o.split("=", 1)[0] == key)
 
 
+def _interaction_steps(a: argparse.Namespace) -> int:
+    """The run length in interaction steps (env steps over the recipe's train envs)."""
+    return max(1, a.num_env_steps // (1024 if a.recipe == "playground" else 1))
+
+
 def project_overrides(a: argparse.Namespace, row: Row, run_dir: str) -> list[str]:
-    """The recipe for ``python -m agent_<framework>.train``: upstream's recipe, the run length, evaluation at the start
-    and the end only, one checkpoint at the end without the replay buffer, no progress bar."""
-    n = a.num_env_steps
-    out = [o for o in UPSTREAM_RECIPE if not o.startswith(("env.env_name=", "agent.buffer_min_length="))]
-    out += [f"env.env_name={a.env}", f"seed={a.seed}", f"num_env_steps={n}",
+    """The recipe for ``python -m agent_<framework>.train``: upstream's recipe (``--recipe``), the run length,
+    evaluation at the start and the end (and every ``--eval-every`` interaction steps), one checkpoint at the end
+    without the replay buffer, no progress bar; in a race (``--eval-every``) a clean stop before the limit."""
+    n = _interaction_steps(a)
+    if a.recipe == "playground":
+        from agent_common.recipes import recipe_overrides
+
+        out = [o for o in recipe_overrides("playground", row.kind)
+               if not o.startswith(("env.env_name=", "agent.buffer_min_length=", "num_env_steps=",
+                                    "num_eval_episodes="))]
+    else:
+        out = [o for o in UPSTREAM_RECIPE if not o.startswith(("env.env_name=", "agent.buffer_min_length="))]
+    out += [f"env.env_name={a.env}", f"seed={a.seed}", f"num_env_steps={a.num_env_steps}",
             f"agent.buffer_min_length={a.buffer_min_length}", f"num_eval_episodes={a.num_eval_episodes}",
-            f"evaluation_per_interaction_step={n}",
+            f"evaluation_per_interaction_step={a.eval_every or n}",
             f"save_checkpoint_per_interaction_step={n}", "save_buffer=false", "progress_bar=false",
             f"save_path={run_dir}"]
+    if a.eval_every:
+        out.append(f"max_wall_seconds={max(1, int(a.time_limit - RACE_MARGIN_S))}")
     if a.device == "cpu":
         out.append("agent.device_type=cpu")
     if row.mode:
@@ -141,17 +171,27 @@ def project_overrides(a: argparse.Namespace, row: Row, run_dir: str) -> list[str
 
 
 def upstream_overrides(a: argparse.Namespace, row: Row) -> list[str]:
-    """The same recipe in upstream's Hydra keys (its scripts/run_mujoco.sh settings, shortened): no video, evaluation
-    only before and after training, the compile mode of the row."""
-    out = [f"seed={a.seed}", "env=mujoco", f"env.env_name={a.env}", f"num_env_steps={a.num_env_steps}",
-           "num_train_envs=1", "num_eval_envs=1", "num_record_envs=1", f"num_eval_episodes={a.num_eval_episodes}",
-           "num_record_episodes=0", "agent=flashSAC",
-           f"agent.buffer_max_length={_recipe_value('agent.buffer_max_length')}",
-           f"agent.buffer_min_length={a.buffer_min_length}", "agent.buffer_device_type=cpu",
-           f"agent.sample_batch_size={_recipe_value('agent.sample_batch_size')}", "agent.use_amp=false",
-           "updates_per_interaction_step=1", "agent.asymmetric_observation=false", "gamma=0.99", "n_step=1",
-           "logger_type=tensorboard", "evaluation_per_interaction_step=null", "metrics_per_interaction_step=null",
-           "recording_per_interaction_step=null"]
+    """The same recipe in upstream's Hydra keys (its scripts/run_mujoco.sh or run_mujoco_playground.sh settings,
+    shortened): no video, evaluation before and after training (and every ``--eval-every`` interaction steps), the
+    compile mode of the row."""
+    evaluation = a.eval_every or "null"
+    if a.recipe == "playground":
+        out = [f"seed={a.seed}", "env=mujoco_playground", f"env.env_name={a.env}",
+               f"num_env_steps={a.num_env_steps}", "num_train_envs=1024", "num_eval_envs=50", "num_record_envs=1",
+               f"num_eval_episodes={a.num_eval_episodes}", "num_record_episodes=0", "agent=flashSAC",
+               "agent.buffer_max_length=10_000_000", f"agent.buffer_min_length={a.buffer_min_length}",
+               "agent.buffer_device_type=cuda", "agent.sample_batch_size=2048", "agent.use_amp=true",
+               "updates_per_interaction_step=2", "agent.asymmetric_observation=false", "gamma=0.97", "n_step=1"]
+    else:
+        out = [f"seed={a.seed}", "env=mujoco", f"env.env_name={a.env}", f"num_env_steps={a.num_env_steps}",
+               "num_train_envs=1", "num_eval_envs=1", "num_record_envs=1", f"num_eval_episodes={a.num_eval_episodes}",
+               "num_record_episodes=0", "agent=flashSAC",
+               f"agent.buffer_max_length={_recipe_value('agent.buffer_max_length')}",
+               f"agent.buffer_min_length={a.buffer_min_length}", "agent.buffer_device_type=cpu",
+               f"agent.sample_batch_size={_recipe_value('agent.sample_batch_size')}", "agent.use_amp=false",
+               "updates_per_interaction_step=1", "agent.asymmetric_observation=false", "gamma=0.99", "n_step=1"]
+    out += ["logger_type=tensorboard", f"evaluation_per_interaction_step={evaluation}",
+            "metrics_per_interaction_step=null", "recording_per_interaction_step=null"]
     if a.device == "cpu":
         out.append("agent.device_type=cpu")
     if row.mode == "eager":
@@ -211,6 +251,53 @@ def final_tensorboard_return(root: str, final_step: int, tag: str = "avg_return"
     return value if step >= final_step else float("nan")
 
 
+def return_curve(root: str, launch_unix: float, tag: str = "avg_return") -> list[list[float]]:
+    """[seconds since launch, env step, return] of every ``tag`` event in the TensorBoard folders under ``root``
+    (the row's own: upstream's ``runs/``, this project's ``run/tb``), by time."""
+    from bench.common import tensorboard_events
+
+    folders = {os.path.dirname(f) for f in glob.glob(os.path.join(root, "**", "events.out.tfevents.*"),
+                                                      recursive=True)}
+    out = [[wall - launch_unix, float(step), value] for folder in sorted(folders)
+           for step, value, wall in tensorboard_events(folder, (tag,))[1].get(tag, [])]
+    return sorted(out)
+
+
+def race(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The headline of rows with return curves: the target (the lowest of the rows' best returns, i.e. the return the
+    slower row reaches by the end of its budget) and, per row, the seconds since launch at which its curve first
+    reached it; None without two rows that evaluated."""
+    curves = {r["row"]: r["return_curve"] for r in rows if r.get("return_curve")}
+    if len(curves) < 2:
+        return None
+    best = {name: max(v for _t, _s, v in c) for name, c in curves.items()}
+    target = min(best.values())
+    reach = {name: next(t for t, _s, v in c if v >= target) for name, c in curves.items()}
+    return {"target_return": target, "slower": min(best, key=lambda k: (best[k], k)), "best_return": best,
+            "seconds_to_target": reach}
+
+
+def race_plot(res: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for r in res["rows"]:
+        if r.get("return_curve"):
+            ax.plot([t for t, _s, _v in r["return_curve"]], [v for _t, _s, v in r["return_curve"]], "o-", ms=3,
+                    label=row_label(r))
+    ax.set_xlabel("seconds since launch")
+    ax.set_ylabel("evaluation return")
+    ax.set_title(f"{res['config']['env']}: return against wall clock")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _pump(stream: Any, log: Any, t0: float, samples: list[tuple[float, int]], lock: threading.Lock) -> None:
     """Copies a child's output to ``log`` as it arrives and timestamps every tqdm refresh in it (``\\r``-separated)."""
     pending = ""
@@ -245,7 +332,7 @@ def run_row(a: argparse.Namespace, row: Row, out_dir: str, limit: float) -> dict
     samples: list[tuple[float, int]] = []
     lock = threading.Lock()
     print(f"[{row.spec}] {' '.join(cmd)}", flush=True)
-    t0 = time.monotonic()
+    t0, launch_unix = time.monotonic(), time.time()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=row_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
@@ -283,11 +370,12 @@ def run_row(a: argparse.Namespace, row: Row, out_dir: str, limit: float) -> dict
         if first and math.isnan(rec["time_to_first_update_s"]):
             rec["time_to_first_update_s"] = float(first.group(1))
         rec["first_update_s"] = float(first.group(2)) if first else float("nan")
+    rec["return_curve"] = return_curve(row_dir, launch_unix)
     if rc != 0:
         errors = [ln for ln in text.splitlines() if re.search(r"Error|error:", ln)]
         line = errors[-1] if errors else text.strip().splitlines()[-1] if text.strip() else ""
         rec["error"] = line if len(line) <= 400 else line[:397] + "..."  # the start names what is wrong
-    rec["ok"] = rc == 0
+    rec["ok"] = rc == 0 or (bool(a.eval_every) and rc == "timeout" and bool(rec["return_curve"]))
     print(f"  rc={rc} wall={wall:.1f}s first_update={cell(rec.get('time_to_first_update_s'))}s "
           f"steady={cell(rec.get('steady_updates_per_second'))}/s return={cell(rec.get('final_eval_return'))}",
           flush=True)
@@ -333,11 +421,16 @@ def table(res: dict[str, Any]) -> list[str]:
 
 def report(out_dir: str, res: dict[str, Any]) -> str:
     cfg, env = res["config"], res["env"]
+    settings = ("upstream's MuJoCo Playground settings otherwise (1024 envs, batch 2048, UTD 2, gamma 0.97, AMP for "
+                "the torch agent and upstream)" if cfg.get("recipe") == "playground" else
+                "upstream's CPU-sim settings otherwise (batch 512, UTD 1, one environment, AMP off)")
+    evaluations = (f"every {cfg['eval_every']} interaction steps and " if cfg.get("eval_every") else "")
     lines = [f"# Versus upstream FlashSAC ({env.get('gpu') or 'CPU'}, {env['date_utc']})", "",
              f"`{cfg['command']}`", "",
              f"Recipe: {cfg['env']}, {cfg['num_env_steps']} env steps, the first {cfg['buffer_min_length']} with "
-             f"random actions, upstream's CPU-sim settings otherwise (batch 512, UTD 1, one environment, AMP off), "
-             f"{cfg['num_eval_episodes']} evaluation episode(s) before and after training, seed {cfg['seed']}, device "
+             f"random actions, {settings}, "
+             f"{cfg['num_eval_episodes']} evaluation episode(s) {evaluations}before and after training, seed "
+             f"{cfg['seed']}, device "
              f"{cfg['device']}; extra overrides: this project {cfg['overrides'] or 'none'}, upstream "
              f"{cfg['upstream_overrides'] or 'none'}. One run after the other, each limited to "
              f"{cfg['time_limit_s']:.0f} s. Versions: torch {env.get('torch')}, jax {env.get('jax')}, Python "
@@ -353,6 +446,18 @@ def report(out_dir: str, res: dict[str, Any]) -> str:
                   "`_compute_categorical_td_target` at import time to cast reward, done and entropy to the log-probs' "
                   "dtype; without it upstream stops at its first update on this stack (float64 rewards into a "
                   "float32 `scatter_add_`)."]
+    headline = race(res["rows"])
+    if headline is not None:
+        res["race"] = headline
+        names = {r["row"]: row_label(r) for r in res["rows"]}
+        lines += ["", f"Race: every row had the same {cfg['time_limit_s']:.0f} s from launch. The slower row "
+                  f"({names[headline['slower']]}) reached a best return of {headline['target_return']:.1f}; the "
+                  "seconds since launch each row took to reach it:", "",
+                  "| run | best return | seconds to the slower row's best |", "|---|---|---|"]
+        lines += [f"| {names[k]} | {headline['best_return'][k]:.1f} | {headline['seconds_to_target'][k]:.1f} |"
+                  for k in headline["best_return"]]
+        race_plot(res, os.path.join(out_dir, "race.png"))
+        lines += ["", "![return against wall clock](race.png)"]
     if not res.get("complete", True):
         lines += ["", "**Partial**: written after the last finished row; more rows were to run."]
     return write_results(out_dir, res, "\n".join(lines) + "\n")
@@ -372,7 +477,12 @@ def main(argv: list[str] | None = None) -> int:
                     "torch, torch:<compile_mode>, jax")
     ap.add_argument("--env", default="HalfCheetah-v4")
     ap.add_argument("--num-env-steps", type=int, default=7000)
-    ap.add_argument("--buffer-min-length", type=int, default=5000, help="random-action steps before the first update")
+    ap.add_argument("--recipe", choices=RECIPES, default="gym",
+                    help="gym: upstream's CPU-sim gym-MuJoCo settings; playground: its MuJoCo Playground settings")
+    ap.add_argument("--buffer-min-length", type=int, default=None,
+                    help="random-action rows before the first update (default: 5000, playground 100,000)")
+    ap.add_argument("--eval-every", type=int, default=None,
+                    help="a race: evaluate every this many interaction steps, return curves against wall clock")
     ap.add_argument("--num-eval-episodes", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -392,6 +502,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="CPU in seconds: the torch agent with tiny networks and upstream eager, 60 steps")
     a = tiny_defaults(ap, argv, rows="torch,upstream:eager", num_env_steps=60, buffer_min_length=30,
                       device="cpu", time_limit=300.0)
+    if a.buffer_min_length is None:
+        a.buffer_min_length = BUFFER_MIN_LENGTH[a.recipe]
+    if a.eval_every is not None and a.eval_every < 1:
+        ap.error(f"--eval-every: expected an integer >= 1, got {a.eval_every}")
     if a.tiny:
         a.overrides = [o for o in TINY if not o.startswith("agent.device_type=")] + a.overrides
     try:
@@ -415,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     config = {"command": "python -m bench vs-upstream " + shlex.join(sys.argv[1:] if argv is None else argv),
               "rows": [r.spec for r in rows], "env": a.env, "num_env_steps": a.num_env_steps,
               "buffer_min_length": a.buffer_min_length, "num_eval_episodes": a.num_eval_episodes, "seed": a.seed,
+              "recipe": a.recipe, "eval_every": a.eval_every,
               "device": a.device, "time_limit_s": a.time_limit, "upstream_dir": a.upstream_dir,
               "upstream_commit": upstream_commit(a.upstream_dir) if a.upstream_dir else None,
               "upstream_dtype_fix": a.upstream_dtype_fix, "overrides": a.overrides,

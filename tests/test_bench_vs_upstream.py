@@ -173,3 +173,59 @@ def test_rows_past_the_budget_are_not_run(fake_upstream, tmp_path):
     (row,) = json.loads((out / "results.json").read_text())["rows"]
     assert row["returncode"] == "not run" and not row["ok"] and not (out / "logs").exists()
     assert "| not run: the --budget-s of 5 s was spent |" in (out / "results.md").read_text()
+
+
+def test_race_headline_is_the_slower_rows_best_and_each_rows_time_to_it():
+    rows = [{"row": "torch", "return_curve": [[10.0, 0, -5.0], [40.0, 1e5, 300.0], [70.0, 2e5, 650.0]]},
+            {"row": "upstream:eager", "return_curve": [[30.0, 0, -4.0], [200.0, 1e5, 320.0], [400.0, 2e5, 310.0]]},
+            {"row": "jax", "return_curve": []}]  # no evaluation: not in the race
+    headline = vs_upstream.race(rows)
+    assert headline["slower"] == "upstream:eager" and headline["target_return"] == 320.0
+    assert headline["seconds_to_target"] == {"torch": 70.0, "upstream:eager": 200.0}
+    assert vs_upstream.race(rows[:1]) is None
+
+
+def test_tiny_race_records_return_curves_against_wall_clock(fake_upstream, tmp_path, capsys):
+    """--eval-every: this project's row evaluates every 20 interaction steps and stops itself before the limit; both
+    rows carry their evaluations against seconds since launch; the headline and race.png are written."""
+    from bench.__main__ import main
+
+    out = tmp_path / "race"
+    rc = main(["vs-upstream", "--tiny", "--upstream", str(fake_upstream), "--out", str(out), "--upstream-dtype-fix",
+               "--eval-every", "20"])
+    assert rc == 0, capsys.readouterr()
+    res = json.loads((out / "results.json").read_text())
+    rows = {r["row"]: r for r in res["rows"]}
+    assert "max_wall_seconds=280" in rows["torch"]["command"]
+    assert "evaluation_per_interaction_step=20" in rows["upstream:eager"]["command"]
+    steps = [s for _t, s, _v in rows["torch"]["return_curve"]]
+    assert steps[0] == 0 and steps[-1] == 60 and len(steps) >= 3, steps  # the start, the end and between
+    assert [(s, v) for _t, s, v in rows["upstream:eager"]["return_curve"]] == [(0, -300.0), (60, 123.5)]
+    for r in rows.values():
+        times = [t for t, _s, _v in r["return_curve"]]
+        assert 0 < times[0] and times == sorted(times) and times[-1] < r["wall_s"]
+    assert res["race"]["target_return"] == min(res["race"]["best_return"].values())
+    assert set(res["race"]["seconds_to_target"]) == {"torch", "upstream:eager"}
+    md = (out / "results.md").read_text()
+    assert "Race: every row had the same 300 s" in md and (out / "race.png").stat().st_size > 1000
+
+
+def test_playground_recipe_in_both_trainers_keys():
+    import argparse
+
+    a = argparse.Namespace(recipe="playground", env="CheetahRun", seed=0, num_env_steps=5_120_000,
+                           buffer_min_length=100_000, num_eval_episodes=10, eval_every=488, time_limit=480.0,
+                           device="cuda", overrides=[], upstream_overrides=[])
+    ours = dict(o.split("=", 1) for o in vs_upstream.project_overrides(a, vs_upstream.Row("torch"), "/tmp/r"))
+    assert (ours["env.env_type"], ours["env.env_name"], ours["num_train_envs"], ours["agent.sample_batch_size"],
+            ours["updates_per_interaction_step"], ours["gamma"], ours["agent.use_amp"]) == (
+        "mujoco_playground", "CheetahRun", "1024", "2048", "2", "0.97", "true")
+    assert (ours["evaluation_per_interaction_step"], ours["save_checkpoint_per_interaction_step"],
+            ours["max_wall_seconds"], ours["agent.buffer_min_length"]) == ("488", "5000", "460", "100000")
+    assert "agent.use_amp" not in dict(o.split("=", 1) for o in vs_upstream.project_overrides(
+        a, vs_upstream.Row("jax"), "/tmp/r"))
+    up = dict(o.split("=", 1) for o in vs_upstream.upstream_overrides(a, vs_upstream.Row("upstream:eager")))
+    assert (up["env"], up["env.env_name"], up["num_train_envs"], up["agent.sample_batch_size"],
+            up["updates_per_interaction_step"], up["gamma"], up["agent.asymmetric_observation"],
+            up["evaluation_per_interaction_step"], up["agent.use_compile"]) == (
+        "mujoco_playground", "CheetahRun", "1024", "2048", "2", "0.97", "false", "488", "false")
