@@ -153,7 +153,8 @@ def project_overrides(a: argparse.Namespace, row: Row, run_dir: str) -> list[str
 
         out = [o for o in recipe_overrides("playground", row.kind)
                if not o.startswith(("env.env_name=", "agent.buffer_min_length=", "num_env_steps=",
-                                    "num_eval_episodes="))]
+                                    "num_eval_episodes=", "num_eval_envs="))]
+        out.append(f"num_eval_envs={a.num_eval_episodes}")  # one episode per evaluation env, as upstream's 50 / 50
     else:
         out = [o for o in UPSTREAM_RECIPE if not o.startswith(("env.env_name=", "agent.buffer_min_length="))]
     out += [f"env.env_name={a.env}", f"seed={a.seed}", f"num_env_steps={a.num_env_steps}",
@@ -177,7 +178,8 @@ def upstream_overrides(a: argparse.Namespace, row: Row) -> list[str]:
     evaluation = a.eval_every or "null"
     if a.recipe == "playground":
         out = [f"seed={a.seed}", "env=mujoco_playground", f"env.env_name={a.env}",
-               f"num_env_steps={a.num_env_steps}", "num_train_envs=1024", "num_eval_envs=50", "num_record_envs=1",
+               f"num_env_steps={a.num_env_steps}", "num_train_envs=1024", f"num_eval_envs={a.num_eval_episodes}",
+               "num_record_envs=1",
                f"num_eval_episodes={a.num_eval_episodes}", "num_record_episodes=0", "agent=flashSAC",
                "agent.buffer_max_length=10_000_000", f"agent.buffer_min_length={a.buffer_min_length}",
                "agent.buffer_device_type=cuda", "agent.sample_batch_size=2048", "agent.use_amp=true",

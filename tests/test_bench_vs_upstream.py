@@ -221,11 +221,12 @@ def test_playground_recipe_in_both_trainers_keys():
             ours["updates_per_interaction_step"], ours["gamma"], ours["agent.use_amp"]) == (
         "mujoco_playground", "CheetahRun", "1024", "2048", "2", "0.97", "true")
     assert (ours["evaluation_per_interaction_step"], ours["save_checkpoint_per_interaction_step"],
-            ours["max_wall_seconds"], ours["agent.buffer_min_length"]) == ("488", "5000", "460", "100000")
+            ours["max_wall_seconds"], ours["agent.buffer_min_length"], ours["num_eval_envs"]) == (
+        "488", "5000", "460", "100000", "10")
     assert "agent.use_amp" not in dict(o.split("=", 1) for o in vs_upstream.project_overrides(
         a, vs_upstream.Row("jax"), "/tmp/r"))
     up = dict(o.split("=", 1) for o in vs_upstream.upstream_overrides(a, vs_upstream.Row("upstream:eager")))
     assert (up["env"], up["env.env_name"], up["num_train_envs"], up["agent.sample_batch_size"],
             up["updates_per_interaction_step"], up["gamma"], up["agent.asymmetric_observation"],
-            up["evaluation_per_interaction_step"], up["agent.use_compile"]) == (
-        "mujoco_playground", "CheetahRun", "1024", "2048", "2", "0.97", "false", "488", "false")
+            up["evaluation_per_interaction_step"], up["agent.use_compile"], up["num_eval_envs"]) == (
+        "mujoco_playground", "CheetahRun", "1024", "2048", "2", "0.97", "false", "488", "false", "10")
