@@ -10,7 +10,8 @@ Each run's return at env step ``--step`` (default: the largest step every run re
 ``bench/results/published/normalization.csv`` ((return - random) / (reference - random), constants and their source
 in the file). rliable needs the same number of runs on every task of a group, so a group keeps, per task, as many
 runs as its task with the fewest (the lowest seeds; the report lists what it leaves out). The published group is
-FlashSAC's per-seed returns at the same step (``bench/results/published/flashsac_gym_mujoco_per_seed.csv``).
+FlashSAC's per-seed returns at the same step (``bench/results/published/flashsac_gym_mujoco_per_seed.csv`` and
+``flashsac_suites_per_seed.csv``).
 The median is rliable's: the median over tasks of each task's mean score. Writes ``rliable.json`` (raw),
 ``rliable.md`` (the table and the per-seed returns; the command also writes it as ``results.md``) and
 ``performance_profile_<suite>.png``. ``--tiny`` runs on the
@@ -31,6 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PUBLISHED_DIR = os.path.join(REPO, "bench", "results", "published")
 NORMALIZATION = os.path.join(PUBLISHED_DIR, "normalization.csv")
 PUBLISHED_PER_SEED = os.path.join(PUBLISHED_DIR, "flashsac_gym_mujoco_per_seed.csv")
+PUBLISHED_SUITES = os.path.join(PUBLISHED_DIR, "flashsac_suites_per_seed.csv")
 TINY_FOLDER = os.path.join(REPO, "bench", "results", "learning", "h200-2026-12-02-lr1m")
 PUBLISHED_LABEL = "FlashSAC (published)"
 METRICS = ("IQM", "median", "mean")
@@ -90,12 +92,15 @@ def _subdirs(path: str) -> list[str]:
     return [d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))] if os.path.isdir(path) else []
 
 
-def load_published(path: str = PUBLISHED_PER_SEED) -> dict[str, dict[int, dict[int, float]]]:
-    """{task: {seed: {env_step: avg_return}}} of FlashSAC's published per-seed returns."""
+def load_published(paths: Sequence[str] = (PUBLISHED_PER_SEED, PUBLISHED_SUITES)
+                   ) -> dict[str, dict[int, dict[int, float]]]:
+    """{task: {seed: {env_step: avg_return}}} of FlashSAC's published per-seed returns (gym-MuJoCo and the other
+    suites' files)."""
     out: dict[str, dict[int, dict[int, float]]] = {}
-    for row in _rows(path):
-        out.setdefault(row["env_name"], {}).setdefault(int(row["seed"]), {})[int(row["env_step"])] = float(
-            row["avg_return"])
+    for path in _paths(paths):
+        for row in _rows(path):
+            out.setdefault(row["env_name"], {}).setdefault(int(row["seed"]), {})[int(row["env_step"])] = float(
+                row["avg_return"])
     return out
 
 
@@ -162,7 +167,7 @@ def write_report(folders: Sequence[str], out: str, step: int | None = None, reps
     published = load_published()
     suites = sorted({str(constants[t]["suite"]) for agent in runs.values() for t in agent if t in constants})
     record: dict = {"step": step, "reps": reps, "folders": list(folders), "normalization": NORMALIZATION,
-                    "published": PUBLISHED_PER_SEED, "suites": {}}
+                    "published": [PUBLISHED_PER_SEED, PUBLISHED_SUITES], "suites": {}}
     os.makedirs(out, exist_ok=True)
     for suite in suites:
         groups = {agent: {t: s for t, s in tasks.items() if constants.get(t, {}).get("suite") == suite}
@@ -191,13 +196,18 @@ def write_report(folders: Sequence[str], out: str, step: int | None = None, reps
     return record
 
 
+def _paths(value: str | Sequence[str]) -> list[str]:
+    """A record's published file(s): one path in records written before the suites' file, a list since."""
+    return [value] if isinstance(value, str) else list(value)
+
+
 def markdown(record: dict) -> str:
     """The report: per suite, the aggregates table, the per-seed returns and the profile plot."""
     lines = [f"# Robust aggregates (rliable) at env step {record['step']:,}", "",
              f"Normalised score = (return - random) / (reference - random), constants: "
              f"`{os.path.relpath(record['normalization'], REPO)}`. 95 % stratified-bootstrap intervals "
              f"({record['reps']:,} samples). Published per-seed returns: "
-             f"`{os.path.relpath(record['published'], REPO)}`.", ""]
+             + ", ".join(f"`{os.path.relpath(p, REPO)}`" for p in _paths(record["published"])) + ".", ""]
     for suite, body in record["suites"].items():
         lines += [f"## {suite}", "", "| group | tasks x runs | " + " | ".join(METRICS) + " |",
                   "|---|---|" + "---|" * len(METRICS)]

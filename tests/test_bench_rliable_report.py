@@ -46,6 +46,26 @@ def test_aggregates_on_known_scores():
 
 def test_normalization_file_cites_its_source():
     constants = rr.load_normalization()
-    assert set(constants) == {"HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4"}
+    gym = {"HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4", "Humanoid-v4"}
+    assert gym <= set(constants)
     source = "github.com/leeyngdo/FlashSAC@f2da589:flash_rl/envs/mujoco.py"
-    assert all(c["source"] == source for c in constants.values())
+    assert all(constants[t]["source"] == source and constants[t]["suite"] == "gym-mujoco" for t in gym)
+    # DeepMind Control: the range of a return (reward in [0, 1] over 1000 steps) for every published DMC task
+    dmc = {t for t, c in constants.items() if c["suite"] == "dmc"}
+    assert "dog-walk" in dmc and dmc | gym == set(constants)
+    assert all((constants[t]["random_return"], constants[t]["reference_return"]) == (0.0, 1000.0) for t in dmc)
+
+
+def test_a_dmc_run_is_aggregated_beside_the_published_dmc_seeds(tmp_path):
+    folder = tmp_path / "collected"
+    for seed, value in ((0, 250.0), (1, 300.0)):
+        run = folder / "torch" / "dog-walk" / f"seed{seed}"
+        run.mkdir(parents=True)
+        (run / "eval.csv").write_text(f"metric,env_step,value\navg_return,0,3.0\navg_return,100000,{value}\n")
+    record = rr.write_report([str(folder)], str(tmp_path / "out"), reps=200)
+    body = record["suites"]["dmc"]
+    published = body["groups"][rr.PUBLISHED_LABEL]
+    assert published["tasks"] == ["dog-walk"] and len(published["seeds"]["dog-walk"]) == 5
+    assert sorted(published["returns"]["dog-walk"])[0] == pytest.approx(173.54743855880116)
+    assert body["groups"]["torch"]["normalised"][0] == pytest.approx([0.25, 0.3])
+    assert "flashsac_suites_per_seed.csv" in (tmp_path / "out" / "rliable.md").read_text()
