@@ -167,7 +167,8 @@ def write_report(folders: Sequence[str], out: str, step: int | None = None, reps
     published = load_published()
     suites = sorted({str(constants[t]["suite"]) for agent in runs.values() for t in agent if t in constants})
     record: dict = {"step": step, "reps": reps, "folders": list(folders), "normalization": NORMALIZATION,
-                    "published": [PUBLISHED_PER_SEED, PUBLISHED_SUITES], "suites": {}}
+                    "published": [PUBLISHED_PER_SEED, PUBLISHED_SUITES], "suites": {},
+                    "no_constants": sorted({t for agent in runs.values() for t in agent if t not in constants})}
     os.makedirs(out, exist_ok=True)
     for suite in suites:
         groups = {agent: {t: s for t, s in tasks.items() if constants.get(t, {}).get("suite") == suite}
@@ -208,6 +209,8 @@ def markdown(record: dict) -> str:
              f"`{os.path.relpath(record['normalization'], REPO)}`. 95 % stratified-bootstrap intervals "
              f"({record['reps']:,} samples). Published per-seed returns: "
              + ", ".join(f"`{os.path.relpath(p, REPO)}`" for p in _paths(record["published"])) + ".", ""]
+    if record.get("no_constants"):
+        lines += [f"Left out, no normalisation constants: {', '.join(record['no_constants'])}.", ""]
     for suite, body in record["suites"].items():
         lines += [f"## {suite}", "", "| group | tasks x runs | " + " | ".join(METRICS) + " |",
                   "|---|---|" + "---|" * len(METRICS)]

@@ -68,4 +68,11 @@ def test_a_dmc_run_is_aggregated_beside_the_published_dmc_seeds(tmp_path):
     assert published["tasks"] == ["dog-walk"] and len(published["seeds"]["dog-walk"]) == 5
     assert sorted(published["returns"]["dog-walk"])[0] == pytest.approx(173.54743855880116)
     assert body["groups"]["torch"]["normalised"][0] == pytest.approx([0.25, 0.3])
-    assert "flashsac_suites_per_seed.csv" in (tmp_path / "out" / "rliable.md").read_text()
+    md = (tmp_path / "out" / "rliable.md").read_text()
+    assert "flashsac_suites_per_seed.csv" in md and record["no_constants"] == []
+    run = folder / "torch" / "myo-reach" / "seed0"  # MyoSuite: no constants, named as left out
+    run.mkdir(parents=True)
+    (run / "eval.csv").write_text("metric,env_step,value\navg_return,0,3.0\navg_return,100000,700.0\n")
+    record = rr.write_report([str(folder)], str(tmp_path / "out"), reps=200)
+    assert record["no_constants"] == ["myo-reach"] and set(record["suites"]) == {"dmc"}
+    assert "Left out, no normalisation constants: myo-reach." in (tmp_path / "out" / "rliable.md").read_text()
