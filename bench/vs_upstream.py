@@ -330,6 +330,8 @@ def run_row(a: argparse.Namespace, row: Row, out_dir: str, limit: float) -> dict
     cmd = row_command(a, row, os.path.join(row_dir, "run"))
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if row.kind == "upstream" and a.upstream_site:  # upstream's own pins (e.g. playground 0.0.5) first
+        env["PYTHONPATH"] = os.path.abspath(a.upstream_site) + os.pathsep + env["PYTHONPATH"]
     log_path = os.path.join(out_dir, "logs", name + ".log")
     samples: list[tuple[float, int]] = []
     lock = threading.Lock()
@@ -499,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="extra override for this project's agents, repeatable (replaces the recipe's value)")
     ap.add_argument("--upstream-overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="extra Hydra override for upstream's train.py, repeatable (replaces the recipe's value)")
+    ap.add_argument("--upstream-site", default=None, metavar="DIR",
+                    help="a folder of packages at upstream's own pins, first on the upstream rows' PYTHONPATH only "
+                    "(e.g. pip install --target DIR playground==0.0.5: playground 0.2.0 defaults to its warp engine)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter every row runs with")
     ap.add_argument("--tiny", action="store_true",
                     help="CPU in seconds: the torch agent with tiny networks and upstream eager, 60 steps")
@@ -522,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
                  f"got {a.buffer_min_length}")
     if not a.time_limit > 0:
         ap.error(f"--time-limit: expected seconds > 0, got {a.time_limit}")
+    if a.upstream_site and not os.path.isdir(a.upstream_site):
+        ap.error(f"--upstream-site: expected a folder of packages (pip install --target DIR ...), got "
+                 f"{a.upstream_site!r}")
     if any(r.kind == "upstream" for r in rows):
         if not a.upstream_dir or not os.path.isfile(os.path.join(a.upstream_dir, "train.py")):
             ap.error("--upstream: expected a checkout of upstream FlashSAC holding train.py, got "
@@ -534,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
               "recipe": a.recipe, "eval_every": a.eval_every,
               "device": a.device, "time_limit_s": a.time_limit, "upstream_dir": a.upstream_dir,
               "upstream_commit": upstream_commit(a.upstream_dir) if a.upstream_dir else None,
-              "upstream_dtype_fix": a.upstream_dtype_fix, "overrides": a.overrides,
+              "upstream_dtype_fix": a.upstream_dtype_fix, "upstream_site": a.upstream_site, "overrides": a.overrides,
               "upstream_overrides": a.upstream_overrides}
     if a.upstream_dtype_fix:
         print("upstream runs with --upstream-dtype-fix: bench/upstream_launch.py wraps upstream's "

@@ -27,6 +27,12 @@ from torch.utils.tensorboard import SummaryWriter
 
 from flash_rl.agents.flashSAC import update
 
+try:  # --upstream-site: a package at upstream's own pin, first on this row's path
+    import upstream_pin_probe
+    print("upstream site:", upstream_pin_probe.NAME)
+except ImportError:
+    pass
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--overrides", action="append", default=[])
 cfg = dict(o.split("=", 1) for o in ap.parse_args().overrides)
@@ -109,6 +115,9 @@ def test_bad_arguments_exit_2_naming_the_argument(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         vs_upstream.main(["--rows", "torch", "--num-env-steps", "100", "--buffer-min-length", "100"])
     assert exc.value.code == 2 and "--buffer-min-length" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        vs_upstream.main(["--rows", "torch", "--upstream-site", str(tmp_path / "no-site")])
+    assert exc.value.code == 2 and "--upstream-site" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
@@ -190,14 +199,17 @@ def test_tiny_race_records_return_curves_against_wall_clock(fake_upstream, tmp_p
     rows carry their evaluations against seconds since launch; the headline and race.png are written."""
     from bench.__main__ import main
 
-    out = tmp_path / "race"
+    out, site = tmp_path / "race", tmp_path / "site"
+    site.mkdir()
+    (site / "upstream_pin_probe.py").write_text("NAME = 'pinned'\n")
     rc = main(["vs-upstream", "--tiny", "--upstream", str(fake_upstream), "--out", str(out), "--upstream-dtype-fix",
-               "--eval-every", "20"])
+               "--eval-every", "20", "--upstream-site", str(site)])
     assert rc == 0, capsys.readouterr()
     res = json.loads((out / "results.json").read_text())
     rows = {r["row"]: r for r in res["rows"]}
     assert "max_wall_seconds=280" in rows["torch"]["command"]
     assert "evaluation_per_interaction_step=20" in rows["upstream:eager"]["command"]
+    assert "upstream site: pinned" in (out / rows["upstream:eager"]["log"]).read_text()
     steps = [s for _t, s, _v in rows["torch"]["return_curve"]]
     assert steps[0] == 0 and steps[-1] == 60 and len(steps) >= 3, steps  # the start, the end and between
     assert [(s, v) for _t, s, v in rows["upstream:eager"]["return_curve"]] == [(0, -300.0), (60, 123.5)]
