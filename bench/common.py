@@ -383,6 +383,13 @@ UPSTREAM_RECIPE = [
 TORCH_RECIPE_EXTRA = ["agent.use_compile=false", "agent.use_cuda_graph=true"]
 
 
+def recipe_settings(name: str, framework: str = "torch") -> dict[str, str]:
+    """``agent_common.recipes``' recipe ``name`` for ``framework`` as {key: value} (values as written there)."""
+    from agent_common.recipes import recipe_overrides
+
+    return dict(o.split("=", 1) for o in recipe_overrides(name, framework))
+
+
 
 
 # ------------------------------------------------------------------------------------------------------ processes

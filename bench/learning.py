@@ -58,7 +58,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.common import BOOTSTRAP_REPS, REPO, UPSTREAM_RECIPE, bootstrap_ci, environment, write_results
+from bench.common import (
+    BOOTSTRAP_REPS,
+    REPO,
+    UPSTREAM_RECIPE,
+    bootstrap_ci,
+    environment,
+    recipe_settings,
+    write_results,
+)
 
 PUBLISHED = os.path.join(REPO, "bench", "results", "published", "flashsac_gym_mujoco.csv")
 PUBLISHED_SUITES = os.path.join(REPO, "bench", "results", "published", "flashsac_suites_per_seed.csv")
@@ -116,11 +124,8 @@ def recipe_shape(suite: str) -> tuple[int, int]:
     recipe = SUITES[suite].recipe
     if recipe is None:
         return 1, 1
-    from agent_common.recipes import recipe_overrides
-
-    keys = dict(o.split("=", 1) for o in recipe_overrides(recipe, "torch"))
-    return (int(keys.get("num_train_envs", "1").replace("_", "")),
-            int(keys.get("updates_per_interaction_step", "1").replace("_", "")))
+    keys = recipe_settings(recipe)
+    return int(keys.get("num_train_envs", "1")), int(keys.get("updates_per_interaction_step", "1"))
 
 
 def published_decay(task: str) -> int:
@@ -175,8 +180,9 @@ def train_command(spec: RunSpec, root: str, num_env_steps: int, wall_seconds: fl
     tenth of a published run, which is what the published 100k figures are (a schedule derived from a 100k budget
     would have decayed the learning rate from 3e-4 to 1.5e-4 by the end)."""
     run_dir = spec.run_dir(root)
-    suite = SUITES[suite_of(spec.task)]
-    envs, utd = recipe_shape(suite_of(spec.task))
+    suite_name = suite_of(spec.task)
+    suite = SUITES[suite_name]
+    envs, utd = recipe_shape(suite_name)
     agent = INIT_SWAPPED[spec.agent][0] if spec.agent in INIT_SWAPPED else spec.agent
     if suite.recipe is None:
         # Each agent keeps its default replay placement (auto: the JAX agent's device replay and one jitted call per

@@ -97,7 +97,7 @@ def load_published(paths: Sequence[str] = (PUBLISHED_PER_SEED, PUBLISHED_SUITES)
     """{task: {seed: {env_step: avg_return}}} of FlashSAC's published per-seed returns (gym-MuJoCo and the other
     suites' files)."""
     out: dict[str, dict[int, dict[int, float]]] = {}
-    for path in _paths(paths):
+    for path in paths:
         for row in _rows(path):
             out.setdefault(row["env_name"], {}).setdefault(int(row["seed"]), {})[int(row["env_step"])] = float(
                 row["avg_return"])
@@ -197,18 +197,13 @@ def write_report(folders: Sequence[str], out: str, step: int | None = None, reps
     return record
 
 
-def _paths(value: str | Sequence[str]) -> list[str]:
-    """A record's published file(s): one path in records written before the suites' file, a list since."""
-    return [value] if isinstance(value, str) else list(value)
-
-
 def markdown(record: dict) -> str:
     """The report: per suite, the aggregates table, the per-seed returns and the profile plot."""
     lines = [f"# Robust aggregates (rliable) at env step {record['step']:,}", "",
              f"Normalised score = (return - random) / (reference - random), constants: "
              f"`{os.path.relpath(record['normalization'], REPO)}`. 95 % stratified-bootstrap intervals "
              f"({record['reps']:,} samples). Published per-seed returns: "
-             + ", ".join(f"`{os.path.relpath(p, REPO)}`" for p in _paths(record["published"])) + ".", ""]
+             + ", ".join(f"`{os.path.relpath(p, REPO)}`" for p in record["published"]) + ".", ""]
     if record.get("no_constants"):
         lines += [f"Left out, no normalisation constants: {', '.join(record['no_constants'])}.", ""]
     for suite, body in record["suites"].items():

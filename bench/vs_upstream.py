@@ -71,6 +71,7 @@ from bench.common import (
     UPSTREAM_RECIPE,
     environment,
     merge_overrides,
+    recipe_settings,
     tensorboard_scalars,
     tiny_defaults,
     upstream_commit,
@@ -140,7 +141,8 @@ def _recipe_value(key: str) -> str:
 
 def _interaction_steps(a: argparse.Namespace) -> int:
     """The run length in interaction steps (env steps over the recipe's train envs)."""
-    return max(1, a.num_env_steps // (1024 if a.recipe == "playground" else 1))
+    envs = int(recipe_settings("playground")["num_train_envs"]) if a.recipe == "playground" else 1
+    return max(1, a.num_env_steps // envs)
 
 
 def project_overrides(a: argparse.Namespace, row: Row, run_dir: str) -> list[str]:
@@ -149,11 +151,8 @@ def project_overrides(a: argparse.Namespace, row: Row, run_dir: str) -> list[str
     without the replay buffer, no progress bar; in a race (``--eval-every``) a clean stop before the limit."""
     n = _interaction_steps(a)
     if a.recipe == "playground":
-        from agent_common.recipes import recipe_overrides
-
-        out = [o for o in recipe_overrides("playground", row.kind)
-               if not o.startswith(("env.env_name=", "agent.buffer_min_length=", "num_env_steps=",
-                                    "num_eval_episodes=", "num_eval_envs="))]
+        replaced = {"env.env_name", "agent.buffer_min_length", "num_env_steps", "num_eval_episodes", "num_eval_envs"}
+        out = [f"{k}={v}" for k, v in recipe_settings("playground", row.kind).items() if k not in replaced]
         out.append(f"num_eval_envs={a.num_eval_episodes}")  # one episode per evaluation env, as upstream's 50 / 50
     else:
         out = [o for o in UPSTREAM_RECIPE if not o.startswith(("env.env_name=", "agent.buffer_min_length="))]
@@ -176,14 +175,18 @@ def upstream_overrides(a: argparse.Namespace, row: Row) -> list[str]:
     shortened): no video, evaluation before and after training (and every ``--eval-every`` interaction steps), the
     compile mode of the row."""
     evaluation = a.eval_every or "null"
-    if a.recipe == "playground":
+    if a.recipe == "playground":  # the values of this project's playground recipe (the torch agent's: AMP on)
+        r = recipe_settings("playground")
         out = [f"seed={a.seed}", "env=mujoco_playground", f"env.env_name={a.env}",
-               f"num_env_steps={a.num_env_steps}", "num_train_envs=1024", f"num_eval_envs={a.num_eval_episodes}",
-               "num_record_envs=1",
+               f"num_env_steps={a.num_env_steps}", f"num_train_envs={r['num_train_envs']}",
+               f"num_eval_envs={a.num_eval_episodes}", "num_record_envs=1",
                f"num_eval_episodes={a.num_eval_episodes}", "num_record_episodes=0", "agent=flashSAC",
-               "agent.buffer_max_length=10_000_000", f"agent.buffer_min_length={a.buffer_min_length}",
-               "agent.buffer_device_type=cuda", "agent.sample_batch_size=2048", "agent.use_amp=true",
-               "updates_per_interaction_step=2", "agent.asymmetric_observation=false", "gamma=0.97", "n_step=1"]
+               f"agent.buffer_max_length={r['agent.buffer_max_length']}",
+               f"agent.buffer_min_length={a.buffer_min_length}",
+               f"agent.buffer_device_type={r['agent.buffer_device_type']}",
+               f"agent.sample_batch_size={r['agent.sample_batch_size']}", f"agent.use_amp={r['agent.use_amp']}",
+               f"updates_per_interaction_step={r['updates_per_interaction_step']}",
+               "agent.asymmetric_observation=false", f"gamma={r['gamma']}", f"n_step={r['n_step']}"]
     else:
         out = [f"seed={a.seed}", "env=mujoco", f"env.env_name={a.env}", f"num_env_steps={a.num_env_steps}",
                "num_train_envs=1", "num_eval_envs=1", "num_record_envs=1", f"num_eval_episodes={a.num_eval_episodes}",
